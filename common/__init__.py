@@ -1,0 +1,1 @@
+"""Small shared helpers for the lessons. Import `common.device` before anything imports triton."""

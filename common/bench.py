@@ -1,0 +1,67 @@
+"""Timing done right, and the arithmetic that turns a time into GB/s, TFLOP/s and % of a ceiling.
+
+GPU work is asynchronous: the Python call returns before the kernel finishes, so a host clock
+around it measures the launch, not the work. triton.testing.do_bench records CUDA events around
+each run, synchronises, warms up first (compilation and caches stay out of the numbers), clears
+the L2 cache between runs (each run reads from HBM, as a real pipeline would) and reports the
+median of many runs. On the CPU there is no such thing: we time wall-clock, median of several.
+"""
+import functools
+import statistics
+import time
+
+import torch
+from tabulate import tabulate
+
+from common.device import DEVICE, INTERPRET
+
+
+def time_ms(fn, cpu_budget_s: float = 0.3) -> float:
+    """Median time of one call of fn(), in milliseconds."""
+    if not INTERPRET:
+        import triton.testing
+
+        return triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")
+    fn()  # warm-up
+    times = []
+    start = time.perf_counter()
+    while len(times) < 3 or (time.perf_counter() - start < cpu_budget_s and len(times) < 50):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def gbps(nbytes: float, ms: float) -> float:
+    """Bytes moved through memory per second, in GB/s (10^9 bytes)."""
+    return nbytes / (ms * 1e-3) / 1e9
+
+
+def tflops(flops: float, ms: float) -> float:
+    return flops / (ms * 1e-3) / 1e12
+
+
+def percent(value: float, ceiling: float) -> float:
+    return 100.0 * value / ceiling
+
+
+@functools.cache
+def copy_bandwidth() -> float:
+    """The machine's memory ceiling, measured: a large device-to-device copy, in GB/s.
+
+    A copy reads every byte once and writes it once, so it moves 2 x size bytes; no memory-bound
+    kernel can beat it by much. Measured once per process (1 GiB on a GPU: far beyond the L2).
+    """
+    n = (1 << 28) if not INTERPRET else (1 << 25)  # float32 elements: 1 GiB on GPU, 128 MiB on CPU
+    src = torch.randn(n, device=DEVICE)
+    dst = torch.empty_like(src)
+    ms = time_ms(lambda: dst.copy_(src))
+    return gbps(2 * src.numel() * src.element_size(), ms)
+
+
+def print_table(rows: list, headers: list, title: str | None = None, floatfmt: str = ".1f") -> str:
+    text = tabulate(rows, headers=headers, floatfmt=floatfmt, tablefmt="github")
+    if title:
+        text = f"{title}\n{text}"
+    print(text)
+    return text

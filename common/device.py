@@ -1,0 +1,91 @@
+"""Where the kernels run: a CUDA GPU if there is one, Triton's interpreter on the CPU if not.
+
+Triton reads TRITON_INTERPRET once, when it is first imported, and `@triton.jit` then builds
+either a compiled kernel (GPU) or an interpreted one (numpy on the CPU). So this module must be
+imported before triton; every lesson does that in its first lines. An explicit TRITON_INTERPRET
+in the environment is respected (=1 forces the interpreter even on a GPU machine).
+"""
+import os
+import subprocess
+import sys
+
+import torch
+
+if "TRITON_INTERPRET" not in os.environ:
+    if "triton" in sys.modules and not torch.cuda.is_available():
+        raise RuntimeError(
+            "triton was imported before common.device, in compiled mode, on a machine without a "
+            "CUDA GPU: import common.device first (or set TRITON_INTERPRET=1)."
+        )
+    os.environ["TRITON_INTERPRET"] = "0" if torch.cuda.is_available() else "1"
+# Triton 3.9 warns that the default for fusing a*b+c into one FMA instruction will change;
+# keep today's default (fused) so results are the same across versions, and keep the output quiet.
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
+DEVICE = "cpu" if INTERPRET else "cuda"
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def gpu_name() -> str:
+    return "CPU (Triton interpreter)" if INTERPRET else torch.cuda.get_device_name()
+
+
+def stamp() -> str:
+    """What every timing table names: the hardware, the versions, the date."""
+    import datetime
+
+    import triton
+
+    return (f"{gpu_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+            f"{datetime.date.today().isoformat()}")
+
+
+def banner() -> str:
+    """One line: which mode runs, and what it means for the timings that follow."""
+    import triton
+
+    versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    if INTERPRET:
+        return (f"Mode: no CUDA GPU -> Triton interpreter on CPU tensors ({versions}). Kernels give "
+                "exact results; timings measure the interpreter (numpy), not a GPU.")
+    return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are real GPU timings."
+
+
+def run_interpreted(script: str, args: list[str]) -> None:
+    """Run `python script *args` in a child process with TRITON_INTERPRET=1.
+
+    Traces print from inside the kernel, one program after another, which only the interpreter
+    does. On a GPU machine this process has triton in compiled mode already, and the mode cannot
+    be switched once triton is imported, so the trace runs in a child process of its own.
+    """
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
+    subprocess.run([sys.executable, script, *args], env=env, check=True)
+
+
+def check_tensor(x, name: str, dtypes: tuple, ndim: int | None = None) -> None:
+    """Reject bad input with a message that names the problem, before any kernel sees it."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.device.type != DEVICE:
+        where = "the CPU (Triton interpreter)" if INTERPRET else "the GPU"
+        raise ValueError(f"{name} is on {x.device}, but kernels here run on {where}: "
+                         f"move it with {name}.to('{DEVICE}')")
+    if x.dtype not in dtypes:
+        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+        raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
+    if ndim is not None and x.ndim != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+
+
+def check_same(a, b, names: str) -> None:
+    """Two tensors that a kernel reads side by side: same device, dtype and shape."""
+    for x, name in ((a, "first"), (b, "second")):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{names}: the {name} argument must be a torch.Tensor, got {type(x).__name__}")
+    if a.device != b.device:
+        raise ValueError(f"{names}: tensors on different devices ({a.device} and {b.device})")
+    if a.dtype != b.dtype:
+        raise TypeError(f"{names}: different dtypes ({a.dtype} and {b.dtype}); cast one first")
+    if a.shape != b.shape:
+        raise ValueError(f"{names}: different shapes {tuple(a.shape)} and {tuple(b.shape)}")

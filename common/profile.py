@@ -1,0 +1,39 @@
+"""Which kernels does an implementation launch? torch.profiler knows.
+
+On a GPU the table lists the CUDA kernels (one row per kernel name: how many launches, total GPU
+time). On the CPU there are no kernels: it lists the top-level ATen operators instead, which is
+the same story one level up (each eager PyTorch operator is one pass over memory).
+"""
+import collections
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from common.device import INTERPRET
+
+
+def kernels_launched(fn) -> list[tuple[str, int, float]]:
+    """Run fn() once under the profiler; return (name, calls, total microseconds) per kernel/op."""
+    fn()  # warm-up: compilation, autotuning and caches stay out of the picture
+    activities = [ProfilerActivity.CPU] + ([] if INTERPRET else [ProfilerActivity.CUDA])
+    with profile(activities=activities) as prof:
+        fn()
+        if not INTERPRET:
+            torch.cuda.synchronize()
+    calls, micros = collections.Counter(), collections.Counter()
+    if INTERPRET:  # operators the code called, not the ones they call inside
+        for e in prof.events():
+            if e.cpu_parent is None and e.name.startswith(("aten::", "Torch-Compiled Region")):
+                calls[e.name] += 1
+                micros[e.name] += e.cpu_time_total
+    else:
+        for e in prof.key_averages():
+            if e.device_type == torch.autograd.DeviceType.CUDA:
+                calls[e.key] += e.count
+                micros[e.key] += getattr(e, "self_device_time_total", None) or e.self_cuda_time_total
+    return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])
+
+
+def short(name: str, width: int = 60) -> str:
+    """Kernel names can run to hundreds of characters (templates); keep the start."""
+    return name if len(name) <= width else name[: width - 3] + "..."

@@ -1,0 +1,72 @@
+"""Look under the hood: compile a kernel for a named NVIDIA GPU, without one, and read its PTX.
+
+Triton lowers a kernel in stages: Python AST -> TTIR (Triton IR, block-level) -> TTGIR (the same
+with a layout: which thread holds which elements) -> LLVM IR -> PTX (NVIDIA's virtual assembly,
+per thread) -> cubin. `triton.compile` with an explicit target runs the whole pipeline on any
+machine: the compiler (LLVM, ptxas) ships inside the triton wheel; no GPU is needed.
+
+The interpreter replaces `@triton.jit` kernels with Python functions, which cannot be compiled, so
+on a machine without a GPU the compilation runs in a child process with TRITON_INTERPRET=0.
+"""
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+
+from common.device import INTERPRET, ROOT
+
+
+def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
+                   divisible_by_16: tuple = (), arch: int = 90, num_warps: int = 4) -> dict:
+    """Compile `module.kernel` for sm_<arch>; return {"ttir": ..., "ttgir": ..., "ptx": ...}.
+
+    signature: Triton types of the arguments, e.g. {"x_ptr": "*fp32", "N": "i32", "BLOCK_SIZE":
+    "constexpr"}. divisible_by_16: the arguments the compiler may assume are multiples of 16 (when
+    a kernel is launched, Triton checks this for every pointer and integer argument and compiles a
+    specialised version; here we choose).
+    """
+    job = dict(module=module, kernel=kernel, signature=signature, constexprs=constexprs,
+               divisible_by_16=list(divisible_by_16), arch=arch, num_warps=num_warps)
+    if not INTERPRET:
+        return _compile(job)
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    out = subprocess.run([sys.executable, "-m", "common.ptx"], input=json.dumps(job), env=env,
+                         cwd=ROOT, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError(f"compiling {module}.{kernel} failed:\n{out.stderr}")
+    return json.loads(out.stdout)
+
+
+def _compile(job: dict) -> dict:
+    import importlib
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    fn = getattr(importlib.import_module(job["module"]), job["kernel"])
+    attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in job["divisible_by_16"]}
+    src = triton.compiler.ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"],
+                                    attrs=attrs)
+    compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32),
+                              options={"num_warps": job["num_warps"]})
+    return {k: compiled.asm[k] for k in ("ttir", "ttgir", "ptx")}
+
+
+def memory_ops(ptx: str) -> collections.Counter:
+    """Count global loads and stores by form: ld.global.v4.b32 is one 16-byte (4 x 32-bit) access."""
+    ops = re.findall(r"\b((?:ld|st)\.global[\w.:]*)", ptx)
+    # drop cache hints (.L1::evict_last and the like) so the same access reads the same
+    return collections.Counter(re.sub(r"\.L[12]::\w+", "", op) for op in ops)
+
+
+def access_bits(op: str) -> int:
+    """Width of one access in bits: ld.global.v4.b32 -> 128, st.global.b16 -> 16."""
+    vec = re.search(r"\.v(\d)", op)
+    bits = re.search(r"\.[bfus](\d+)$", op)
+    return (int(vec.group(1)) if vec else 1) * int(bits.group(1))
+
+
+if __name__ == "__main__":  # the child process of compile_kernel
+    print(json.dumps(_compile(json.load(sys.stdin))))

@@ -1,0 +1,343 @@
+"""Lesson 1: vector add and a fused GELU. Programs, the grid, offsets, masks; element-wise fusion.
+
+A Triton kernel is written for ONE program (an instance of the kernel); the launch grid says how
+many programs run. Each program asks for its number (pid), works out which elements are its own
+(offsets), masks off the ones past the end (mask), then loads, computes and stores. This lesson
+builds that with `add(x, y)`, traces it program by program, then uses the same pattern to fuse a
+whole GELU formula into one pass over memory, and looks at the PTX the compiler makes of it.
+
+Run:   python lesson01_vector_add/main.py            (all sections)
+       python lesson01_vector_add/main.py --help     (sections, sizes, dtype)
+Without a CUDA GPU everything runs under Triton's interpreter on the CPU: same kernels, exact
+results, but the timings measure the interpreter. Real H200 numbers: README.md, "Results".
+"""
+# %% Set-up: choose GPU or interpreter before triton is imported
+import argparse
+import math
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
+
+from common.device import DEVICE, INTERPRET, banner, check_same, check_tensor, run_interpreted, stamp
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from common import bench, profile, ptx
+from common.trace import show
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+# %% [markdown]
+# ## 1. The add kernel
+# Six steps, the same in every kernel of this course:
+# who am I (pid) -> which elements (offsets) -> which are real (mask) -> load -> compute -> store.
+
+
+# %%
+@triton.jit
+def add_kernel(
+    x_ptr,                      # address of x[0] (Triton takes it from the torch tensor)
+    y_ptr,                      # address of y[0]
+    output_ptr,                 # address of output[0]
+    N,                          # number of elements
+    BLOCK_SIZE: tl.constexpr,   # elements per program; a compile-time constant
+    TRACE: tl.constexpr = False,  # print what each program does (interpreter only)
+):
+    # 1. Which program am I? Programs are numbered 0 .. grid-1 along axis 0.
+    pid = tl.program_id(axis=0)
+    # 2. Which elements are mine? A whole block of positions at once: tl.arange(0, BLOCK_SIZE) is
+    #    the vector [0, 1, ..., BLOCK_SIZE-1]; adding the start of my block shifts it.
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    # 3. Which of them exist? The last block usually runs past the end of the array.
+    mask = offsets < N
+    if TRACE:
+        show("pid", pid)
+        show("offsets", offsets)
+        show("lanes the mask keeps", tl.sum(mask.to(tl.int32), axis=0))
+        show("lanes masked off", BLOCK_SIZE - tl.sum(mask.to(tl.int32), axis=0))
+    # 4. Load: pointer + vector of offsets = vector of addresses (in elements, not bytes).
+    #    Masked-off lanes are not read; they get `other` instead.
+    x = tl.load(x_ptr + offsets, mask=mask, other=0)
+    y = tl.load(y_ptr + offsets, mask=mask, other=0)
+    # 5. Compute, on the whole block at once. In float32, then back to the output's dtype: Triton's
+    #    interpreter keeps bfloat16 as raw 16-bit integers and would add those (garbage). On a GPU
+    #    the casts are free in a memory-bound kernel, and the rounded sum is the same.
+    output = (x.to(tl.float32) + y.to(tl.float32)).to(output_ptr.dtype.element_ty)
+    if TRACE and BLOCK_SIZE <= 8:  # small enough to print whole
+        show("x", x)
+        show("y", y)
+        show("output", output)
+    # 6. Store; masked-off lanes are not written.
+    tl.store(output_ptr + offsets, output, mask=mask)
+
+
+def prepare(x: torch.Tensor, name: str) -> torch.Tensor:
+    """Checks shared by the element-wise launchers; returns x as one dense block of memory.
+
+    The kernels walk memory with flat offsets 0..N-1, which is only right for a contiguous
+    tensor. A strided view (x[::2], x.t()) is copied into a contiguous one first: correct, at the
+    cost of one extra pass over memory.
+    """
+    check_tensor(x, name, FLOATS)
+    if x.numel() >= 2**31:  # offsets are 32-bit integers in the kernel
+        raise ValueError(f"{name} has {x.numel()} elements; this kernel's int32 offsets stop at 2**31")
+    return x.contiguous()
+
+
+def add(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
+    """x + y, element-wise, for float32/float16/bfloat16 tensors of one shape on one device."""
+    check_same(x, y, "add(x, y)")
+    x, y = prepare(x, "x"), prepare(y, "y")
+    output = torch.empty_like(x)
+    N = output.numel()
+    if N == 0:
+        return output
+    grid = (triton.cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
+    add_kernel[grid](x, y, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return output
+
+
+# %% [markdown]
+# ## 2. Element-wise fusion: GELU
+# GELU (tanh form): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Written in PyTorch it is
+# eight operators, and eager PyTorch runs each as its own kernel: each reads its inputs from
+# memory and writes its result back. The arithmetic is trivial; the memory traffic is not.
+
+
+# %%
+def gelu_naive(x):
+    """The formula as written. Per operator, reads and writes of N elements:"""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+    # x**3: r N, w N | 0.044715*(.): r N, w N | x + (.): r 2N, w N | sqrt(2/pi)*(.): r N, w N
+    # tanh: r N, w N | 1.0 + (.): r N, w N    | 0.5*x: r N, w N   | (.)*(.): r 2N, w N
+    # total: 8 kernels, 10N reads + 8N writes = 18N, against N + N for one fused kernel.
+
+
+NAIVE_TRAFFIC = 18  # elements moved per input element by gelu_naive, counted above
+FUSED_TRAFFIC = 2   # one read, one write
+
+
+def gelu_torch(x):
+    """PyTorch's own fused CUDA kernel (one read, one write)."""
+    return F.gelu(x, approximate="tanh")
+
+
+# torch.compile traces gelu_naive, sees eight element-wise ops and generates ONE Triton kernel
+# for them (on the CPU, one C++ loop). Compilation happens at the first call for each shape.
+gelu_compiled = torch.compile(gelu_naive)
+
+
+@triton.jit
+def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)  # math in fp32
+    # 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)): the same GELU with one exp and
+    # one division. (Triton's interpreter has no tanh; this form runs everywhere.)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)  # sqrt(2/pi) * (x + 0.044715 x^3)
+    y = x / (1.0 + tl.exp(-2.0 * u))
+    # For very negative x, exp(-2u) is inf and y = x / inf = -0.0: the right limit, no NaN.
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+def gelu(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
+    """GELU (tanh approximation) in one pass: float32/float16/bfloat16, math in float32."""
+    x = prepare(x, "x")
+    y = torch.empty_like(x)
+    N = y.numel()
+    if N:
+        gelu_kernel[(triton.cdiv(N, BLOCK_SIZE),)](x, y, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return y
+
+
+# %% [markdown]
+# ## 3. The trace: the kernel itself, one program at a time
+# Under the interpreter programs run in order, so what each one sees can be printed.
+
+
+# %%
+def trace() -> dict:
+    """The worked examples of the source documents, printed from inside add_kernel."""
+    x = torch.arange(1000, dtype=torch.float32, device=DEVICE)
+    N, BLOCK_SIZE = x.numel(), 256
+    grid = (triton.cdiv(N, BLOCK_SIZE),)
+    print(f"N = {N}, BLOCK_SIZE = {BLOCK_SIZE} -> grid = (cdiv({N}, {BLOCK_SIZE}),) = {grid}")
+    out = torch.empty_like(x)
+    add_kernel[grid](x, x, out, N, BLOCK_SIZE=BLOCK_SIZE, TRACE=True)
+    print("Program 3 covers 768..1023: the first 232 lanes are real (768..999), the last 24 are "
+          "masked off,\nso nothing is read or written past x[999].")
+
+    print("\nThe tiny example: A = [1, 2, 3, 4], B = [5, 6, 7, 8], one program of 4 lanes")
+    a = torch.tensor([1.0, 2, 3, 4], device=DEVICE)
+    b = torch.tensor([5.0, 6, 7, 8], device=DEVICE)
+    c = torch.empty_like(a)
+    add_kernel[(1,)](a, b, c, 4, BLOCK_SIZE=4, TRACE=True)
+    print(f"C = {c.tolist()}")
+
+    threads = 4 * 32
+    print(f"\nBLOCK_SIZE is data, num_warps is threads. With BLOCK_SIZE = {BLOCK_SIZE} and "
+          f"num_warps = 4,\na program is one CUDA thread block of 4 x 32 = {threads} threads, "
+          f"each holding {BLOCK_SIZE // threads} elements;\nthe grid of {grid[0]} programs is "
+          f"{grid[0] * threads} threads. The launcher's BLOCK_SIZE = 1024 gives 8 elements per "
+          "thread\n(see the PTX section: two 16-byte loads per input per thread).")
+    return {"grid": grid, "result": c.tolist(), "full_sum_ok": bool(torch.equal(out, 2 * x))}
+
+
+# %% [markdown]
+# ## 4. Correctness: against PyTorch on random and awkward sizes
+
+
+# %%
+def check(sizes=(1, 7, 256, 1000, 1025, 65536 + 3)) -> list:
+    rows = []
+    for dtype in FLOATS:
+        for n in sizes:
+            x = torch.randn(n, device=DEVICE, dtype=dtype)
+            y = torch.randn(n, device=DEVICE, dtype=dtype)
+            add_err = (add(x, y).float() - (x + y).float()).abs().max().item()
+            gelu_err = (gelu(x).float() - gelu_torch(x.float())).abs().max().item()
+            rows.append((str(dtype).replace("torch.", ""), n, add_err, gelu_err))
+    x = torch.randn(4096, device=DEVICE)[::2]  # a strided view: every other element
+    rows.append(("float32, x[::2]", x.numel(), (add(x, x) - 2 * x).abs().max().item(),
+                 (gelu(x) - gelu_torch(x)).abs().max().item()))
+    bench.print_table(rows, ["dtype", "N", "add: max |err| vs torch", "gelu: max |err| vs fp32 F.gelu"],
+                      floatfmt=".2e")
+    print("gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits. The interpreter\n"
+          "rounds float32 -> bfloat16 toward zero where a GPU rounds to nearest: bf16 results there can be\n"
+          "one bf16 step away from torch's (the add column); on a GPU they match exactly.")
+    return rows
+
+
+# %% [markdown]
+# ## 5. Fusion, seen by the profiler: how many kernels does each GELU launch?
+
+
+# %%
+def fusion(n: int, use_compile: bool = True) -> None:
+    x = torch.randn(n, device=DEVICE)
+    impls = {"naive formula": gelu_naive, "F.gelu": gelu_torch, "Triton gelu": gelu}
+    if use_compile:
+        impls["torch.compile(naive)"] = gelu_compiled
+    for name, fn in impls.items():
+        moved = NAIVE_TRAFFIC if name == "naive formula" else FUSED_TRAFFIC
+        print(f"\n{name}: about {moved}N elements of memory traffic "
+              f"({moved * n * 4 / 1e6:.1f} MB at N = {n}, float32)")
+        if INTERPRET and fn is gelu:
+            print("    (the interpreter runs it in numpy, out of the profiler's sight; on a GPU: 1 kernel)")
+            continue
+        rows = profile.kernels_launched(lambda: fn(x))
+        bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
+                          ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"])
+
+
+# %% [markdown]
+# ## 6. Under the hood: the PTX of add_kernel, compiled for an H100/H200 (sm_90), no GPU needed
+
+
+# %%
+def look_at_ptx(ir: str | None = None) -> dict:
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "N": "i32",
+           "BLOCK_SIZE": "constexpr", "TRACE": "constexpr"}
+    consts = {"BLOCK_SIZE": 1024, "TRACE": False}
+    pointers = ("x_ptr", "y_ptr", "output_ptr")  # torch allocations are 16-byte aligned
+    rows, found = [], {}
+    for label, div in [("N a multiple of 16", pointers + ("N",)), ("N not a multiple of 16", pointers)]:
+        asm = ptx.compile_kernel("lesson01_vector_add.main", "add_kernel", sig, consts, div)
+        ops = ptx.memory_ops(asm["ptx"])
+        found[label] = ops
+        for op, count in sorted(ops.items()):
+            rows.append((label, op, count, ptx.access_bits(op)))
+        if ir:
+            print(f"\n----- {ir} ({label}) -----\n{asm[ir]}")
+    bench.print_table(rows, ["case", "instruction", "per thread", "bits each"])
+    print("BLOCK_SIZE = 1024 elements over num_warps = 4 -> 128 threads: 8 elements per thread "
+          "(thread coarsening,\ndone by the compiler). When N is a multiple of 16, a run of 4 "
+          "neighbours is either all in or all out\nof the mask, so each thread loads its 8 floats "
+          "as two 128-bit vector loads. When it is not, every\nelement needs its own predicate: "
+          "8 scalar 32-bit loads per input. Same kernel, same answer, 4x the\nload instructions. "
+          "(Triton checks N % 16 == 0 at each launch and compiles both versions as needed.)")
+    return found
+
+
+# %% [markdown]
+# ## 7. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+
+
+# %%
+def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> list:
+    ceiling = bench.copy_bandwidth()
+    elem = torch.tensor([], dtype=dtype).element_size()
+    rows = []
+    for n in sizes:
+        x = torch.randn(n, device=DEVICE, dtype=dtype)
+        y = torch.randn(n, device=DEVICE, dtype=dtype)
+        cases = [("add", "torch x + y", lambda: x + y, 3), ("add", "Triton add", lambda: add(x, y), 3),
+                 ("gelu", "naive formula", lambda: gelu_naive(x), 2),
+                 ("gelu", "F.gelu", lambda: gelu_torch(x), 2)]
+        if use_compile:
+            cases.append(("gelu", "torch.compile", lambda: gelu_compiled(x), 2))
+        cases.append(("gelu", "Triton gelu", lambda: gelu(x), 2))
+        baseline = {}  # PyTorch's own kernel for each op: x + y and F.gelu
+        for op, name, fn, streams in cases:
+            ms = bench.time_ms(fn)
+            if name in ("torch x + y", "F.gelu"):
+                baseline[op] = ms
+            bw = bench.gbps(streams * n * elem, ms)
+            rows.append([op, name, f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else n,
+                         ms * 1e3, bw, bench.percent(bw, ceiling)])
+        for row in rows[-len(cases):]:
+            row.append(baseline[row[0]] / (row[3] * 1e-3))
+    title = (f"{stamp()}, {str(dtype)[6:]}; copy bandwidth measured: {ceiling:.0f} GB/s. "
+             "GB/s counts the bytes a fused kernel must move\n(add: 3 streams, gelu: 2), for every "
+             "implementation alike.")
+    if INTERPRET:
+        title += " INTERPRETER: these times measure numpy on the CPU, not a GPU."
+    bench.print_table(rows, ["op", "implementation", "N", "µs", "GB/s", "% of copy", "x PyTorch"],
+                      title=title)
+    return rows
+
+
+# %% The script
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sections", nargs="+", default=["trace", "check", "fusion", "ptx", "bench"],
+                   choices=["trace", "check", "fusion", "ptx", "bench"], help="what to run (default: all)")
+    p.add_argument("--sizes", type=int, nargs="+", metavar="LOG2N",
+                   help="bench sizes as powers of two (default: 12 16 20 24 26 28 on a GPU, "
+                        "12 16 20 on the interpreter)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+                   help="dtype for the bench (default float32)")
+    p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
+    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
+    args = p.parse_args(argv)
+
+    print(banner())
+    if "trace" in args.sections:
+        print("\n=== Trace: add_kernel, program by program (interpreter) ===")
+        if INTERPRET:
+            trace()
+        else:
+            run_interpreted(__file__, ["--sections", "trace"])
+    if "check" in args.sections:
+        print("\n=== Check: Triton against PyTorch ===")
+        check()
+    if "fusion" in args.sections:
+        print("\n=== Fusion: kernels launched per GELU implementation ===")
+        fusion(1 << 20, use_compile=not args.no_compile)
+    if "ptx" in args.sections:
+        print("\n=== Under the hood: add_kernel's global loads and stores on sm_90 ===")
+        look_at_ptx(args.ir)
+    if "bench" in args.sections:
+        print("\n=== Timing ===")
+        log2 = args.sizes or ([12, 16, 20] if INTERPRET else [12, 16, 20, 24, 26, 28])
+        bench_all([1 << k for k in log2], getattr(torch, args.dtype), use_compile=not args.no_compile)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+"""Lesson 1: add and gelu against PyTorch, the trace's numbers, the PTX facts, bad input."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from conftest import DEVICE, INTERPRET, assert_matches, run_trace
+from lesson01_vector_add.main import add, gelu, look_at_ptx, main
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+SIZES = [1, 7, 256, 1000, 1025, 65536 + 3]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_add_matches_torch(n, dtype):
+    x = torch.randn(n, device=DEVICE, dtype=dtype)
+    y = torch.randn(n, device=DEVICE, dtype=dtype)
+    out = add(x, y)
+    if dtype == torch.bfloat16 and INTERPRET:
+        assert_matches(out, x + y)
+    else:  # one rounding of the exact sum, as torch does: bit for bit
+        assert torch.equal(out, x + y)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", SIZES)
+def test_gelu_matches_torch(n, dtype):
+    x = 3 * torch.randn(n, device=DEVICE, dtype=dtype)
+    assert_matches(gelu(x), F.gelu(x, approximate="tanh"))
+
+
+def test_gelu_extreme_values_stay_finite():
+    x = torch.tensor([-1e30, -1e4, -30.0, -3.0, -0.0, 0.0, 1e-30, 3.0, 30.0, 1e4, 1e30], device=DEVICE)
+    out = gelu(x)
+    assert torch.isfinite(out).all()
+    assert_matches(out, F.gelu(x.double(), approximate="tanh").float())
+
+
+def test_bfloat16_arithmetic_is_not_garbage():
+    # Regression: the interpreter stores bf16 as raw 16-bit integers; adding those gives ~1e-38.
+    a = torch.tensor([1.0, 2, 3, 4], device=DEVICE, dtype=torch.bfloat16)
+    b = torch.tensor([5.0, 6, 7, 8], device=DEVICE, dtype=torch.bfloat16)
+    assert add(a, b).tolist() == [6.0, 8.0, 10.0, 12.0]
+
+
+def test_strided_and_2d_inputs():
+    base = torch.randn(64, 48, device=DEVICE)
+    for x in (base[::2], base.t(), base[:, 5:17]):
+        assert not x.is_contiguous()
+        assert torch.equal(add(x, x), x + x)
+        assert add(x, x).shape == x.shape
+        assert_matches(gelu(x), F.gelu(x, approximate="tanh"))
+
+
+def test_empty_input():
+    x = torch.empty(0, device=DEVICE)
+    assert add(x, x).numel() == 0 and gelu(x).numel() == 0
+
+
+@pytest.mark.parametrize(
+    "x, y, error, message",
+    [
+        (torch.ones(3), torch.ones(4), ValueError, "different shapes"),
+        (torch.ones(3), torch.ones(3, dtype=torch.float16), TypeError, "different dtypes"),
+        (torch.ones(3, dtype=torch.int32), torch.ones(3, dtype=torch.int32), TypeError, "dtype int32"),
+        (torch.ones(3, device="meta"), torch.ones(3, device="meta"), ValueError, "is on meta"),
+        ([1.0, 2.0], [3.0, 4.0], TypeError, "must be a torch.Tensor"),
+    ],
+)
+def test_bad_input_names_the_problem(x, y, error, message):
+    if isinstance(x, torch.Tensor) and x.device.type == "cpu":
+        x, y = x.to(DEVICE), y.to(DEVICE)
+    with pytest.raises(error, match=message):
+        add(x, y)
+
+
+def test_tensors_on_different_devices():
+    other = "meta"
+    with pytest.raises(ValueError, match="different devices"):
+        add(torch.ones(3, device=DEVICE), torch.ones(3, device=other))
+
+
+def test_gelu_rejects_integers():
+    with pytest.raises(TypeError, match="dtype int64"):
+        gelu(torch.arange(4, device=DEVICE))
+
+
+@pytest.fixture(scope="module")
+def traced():
+    return run_trace("lesson01_vector_add.main")
+
+
+def test_trace_reproduces_the_worked_example(traced):
+    result, log = traced
+    assert result["grid"] == [4]  # cdiv(1000, 256)
+    assert log["lanes the mask keeps"][:4] == [256, 256, 256, 232]
+    assert log["lanes masked off"][:4] == [0, 0, 0, 24]
+    program3 = log["offsets"][3]
+    assert (program3[0], program3[-1], len(program3)) == (768, 1023, 256)
+    assert log["output"] == [[6.0, 8.0, 10.0, 12.0]]  # printed inside the kernel
+    assert result["result"] == [6.0, 8.0, 10.0, 12.0]
+    assert result["full_sum_ok"]
+
+
+def test_ptx_vectorises_when_n_is_a_multiple_of_16():
+    found = look_at_ptx()
+    aligned, unaligned = found["N a multiple of 16"], found["N not a multiple of 16"]
+    # 1024 elements / 128 threads = 8 floats per thread per input: 2 x 128-bit vs 8 x 32-bit loads
+    assert aligned["ld.global.v4.b32"] == 4 and aligned["st.global.v4.b32"] == 2
+    assert unaligned["ld.global.b32"] == 16 and unaligned["st.global.b32"] == 8
+
+
+def test_script_runs_and_help(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    assert "--sections" in capsys.readouterr().out
+    main(["--sections", "bench", "--sizes", "10", "--no-compile"])
+    out = capsys.readouterr().out
+    assert "Triton add" in out and "% of copy" in out
