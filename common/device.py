@@ -47,7 +47,8 @@ def banner() -> str:
 
     versions = f"torch {torch.__version__}, triton {triton.__version__}"
     if INTERPRET:
-        return (f"Mode: no CUDA GPU -> Triton interpreter on CPU tensors ({versions}). Kernels give "
+        why = "TRITON_INTERPRET=1" if torch.cuda.is_available() else "no CUDA GPU"
+        return (f"Mode: {why} -> Triton interpreter on CPU tensors ({versions}). Kernels give "
                 "exact results; timings measure the interpreter (numpy), not a GPU.")
     return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are real GPU timings."
 
@@ -60,7 +61,8 @@ def run_interpreted(script: str, args: list[str]) -> None:
     be switched once triton is imported, so the trace runs in a child process of its own.
     """
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
-    subprocess.run([sys.executable, script, *args], env=env, check=True)
+    sys.stdout.flush()
+    subprocess.run([sys.executable, script, *args, "--child"], env=env, check=True)
 
 
 def check_tensor(x, name: str, dtypes: tuple, ndim: int | None = None) -> None:

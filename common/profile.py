@@ -5,6 +5,8 @@ time). On the CPU there are no kernels: it lists the top-level ATen operators in
 the same story one level up (each eager PyTorch operator is one pass over memory).
 """
 import collections
+import re
+import warnings
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -16,6 +18,7 @@ def kernels_launched(fn) -> list[tuple[str, int, float]]:
     """Run fn() once under the profiler; return (name, calls, total microseconds) per kernel/op."""
     fn()  # warm-up: compilation, autotuning and caches stay out of the picture
     activities = [ProfilerActivity.CPU] + ([] if INTERPRET else [ProfilerActivity.CUDA])
+    warnings.filterwarnings("ignore", message=".*Profiler clears events")
     with profile(activities=activities) as prof:
         fn()
         if not INTERPRET:
@@ -34,6 +37,15 @@ def kernels_launched(fn) -> list[tuple[str, int, float]]:
     return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])
 
 
-def short(name: str, width: int = 60) -> str:
-    """Kernel names can run to hundreds of characters (templates); keep the start."""
-    return name if len(name) <= width else name[: width - 3] + "..."
+def short(name: str, width: int = 72) -> str:
+    """Kernel names are C++ templates hundreds of characters long. Keep the kernel's own name and
+    the functors or lambdas in its template arguments, which say what it computes:
+    'vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<..., MulFunctor<float>>, ...>'
+    becomes 'vectorized_elementwise_kernel <MulFunctor>'."""
+    name = re.sub(r"\b(void |(\(anonymous namespace\)|\w+)::)", "", name)
+    base = re.split(r"[<(]", name, maxsplit=1)[0]
+    inner = dict.fromkeys(w for w in re.findall(r"\w+", name[len(base):])
+                          if w != base and (w.endswith("Functor") and not w.startswith("AUnary")
+                                            or "_kernel" in w or w.endswith("_op")))
+    text = base + (f" <{', '.join(inner)}>" if inner else "")
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -315,11 +315,14 @@ def main(argv=None) -> None:
                    help="dtype for the bench (default float32)")
     p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # trace run by a GPU parent
     args = p.parse_args(argv)
 
-    print(banner())
+    if not args.child:
+        print(banner())
     if "trace" in args.sections:
-        print("\n=== Trace: add_kernel, program by program (interpreter) ===")
+        if not args.child:
+            print("\n=== Trace: add_kernel, program by program (interpreter) ===")
         if INTERPRET:
             trace()
         else:
