@@ -27,6 +27,39 @@ DEVICE = "cpu" if INTERPRET else "cuda"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def _fix_interpreter_loops() -> None:
+    """Triton 3.6's interpreter turns a scalar into a Python int with int(array of shape (1,)),
+    which NumPy >= 2.4 refuses: every `for ... in range(0, N, BLOCK)` over a kernel argument N
+    fails. Triton 3.9 fixed it; do the same here for older versions."""
+    from triton.runtime import interpreter
+
+    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch_tensor is None:
+        return
+
+    def patched(tensor, scope):
+        patch_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patched
+
+
+if INTERPRET:
+    _fix_interpreter_loops()
+    # On a GPU, exp(1000) quietly gives inf and inf/inf NaN. The interpreter computes with numpy,
+    # which warns each time; the lessons show such values on purpose, so keep the output clean.
+    import warnings
+
+    warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning)
+
+
+def sm_count() -> int:
+    """Streaming multiprocessors: how many programs run at once, roughly (one or a few per SM).
+    Under the interpreter there is no GPU; we use an H200's 132 so that launch decisions (and the
+    tables that show them) are the same as on the GPU these lessons were measured on."""
+    return 132 if INTERPRET else torch.cuda.get_device_properties(0).multi_processor_count
+
+
 def gpu_name() -> str:
     return "CPU (Triton interpreter)" if INTERPRET else torch.cuda.get_device_name()
 
@@ -53,16 +86,22 @@ def banner() -> str:
     return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are real GPU timings."
 
 
-def run_interpreted(script: str, args: list[str]) -> None:
-    """Run `python script *args` in a child process with TRITON_INTERPRET=1.
+def trace_section(trace, script: str, child: bool, title: str) -> None:
+    """Run a lesson's trace under the interpreter, with its heading.
 
     Traces print from inside the kernel, one program after another, which only the interpreter
     does. On a GPU machine this process has triton in compiled mode already, and the mode cannot
-    be switched once triton is imported, so the trace runs in a child process of its own.
+    be switched once triton is imported, so the lesson runs again, in a child process with
+    TRITON_INTERPRET=1, with `--sections trace --child` (the child prints no banner or heading).
     """
+    if not child:
+        print(f"\n=== {title} ===")
+    if INTERPRET:
+        trace()
+        return
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
     sys.stdout.flush()
-    subprocess.run([sys.executable, script, *args, "--child"], env=env, check=True)
+    subprocess.run([sys.executable, script, "--sections", "trace", "--child"], env=env, check=True)
 
 
 def check_tensor(x, name: str, dtypes: tuple, ndim: int | None = None) -> None:

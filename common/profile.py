@@ -5,7 +5,10 @@ time). On the CPU there are no kernels: it lists the top-level ATen operators in
 the same story one level up (each eager PyTorch operator is one pass over memory).
 """
 import collections
+import contextlib
+import os
 import re
+import sys
 import warnings
 
 import torch
@@ -19,10 +22,14 @@ def kernels_launched(fn) -> list[tuple[str, int, float]]:
     fn()  # warm-up: compilation, autotuning and caches stay out of the picture
     activities = [ProfilerActivity.CPU] + ([] if INTERPRET else [ProfilerActivity.CUDA])
     warnings.filterwarnings("ignore", message=".*Profiler clears events")
-    with profile(activities=activities) as prof:
-        fn()
-        if not INTERPRET:
-            torch.cuda.synchronize()
+    prof = profile(activities=activities)
+    with _quiet_stderr():
+        prof.start()
+    fn()
+    if not INTERPRET:
+        torch.cuda.synchronize()
+    with _quiet_stderr():
+        prof.stop()
     calls, micros = collections.Counter(), collections.Counter()
     if INTERPRET:  # operators the code called, not the ones they call inside
         for e in prof.events():
@@ -35,6 +42,21 @@ def kernels_launched(fn) -> list[tuple[str, int, float]]:
                 calls[e.key] += e.count
                 micros[e.key] += getattr(e, "self_device_time_total", None) or e.self_cuda_time_total
     return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Some torch builds (2.13, CPU) print 'USDT: ... profiler_start' lines from C++ when the
+    profiler starts and stops; send the process's stderr to /dev/null for just those moments."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def short(name: str, width: int = 72) -> str:

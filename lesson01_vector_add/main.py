@@ -19,7 +19,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, banner, check_same, check_tensor, run_interpreted, stamp
+from common.device import DEVICE, INTERPRET, banner, check_same, check_tensor, trace_section, stamp
 
 import torch
 import torch.nn.functional as F
@@ -321,12 +321,7 @@ def main(argv=None) -> None:
     if not args.child:
         print(banner())
     if "trace" in args.sections:
-        if not args.child:
-            print("\n=== Trace: add_kernel, program by program (interpreter) ===")
-        if INTERPRET:
-            trace()
-        else:
-            run_interpreted(__file__, ["--sections", "trace"])
+        trace_section(trace, __file__, args.child, "Trace: add_kernel, program by program (interpreter)")
     if "check" in args.sections:
         print("\n=== Check: Triton against PyTorch ===")
         check()

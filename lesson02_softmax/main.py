@@ -1,0 +1,352 @@
+"""Lesson 2: softmax. A reduction inside one program, numerical stability, -inf padding, fusion.
+
+Vector add never needed one element to know about another. Softmax does: every output divides
+by the sum over its whole row, after subtracting the row's max. So a program now owns whole rows,
+and reduces them with tl.max and tl.sum (the compiler turns these into warp shuffles and shared
+memory; we write one line). Five steps, Max -> Subtract -> Exp -> Sum -> Divide, all on chip: one
+read and one write per element, where PyTorch's step-by-step version needs about four times the
+traffic. Rows too long for one program's registers are walked in tiles with an online softmax:
+a running max and a running sum, the idea that flash attention (lesson 5) is built on.
+
+Run:   python lesson02_softmax/main.py            (all sections)
+       python lesson02_softmax/main.py --help
+Without a CUDA GPU the kernels run under Triton's interpreter; timings then measure the
+interpreter. Real H200 numbers: lesson02_softmax/RESULTS.md.
+"""
+# %% Set-up: choose GPU or interpreter before triton is imported
+import argparse
+import math
+import pathlib
+import sys
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
+
+from common.device import DEVICE, INTERPRET, banner, check_tensor, trace_section, stamp
+
+import torch
+import triton
+import triton.language as tl
+
+from common import bench, profile
+from common.trace import show
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+# %% [markdown]
+# ## 1. Softmax step by step in PyTorch: five kernels, and what each moves
+# For x of shape (M, N), counted in elements:
+
+
+# %%
+def softmax_naive(x):
+    x_max = x.max(dim=1, keepdim=True).values         # read MN,     write M
+    z = x - x_max                                     # read MN + M, write MN
+    numerator = torch.exp(z)                          # read MN,     write MN
+    denominator = numerator.sum(dim=1, keepdim=True)  # read MN,     write M
+    return numerator / denominator                    # read MN + M, write MN
+    # total: read 5MN + 2M, write 3MN + 2M: about 8MN, against 2MN (read x, write y) fused.
+
+
+def traffic(M: int, N: int) -> dict:
+    """Elements moved through memory by each implementation (the counts above)."""
+    return {"naive (5 kernels)": 8 * M * N + 4 * M, "fused, one pass": 2 * M * N,
+            "online, tiled (two reads)": 3 * M * N}
+
+
+# %% [markdown]
+# ## 2. The fused kernel: a program owns whole rows
+# BLOCK_N, the columns a program holds at once, is the next power of two >= N (tl.arange needs a
+# power of two); the lanes past N are masked. Short rows leave a program with little to do, so it
+# takes BLOCK_M rows at once: a 2-D block [BLOCK_M, BLOCK_N], reduced along axis 1. The source
+# documents' kernel is the case BLOCK_M = 1.
+
+
+# %%
+@triton.jit
+def softmax_kernel(
+    x_ptr, y_ptr,               # input and output, (M, N)
+    M, N,                       # rows, columns
+    stride_xm, stride_xn,       # elements between rows / columns of x: views need no copy
+    stride_ym,                  # y is allocated contiguous: its column stride is 1
+    BLOCK_M: tl.constexpr,      # rows per program
+    BLOCK_N: tl.constexpr,      # next power of two >= N: a whole row at once
+    PAD: tl.constexpr = float("-inf"),  # what masked-off lanes hold (the trace tries 0.0)
+    STABLE: tl.constexpr = True,        # subtract the row max first (the trace tries without)
+    TRACE: tl.constexpr = False,
+):
+    pid = tl.program_id(axis=0)
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # the rows this program owns
+    cols = tl.arange(0, BLOCK_N)                  # every column of them
+    # [:, None] makes a column, [None, :] a row; combined, they broadcast to [BLOCK_M, BLOCK_N]
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    x_ptrs = x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn
+    # Masked lanes take part in the max and the sum below, so the padding must change neither:
+    # -inf is below every number, and exp(-inf) = 0.
+    x = tl.load(x_ptrs, mask=mask, other=PAD).to(tl.float32)  # math in fp32 for every dtype
+    if STABLE:
+        x_max = tl.max(x, axis=1)                 # reduction 1: one max per row
+        z = x - x_max[:, None]                    # every exponent <= 0: exp cannot overflow
+    else:
+        z = x
+    numerator = tl.exp(z)
+    denominator = tl.sum(numerator, axis=1)       # reduction 2: one sum per row, >= 1 if STABLE
+    y = numerator / denominator[:, None]
+    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
+    tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=mask)
+    if TRACE:
+        show("loaded row", x)
+        if STABLE:
+            show("max", x_max)
+        show("after subtracting", z)
+        show("exp", numerator)
+        show("sum", denominator)
+        show("result", y)
+
+
+# %% [markdown]
+# ## 3. Rows too long for one program: the online softmax, walked in tiles
+# A row of 2^17 floats is 512 KB: far more than one program's registers. So a program walks its
+# row tile by tile, keeping two numbers: m, the max so far, and l, the sum of exp(x - m) so far.
+# When a tile raises the max from m_old to m_new, everything summed so far was scaled by
+# exp(-m_old) instead of exp(-m_new): multiply l by alpha = exp(m_old - m_new) and carry on.
+# A second walk writes exp(x - m) / l. Two reads and one write (3MN) instead of 2MN: the price of
+# long rows. Flash attention (lesson 5) does the same rescaling, with the output carried along
+# so that no second walk is needed.
+
+
+# %%
+@triton.jit
+def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
+                          BLOCK_N: tl.constexpr, TRACE: tl.constexpr = False):
+    row = tl.program_id(axis=0)           # one program per row
+    x_row = x_ptr + row * stride_xm
+    y_row = y_ptr + row * stride_ym
+    m = tl.full([], float("-inf"), tl.float32)   # running max
+    l = tl.zeros([], dtype=tl.float32)           # running sum of exp(x - m)
+    for start in range(0, N, BLOCK_N):           # walk 1: the max and the sum
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf")).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(x, axis=0))
+        # A row that is all -inf so far has m_new = -inf, and -inf - (-inf) is NaN: subtract 0.
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m - m_safe)               # rescales the old sum to the new max
+        l = l * alpha + tl.sum(tl.exp(x - m_safe), axis=0)
+        m = m_new
+        if TRACE:
+            show("tile", x)
+            show("m", m)
+            show("alpha", alpha)
+            show("l", l)
+    for start in range(0, N, BLOCK_N):           # walk 2: normalise and write
+        cols = start + tl.arange(0, BLOCK_N)
+        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf")).to(tl.float32)
+        y = tl.exp(x - m) / l
+        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < N)
+        if TRACE:
+            show("output tile", y)
+
+
+# %% [markdown]
+# ## 4. The launcher: checks, then the kernel that fits the row length
+# How many rows per program, how many warps, and where one pass stops paying were measured on an
+# H200 (fp32, M = 4096; RESULTS.md has the sweep). The one-pass kernel holds a whole row in
+# registers: up to 32K floats per row it runs at 96-98% of the copy bandwidth; at 64K it spills
+# and drops to 3.1 TB/s, still ahead of the online kernel (2.8 TB/s counted as 2MN: it reads
+# twice); beyond that the online kernel takes over.
+
+
+# %%
+MAX_ONE_PASS_N = 65536  # longest row the one-pass kernel takes (measured)
+
+
+def one_pass_config(N: int) -> tuple[int, int, int]:
+    """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel (the H200 sweep's winners)."""
+    BLOCK_N = triton.next_power_of_2(N)
+    if BLOCK_N <= 512:      # short rows: 16 rows of 256 per program won, 8 elements per thread
+        return 4096 // BLOCK_N, BLOCK_N, 16
+    if BLOCK_N == 1024:
+        return 2, BLOCK_N, 4
+    if BLOCK_N <= 32768:    # one row per program, 32 elements per thread
+        return 1, BLOCK_N, max(4, BLOCK_N // 1024)
+    return 1, BLOCK_N, 8    # 64K: spills whatever the warps; 8 lost least
+
+
+def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
+    """Softmax over the last dimension of a 2-D tensor (float32/float16/bfloat16; math in fp32).
+
+    long_rows: None picks the kernel by row length; True / False forces the online / one-pass one.
+    """
+    check_tensor(x, "x", FLOATS, ndim=2)
+    M, N = x.shape
+    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    if M == 0 or N == 0:
+        return y
+    if long_rows is None:
+        long_rows = N > MAX_ONE_PASS_N
+    if long_rows:
+        softmax_online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
+                                    BLOCK_N=8192, num_warps=16)
+    else:
+        BLOCK_M, BLOCK_N, num_warps = one_pass_config(N)
+        softmax_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
+                                                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps)
+    return y
+
+
+# torch.compile of the five-step version: it fuses them into one generated Triton kernel.
+softmax_compiled = torch.compile(softmax_naive)
+
+
+# %% [markdown]
+# ## 5. The trace: the kernels themselves, on the source documents' rows
+
+
+# %%
+def run_rows(rows: list, **flags) -> torch.Tensor:
+    """Launch softmax_kernel on small rows (one program per row) with the given flags."""
+    x = torch.tensor(rows, dtype=torch.float32, device=DEVICE)
+    y = torch.empty_like(x)
+    M, N = x.shape
+    softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
+                         BLOCK_M=1, BLOCK_N=triton.next_power_of_2(N), **flags)
+    return y
+
+
+def trace() -> dict:
+    torch.set_printoptions(precision=4, sci_mode=False)
+    print("Row [1, 2, 3, 4, 5], N = 5 -> BLOCK_N = 8: three lanes padded with -inf")
+    y1 = run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
+
+    print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7).")
+    print("  without subtracting the max (STABLE=False):")
+    y_unstable = run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
+    print("  with it: [1000, 1001, 1002] - 1002 = [-2, -1, 0]")
+    y_stable = run_rows([[1000.0, 1001, 1002]], TRACE=True)
+    print(f"  -> {y_stable[0].tolist()}: the softmax of [1, 2, 3] too; a constant shift cancels")
+
+    row = [[-3.0, -2, -5, -1, -4]]
+    print("\nWhy -inf and not 0: [-3, -2, -5, -1, -4] padded to 8 lanes. With 0, the max becomes 0")
+    print("(a padding lane) and three exp(0) = 1 join the sum:")
+    y_zero = run_rows(row, PAD=0.0, TRACE=True)
+    print("  with -inf:")
+    y_inf = run_rows(row, TRACE=True)
+    print(f"  padded with 0:    {[round(v, 4) for v in y_zero[0].tolist()]} (sums to "
+          f"{y_zero.sum().item():.4f}: wrong)\n  padded with -inf: {[round(v, 4) for v in y_inf[0].tolist()]}"
+          f" (sums to {y_inf.sum().item():.4f}; torch.softmax agrees)")
+
+    print("\nThe online softmax: a row of 10 in tiles of 4 (the last tile has 2 real lanes). m starts at")
+    print("-inf and l at 0, so the first alpha is exp(-inf) = 0: nothing summed yet to rescale.")
+    x = torch.tensor([[1.0, 5, 2, 8, 3, 7, 4, 6, 0, 9]], device=DEVICE)
+    y = torch.empty_like(x)
+    softmax_online_kernel[(1,)](x, y, 10, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=4, TRACE=True)
+    ref = torch.softmax(x, dim=1)
+    print(f"  final m = 9, l = {torch.exp(x - 9).sum().item():.4f}; same as the one-pass softmax: "
+          f"max |difference| = {(y - ref).abs().max().item():.1e}")
+    return {"row": y1[0].tolist(), "stable": y_stable[0].tolist(), "unstable": y_unstable[0].tolist(),
+            "pad_zero": y_zero[0].tolist(), "pad_inf": y_inf[0].tolist(), "online": y[0].tolist(),
+            "online_ref": ref[0].tolist()}
+
+
+# %% [markdown]
+# ## 6. Correctness: random and awkward shapes, every dtype, both kernels
+
+
+# %%
+def check() -> list:
+    rows = []
+    shapes = [(1, 1), (3, 5), (64, 1000), (7, 4097), (2, 40000)]
+    for dtype in FLOATS:
+        for M, N in shapes:
+            x = 5 * torch.randn(M, N, device=DEVICE, dtype=dtype)
+            ref = torch.softmax(x.float(), dim=1)
+            for long_rows in (False, True):
+                err = (softmax(x, long_rows=long_rows).float() - ref).abs().max().item()
+                rows.append((str(dtype)[6:], f"{M} x {N}", "online" if long_rows else "one pass", err))
+    x = 5 * torch.randn(300, 200, device=DEVICE)
+    rows.append(("float32", "x.t(): strided", "auto",
+                 (softmax(x.t()) - torch.softmax(x.t(), dim=1)).abs().max().item()))
+    bench.print_table(rows, ["dtype", "shape", "kernel", "max |err| vs fp32 torch"], floatfmt=".1e")
+    return rows
+
+
+# %% [markdown]
+# ## 7. Fusion seen by the profiler, and the timing table
+
+
+# %%
+def fusion(M: int, N: int, use_compile: bool) -> None:
+    x = torch.randn(M, N, device=DEVICE)
+    moved = traffic(M, N)
+    bench.print_table([(k, v / (M * N), v * 4 / 1e6) for k, v in moved.items()],
+                      ["implementation", "elements moved / MN", "MB (fp32)"],
+                      title=f"Memory traffic at M = {M}, N = {N}:")
+    impls = {"naive (5 steps)": softmax_naive, "torch.softmax": lambda t: torch.softmax(t, dim=1)}
+    if use_compile:
+        impls["torch.compile(naive)"] = softmax_compiled
+    if not INTERPRET:
+        impls["Triton softmax"] = softmax
+    for name, fn in impls.items():
+        rows = profile.kernels_launched(lambda: fn(x))
+        bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
+                          ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
+                          title=f"\n{name}:")
+
+
+def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True) -> list:
+    ceiling = bench.copy_bandwidth()
+    rows = []
+    for N in sizes:
+        x = torch.randn(M, N, device=DEVICE, dtype=dtype)
+        cases = {"naive (5 steps)": lambda: softmax_naive(x), "torch.softmax": lambda: torch.softmax(x, dim=1)}
+        if use_compile:
+            cases["torch.compile"] = lambda: softmax_compiled(x)
+        if N <= MAX_ONE_PASS_N:
+            cases["Triton one pass"] = lambda: softmax(x, long_rows=False)
+        if N >= 4096:
+            cases["Triton online"] = lambda: softmax(x, long_rows=True)
+        times = {name: bench.time_ms(fn) for name, fn in cases.items()}
+        for name, ms in times.items():
+            bw = bench.gbps(2 * x.numel() * x.element_size(), ms)
+            rows.append((N, name, ms * 1e3, bw, bench.percent(bw, ceiling), times["torch.softmax"] / ms))
+    title = (f"{stamp()}, {str(dtype)[6:]}, M = {M}; copy bandwidth measured: {ceiling:.0f} GB/s.\n"
+             "GB/s counts one read and one write of x (2MN elements) for every implementation. "
+             f"softmax() picks one pass up to N = {MAX_ONE_PASS_N}, online above.")
+    if INTERPRET:
+        title += "\nINTERPRETER: these times measure numpy on the CPU, not a GPU."
+    bench.print_table(rows, ["N", "implementation", "µs", "GB/s", "% of copy", "x torch.softmax"], title=title)
+    return rows
+
+
+# %% The script
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--sections", nargs="+", default=["trace", "check", "fusion", "bench"],
+                   choices=["trace", "check", "fusion", "bench"], help="what to run (default: all)")
+    p.add_argument("--rows", type=int, help="M for the bench (default 4096 on a GPU, 64 on the interpreter)")
+    p.add_argument("--sizes", type=int, nargs="+", metavar="N",
+                   help="row lengths for the bench (default 256 ... 131072 on a GPU; 256 1024 4096 interpreted)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+
+    if not args.child:
+        print(banner())
+    if "trace" in args.sections:
+        trace_section(trace, __file__, args.child, "Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)")
+    if "check" in args.sections:
+        print("\n=== Check: Triton against torch.softmax in float32 ===")
+        check()
+    if "fusion" in args.sections:
+        print("\n=== Fusion: traffic and kernels launched ===")
+        fusion(4096 if not INTERPRET else 64, 4096, use_compile=not args.no_compile)
+    if "bench" in args.sections:
+        print("\n=== Timing ===")
+        M = args.rows or (64 if INTERPRET else 4096)
+        sizes = args.sizes or ([256, 1024, 4096] if INTERPRET else
+                               [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072])
+        bench_all(M, sizes, getattr(torch, args.dtype), use_compile=not args.no_compile)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,84 @@
+"""Lesson 3: row_sum against a float64 sum, split and not, the trace, the split rule, bad input."""
+import pytest
+import torch
+
+from conftest import DEVICE, run_trace
+from lesson03_rowsum.main import choose_splits, main, row_sum, split_count
+
+SHAPES = [(1, 1), (3, 7), (64, 1000), (5, 12345), (3, 70000), (1000, 33)]
+
+
+def assert_sum_close(out, x):
+    ref = x.double().sum(dim=1)
+    assert out.shape == (x.shape[0],) and out.dtype == x.dtype
+    tol = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[x.dtype]
+    scale = x.double().abs().sum(dim=1).clamp_min(1.0)
+    assert ((out.double() - ref).abs() <= tol * scale).all()
+
+
+@pytest.mark.parametrize("splits", [1, 3, None])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_row_sum_matches_float64(shape, dtype, splits):
+    x = torch.randn(*shape, device=DEVICE, dtype=dtype)
+    assert_sum_close(row_sum(x, splits=splits), x)
+
+
+def test_split_rows_are_exact_on_integers():
+    x = torch.randint(-8, 8, (4, 100_000), device=DEVICE).float()
+    for splits in (1, 2, 7, 64):
+        assert torch.equal(row_sum(x, splits=splits), x.sum(dim=1))
+
+
+def test_strided_views_and_empty():
+    base = torch.randn(70, 130, device=DEVICE)
+    for x in (base.t(), base[::3], base[:, 1:129:2]):
+        assert not x.is_contiguous()
+        assert_sum_close(row_sum(x), x)
+    assert row_sum(torch.empty(0, 5, device=DEVICE)).shape == (0,)
+    assert torch.equal(row_sum(torch.empty(3, 0, device=DEVICE)), torch.zeros(3, device=DEVICE))
+
+
+def test_split_rule_fills_the_gpu():
+    assert choose_splits(4096, 16384) == 1          # 4096 programs already
+    splits = split_count(1 << 24, choose_splits(4, 1 << 24))
+    assert 4 * splits >= 4 * 132                     # >= 4 programs per SM (132 SMs assumed here)
+
+
+@pytest.mark.parametrize(
+    "x, error, message",
+    [
+        (torch.ones(5), ValueError, "must be 2-D"),
+        (torch.ones(2, 3, dtype=torch.int32), TypeError, "dtype int32"),
+        (torch.ones(2, 3, device="meta"), ValueError, "is on meta"),
+    ],
+)
+def test_bad_input(x, error, message):
+    if x.device.type == "cpu":
+        x = x.to(DEVICE)
+    with pytest.raises(error, match=message):
+        row_sum(x)
+
+
+def test_bad_split_count():
+    with pytest.raises(ValueError, match="splits must be >= 1"):
+        row_sum(torch.ones(2, 3, device=DEVICE), splits=0)
+
+
+@pytest.fixture(scope="module")
+def traced():
+    return run_trace("lesson03_rowsum.main")
+
+
+def test_trace_reproduces_the_worked_example(traced):
+    result, log = traced
+    accs = log["acc"][:3]  # the unsplit walk: lane accumulators after each tile
+    assert accs == [[[3.0, 1.0, 4.0, 1.0]], [[8.0, 10.0, 6.0, 7.0]], [[13.0, 13.0, 11.0, 15.0]]]
+    assert log["tl.sum(acc)"][0] == [52.0] and result["total"] == 52.0
+    assert result["partial"] == [9.0, 22.0, 21.0]
+
+
+def test_script_sections(capsys):
+    main(["--sections", "waves", "bench", "--shapes", "8x64"])
+    out = capsys.readouterr().out
+    assert "programs per SM" in out and "torch.sum(dim=1)" in out
