@@ -5,6 +5,7 @@ either a compiled kernel (GPU) or an interpreted one (numpy on the CPU). So this
 imported before triton; every lesson does that in its first lines. An explicit TRITON_INTERPRET
 in the environment is respected (=1 forces the interpreter even on a GPU machine).
 """
+import functools
 import os
 import subprocess
 import sys
@@ -53,6 +54,7 @@ if INTERPRET:
     warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning)
 
 
+@functools.cache
 def sm_count() -> int:
     """Streaming multiprocessors: how many programs run at once, roughly (one or a few per SM).
     Under the interpreter there is no GPU; we use an H200's 132 so that launch decisions (and the

@@ -64,7 +64,7 @@ def short(name: str, width: int = 72) -> str:
     the functors or lambdas in its template arguments, which say what it computes:
     'vectorized_elementwise_kernel<4, at::native::AUnaryFunctor<..., MulFunctor<float>>, ...>'
     becomes 'vectorized_elementwise_kernel <MulFunctor>'."""
-    name = re.sub(r"\b(void |(\(anonymous namespace\)|\w+)::)", "", name)
+    name = re.sub(r"void |\(anonymous namespace\)::|\b\w+::", "", name)
     base = re.split(r"[<(]", name, maxsplit=1)[0]
     inner = dict.fromkeys(w for w in re.findall(r"\w+", name[len(base):])
                           if w != base and (w.endswith("Functor") and not w.startswith("AUnary")
