@@ -68,6 +68,6 @@ def short(name: str, width: int = 72) -> str:
     base = re.split(r"[<(]", name, maxsplit=1)[0]
     inner = dict.fromkeys(w for w in re.findall(r"\w+", name[len(base):])
                           if w != base and (w.endswith("Functor") and not w.startswith("AUnary")
-                                            or "_kernel" in w or w.endswith("_op")))
+                                            or "_kernel" in w or w.endswith(("_op", "Ops"))))
     text = base + (f" <{', '.join(inner)}>" if inner else "")
     return text if len(text) <= width else text[: width - 3] + "..."
