@@ -9,6 +9,7 @@ median of many runs. On the CPU there is no such thing: we time wall-clock, medi
 import functools
 import statistics
 import time
+from dataclasses import dataclass
 
 import torch
 from tabulate import tabulate
@@ -59,9 +60,23 @@ def copy_bandwidth() -> float:
     return gbps(2 * src.numel() * src.element_size(), ms)
 
 
-def print_table(rows: list, headers: list, title: str | None = None, floatfmt: str = ".1f") -> str:
-    text = tabulate(rows, headers=headers, floatfmt=floatfmt, tablefmt="github")
-    if title:
-        text = f"{title}\n{text}"
-    print(text)
-    return text
+@dataclass
+class Table:
+    """A titled table: printed by the lessons, written to RESULTS.md by common/results.py."""
+    headers: list
+    rows: list
+    title: str = ""
+    floatfmt: str = ".1f"
+
+    def markdown(self) -> str:
+        return tabulate(self.rows, headers=self.headers, floatfmt=self.floatfmt, tablefmt="github")
+
+    def column(self, name: str) -> list:
+        i = self.headers.index(name)
+        return [row[i] for row in self.rows]
+
+
+def print_table(rows: list, headers: list, title: str = "", floatfmt: str = ".1f") -> Table:
+    table = Table(headers, [list(r) for r in rows], title, floatfmt)
+    print(f"{title}\n{table.markdown()}" if title else table.markdown())
+    return table

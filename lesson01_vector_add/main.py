@@ -218,21 +218,24 @@ def check(sizes=(1, 7, 256, 1000, 1025, 65536 + 3)) -> list:
 
 
 # %%
-def fusion(n: int, use_compile: bool = True) -> None:
+def fusion(n: int, use_compile: bool = True) -> list:
     x = torch.randn(n, device=DEVICE)
     impls = {"naive formula": gelu_naive, "F.gelu": gelu_torch, "Triton gelu": gelu}
     if use_compile:
         impls["torch.compile(naive)"] = gelu_compiled
+    tables = []
     for name, fn in impls.items():
         moved = NAIVE_TRAFFIC if name == "naive formula" else FUSED_TRAFFIC
-        print(f"\n{name}: about {moved}N elements of memory traffic "
-              f"({moved * n * 4 / 1e6:.1f} MB at N = {n}, float32)")
+        title = (f"\n{name}: about {moved}N elements of memory traffic "
+                 f"({moved * n * 4 / 1e6:.1f} MB at N = {n}, float32)")
         if INTERPRET and fn is gelu:
-            print("    (the interpreter runs it in numpy, out of the profiler's sight; on a GPU: 1 kernel)")
+            print(title + "\n    (the interpreter runs it in numpy, out of the profiler's sight; on a GPU: 1 kernel)")
             continue
         rows = profile.kernels_launched(lambda: fn(x))
-        bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
-                          ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"])
+        tables.append(bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
+                                        ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
+                                        title=title))
+    return tables
 
 
 # %% [markdown]
@@ -269,7 +272,7 @@ def look_at_ptx(ir: str | None = None) -> dict:
 
 
 # %%
-def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> list:
+def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> bench.Table:
     ceiling = bench.copy_bandwidth()
     elem = torch.tensor([], dtype=dtype).element_size()
     rows = []
@@ -292,14 +295,40 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> list:
                          ms * 1e3, bw, bench.percent(bw, ceiling)])
         for row in rows[-len(cases):]:
             row.append(baseline[row[0]] / (row[3] * 1e-3))
-    title = (f"{stamp()}, {str(dtype)[6:]}; copy bandwidth measured: {ceiling:.0f} GB/s. "
-             "GB/s counts the bytes a fused kernel must move\n(add: 3 streams, gelu: 2), for every "
-             "implementation alike.")
+    title = (f"Timing, {str(dtype)[6:]}: {stamp()}\nCopy bandwidth measured: {ceiling:.0f} GB/s. GB/s counts "
+             "the bytes a fused kernel must move (add: 3 streams, gelu: 2), for every implementation alike. "
+             "Below about 2^20 elements the kernels are shorter than their launch, and these rows time the host.")
     if INTERPRET:
         title += " INTERPRETER: these times measure numpy on the CPU, not a GPU."
-    bench.print_table(rows, ["op", "implementation", "N", "µs", "GB/s", "% of copy", "x PyTorch"],
-                      title=title)
-    return rows
+    return bench.print_table(rows, ["op", "implementation", "N", "µs", "GB/s", "% of copy", "x PyTorch"],
+                             title=title)
+
+
+def block_size_sweep(n: int = 1 << 26) -> bench.Table:
+    """BLOCK_SIZE (data per program) against num_warps (threads per program), for add, timed."""
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    torch_us = bench.time_ms(lambda: x + y) * 1e3
+    rows = []
+    for BLOCK_SIZE in (512, 1024, 2048, 4096, 8192):
+        row = [BLOCK_SIZE]
+        for num_warps in (4, 8, 16):
+            row.append(bench.time_ms(lambda: add(x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)) * 1e3)
+        rows.append(row)
+    return bench.print_table(rows, ["BLOCK_SIZE", "µs, num_warps 4", "num_warps 8", "num_warps 16"],
+                             title=f"BLOCK_SIZE against num_warps: Triton add, N = 2^{int(math.log2(n))} float32 "
+                                   f"(torch x + y: {torch_us:.1f} µs)\nElements per thread = BLOCK_SIZE / "
+                                   "(32 num_warps). The launchers use 1024 and 4.")
+
+
+def results() -> list:
+    """What common/results.py writes to RESULTS.md (on a GPU)."""
+    ceiling = bench.copy_bandwidth()
+    timing = bench_all([1 << k for k in (12, 16, 20, 24, 26, 28)])
+    sections = [(timing, dict(x="N", y="GB/s", series=["op", "implementation"], ceiling=ceiling,
+                              ceiling_label="device copy (measured)"))]
+    sections += [(t, None) for t in fusion(1 << 20)]
+    sections.append((block_size_sweep(), None))
+    return sections
 
 
 # %% The script

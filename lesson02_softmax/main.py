@@ -275,12 +275,12 @@ def check() -> list:
 
 
 # %%
-def fusion(M: int, N: int, use_compile: bool) -> None:
+def fusion(M: int, N: int, use_compile: bool) -> list:
     x = torch.randn(M, N, device=DEVICE)
     moved = traffic(M, N)
-    bench.print_table([(k, v / (M * N), v * 4 / 1e6) for k, v in moved.items()],
-                      ["implementation", "elements moved / MN", "MB (fp32)"],
-                      title=f"Memory traffic at M = {M}, N = {N}:")
+    tables = [bench.print_table([(k, v / (M * N), v * 4 / 1e6) for k, v in moved.items()],
+                                ["implementation", "elements moved / MN", "MB (fp32)"],
+                                title=f"Memory traffic at M = {M}, N = {N}")]
     impls = {"naive (5 steps)": softmax_naive, "torch.softmax": lambda t: torch.softmax(t, dim=1)}
     if use_compile:
         impls["torch.compile(naive)"] = softmax_compiled
@@ -288,12 +288,13 @@ def fusion(M: int, N: int, use_compile: bool) -> None:
         impls["Triton softmax"] = softmax
     for name, fn in impls.items():
         rows = profile.kernels_launched(lambda: fn(x))
-        bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
-                          ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
-                          title=f"\n{name}:")
+        tables.append(bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
+                                        ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
+                                        title=f"\nKernels launched: {name}, M = {M}, N = {N}"))
+    return tables
 
 
-def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True) -> list:
+def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True) -> bench.Table:
     ceiling = bench.copy_bandwidth()
     rows = []
     for N in sizes:
@@ -309,13 +310,25 @@ def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True
         for name, ms in times.items():
             bw = bench.gbps(2 * x.numel() * x.element_size(), ms)
             rows.append((N, name, ms * 1e3, bw, bench.percent(bw, ceiling), times["torch.softmax"] / ms))
-    title = (f"{stamp()}, {str(dtype)[6:]}, M = {M}; copy bandwidth measured: {ceiling:.0f} GB/s.\n"
+    title = (f"Timing, {str(dtype)[6:]}, M = {M}: {stamp()}\nCopy bandwidth measured: {ceiling:.0f} GB/s. "
              "GB/s counts one read and one write of x (2MN elements) for every implementation. "
              f"softmax() picks one pass up to N = {MAX_ONE_PASS_N}, online above.")
     if INTERPRET:
-        title += "\nINTERPRETER: these times measure numpy on the CPU, not a GPU."
-    bench.print_table(rows, ["N", "implementation", "µs", "GB/s", "% of copy", "x torch.softmax"], title=title)
-    return rows
+        title += " INTERPRETER: these times measure numpy on the CPU, not a GPU."
+    return bench.print_table(rows, ["N", "implementation", "µs", "GB/s", "% of copy", "x torch.softmax"],
+                             title=title)
+
+
+def results() -> list:
+    """What common/results.py writes to RESULTS.md (on a GPU)."""
+    ceiling = bench.copy_bandwidth()
+    plot_args = dict(x="N", y="GB/s", series=["implementation"], ceiling=ceiling,
+                     ceiling_label="device copy (measured)")
+    sections = [(bench_all(4096, [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072]), plot_args),
+                (bench_all(4096, [1024, 4096, 16384, 32768, 131072], torch.bfloat16, use_compile=False),
+                 plot_args)]
+    sections += [(t, None) for t in fusion(4096, 4096, use_compile=True)]
+    return sections
 
 
 # %% The script

@@ -171,7 +171,7 @@ def trace() -> dict:
 
 
 # %%
-def waves_table(shapes) -> list:
+def waves_table(shapes) -> bench.Table:
     """Programs launched against the GPU's SMs, one per row and split."""
     sms, rows = sm_count(), []
     for M, N in shapes:
@@ -180,13 +180,14 @@ def waves_table(shapes) -> list:
             programs = triton.cdiv(M, BLOCK_M) * split_count(N, splits)
             rows.append((f"{M} x {N}", label, programs, f"{programs / sms:.2f}",
                          f"{min(programs, sms)} of {sms}"))
-    bench.print_table(rows, ["shape", "launch", "programs", "programs per SM", "SMs with work"])
+    table = bench.print_table(rows, ["shape", "launch", "programs", "programs per SM", "SMs with work"],
+                              title=f"Programs against SMs ({sms} SMs)")
     print(f"With 4 rows, 4 programs: {sms - 4} of the {sms} SMs have nothing to do, however fast each one is.\n"
           "Rule of thumb (source documents): at least 4 programs per SM, so the scheduler can balance\n"
           f"the work and a last, partial wave is a small part of the whole: 160 programs on {sms} SMs\n"
           f"run, one at a time per SM, as a full wave and then {160 - sms}, with {2 * sms - 160} SMs idle\n"
           "(on a 148-SM B200: 12, with 136 idle).")
-    return rows
+    return table
 
 
 # %% [markdown]
@@ -217,7 +218,7 @@ def check() -> list:
 
 
 # %%
-def bench_all(shapes, dtype=torch.float32) -> list:
+def bench_all(shapes, dtype=torch.float32) -> bench.Table:
     ceiling = bench.copy_bandwidth()
     rows = []
     for M, N in shapes:
@@ -230,12 +231,22 @@ def bench_all(shapes, dtype=torch.float32) -> list:
             bw = bench.gbps(x.numel() * x.element_size(), ms)
             rows.append((f"{M} x {N}", name, ms * 1e3, bw, bench.percent(bw, ceiling),
                          times["torch.sum(dim=1)"] / ms))
-    title = (f"{stamp()}, {str(dtype)[6:]}; copy bandwidth measured: {ceiling:.0f} GB/s. "
+    title = (f"Timing, {str(dtype)[6:]}: {stamp()}\nCopy bandwidth measured: {ceiling:.0f} GB/s. "
              "GB/s counts one read of x.")
     if INTERPRET:
-        title += "\nINTERPRETER: these times measure numpy on the CPU, not a GPU."
-    bench.print_table(rows, ["shape", "implementation", "µs", "GB/s", "% of copy", "x torch"], title=title)
-    return rows
+        title += " INTERPRETER: these times measure numpy on the CPU, not a GPU."
+    return bench.print_table(rows, ["shape", "implementation", "µs", "GB/s", "% of copy", "x torch"], title=title)
+
+
+BENCH_SHAPES = [(4096, 1024), (4096, 16384), (4096, 65536), (1 << 18, 256), (1 << 20, 32), (4, 1 << 24)]
+
+
+def results() -> list:
+    """What common/results.py writes to RESULTS.md (on a GPU)."""
+    timing = bench_all(BENCH_SHAPES)
+    return [(timing, dict(x="shape", y="GB/s", series=["implementation"], ceiling=bench.copy_bandwidth(),
+                          ceiling_label="device copy (measured)")),
+            (waves_table([(4096, 16384), (4, 1 << 24), (160, 65536)]), None)]
 
 
 # %% The script
@@ -266,7 +277,7 @@ def main(argv=None) -> None:
         elif INTERPRET:
             shapes = [(64, 1024), (4, 1 << 16)]
         else:
-            shapes = [(4096, 1024), (4096, 16384), (4096, 65536), (1 << 18, 256), (1 << 20, 32), (4, 1 << 24)]
+            shapes = BENCH_SHAPES
         bench_all(shapes, getattr(torch, args.dtype))
 
 

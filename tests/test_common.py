@@ -37,8 +37,10 @@ def test_profiler_counts_the_kernels_of_each_implementation():
 
 
 def test_print_table_and_stamp(capsys):
-    text = bench.print_table([("a", 1.234)], ["name", "value"], title="T")
-    assert text.splitlines()[0] == "T" and "1.2" in text and "name" in text
+    table = bench.print_table([("a", 1.234)], ["name", "value"], title="T")
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "T" and "1.2" in out and "name" in out
+    assert table.column("value") == [1.234] and "| a " in table.markdown()
     assert "torch" in stamp() and "triton" in stamp()
 
 
@@ -65,3 +67,35 @@ def test_gpu_kernel_names_in_profile():
     x = torch.randn(1 << 16, device=DEVICE)
     rows = profile.kernels_launched(lambda: gelu(x))
     assert [name for name, _, _ in rows] == ["gelu_kernel"]
+
+
+def test_results_writer(tmp_path):
+    from common import results
+
+    table = bench.Table(["N", "implementation", "GB/s"], [[256, "torch", 1000.0], [256, "Triton", 1500.25],
+                                                           [1024, "torch", 2000.0], [1024, "Triton", 3000.5]],
+                        title="Timing, float32\nGB/s counts one read and one write.")
+    stamp = {"GPU": "NVIDIA H200", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0",
+             "triton": "3.6.0", "date": "2026-11-29", "copy bandwidth (measured)": "4228 GB/s"}
+    plot = dict(x="N", y="GB/s", series=["implementation"], ceiling=4228.0, ceiling_label="copy")
+    text = results.write_results(str(tmp_path), "Lesson 9: results", stamp, [(table, plot)])
+    assert (tmp_path / "RESULTS.md").read_text() == text
+    lines = text.splitlines()
+    assert lines[0] == "# Lesson 9: results"
+    assert "| GPU | driver | CUDA | torch | triton | date | copy bandwidth (measured) |" in lines
+    assert "| NVIDIA H200 | 580.159.04 | 13.0 | 2.11.0 | 3.6.0 | 2026-11-29 | 4228 GB/s |" in lines
+    assert "## Timing, float32" in lines and "GB/s counts one read and one write." in lines
+    assert "| 1024 | Triton           | 3000.5 |" in lines and "| 256 | torch " not in text
+    try:
+        import matplotlib  # noqa: F401
+        assert (tmp_path / "results_1.png").exists() and "![Timing, float32](results_1.png)" in lines
+    except ImportError:  # no plot without matplotlib; the tables are still written
+        assert not (tmp_path / "results_1.png").exists() and "results_1.png" not in text
+
+
+def test_results_refuse_the_interpreter(capsys):
+    from common import results
+
+    if INTERPRET:
+        assert results.main([]) == 2
+        assert "needs a CUDA GPU" in capsys.readouterr().out

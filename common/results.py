@@ -1,0 +1,139 @@
+"""Real GPU results in the repo: run every lesson's benchmarks, write lessonNN_*/RESULTS.md.
+
+    python -m common.results                        # every lesson, on a CUDA GPU
+    python -m common.results lesson02_softmax       # just one
+
+Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take
+the others down); a failure is reported at the end and the other lessons still get written.
+A lesson provides `results() -> list of (Table, plot or None)`; this file turns that into a page:
+a stamp (GPU, driver, CUDA, torch, triton, date, the measured ceilings), the tables, and a plot
+of throughput against size with the ceiling drawn in, when matplotlib is installed.
+"""
+import datetime
+import importlib
+import os
+import subprocess
+import sys
+import time
+
+from common.bench import Table
+from common.device import INTERPRET, ROOT
+
+LESSONS = ["lesson01_vector_add", "lesson02_softmax", "lesson03_rowsum"]
+
+
+def machine_stamp(ceilings: dict) -> dict:
+    """What every number on a results page depends on."""
+    import torch
+    import triton
+
+    try:
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=30).stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError):
+        driver = "unknown"
+    return {"GPU": torch.cuda.get_device_name(), "driver": driver, "CUDA": torch.version.cuda,
+            "torch": torch.__version__, "triton": triton.__version__,
+            "date": datetime.date.today().isoformat(), **ceilings}
+
+
+def plot(table: Table, path: str, x: str, y: str, series: list, ceiling: float | None,
+         ceiling_label: str = "", logx: bool = True) -> bool:
+    """y against x, one line per distinct value of the `series` columns, the ceiling dashed.
+    Returns False (and draws nothing) when matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    xs = table.column(x)
+    numeric = all(isinstance(v, (int, float)) for v in xs)
+    labels = list(dict.fromkeys(xs))  # categorical x: keep first-seen order
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    keys = [" / ".join(str(v) for v in vals) for vals in zip(*(table.column(c) for c in series))]
+    for key in dict.fromkeys(keys):
+        pts = [(xv, yv) for k, xv, yv in zip(keys, xs, table.column(y)) if k == key]
+        px = [p[0] if numeric else labels.index(p[0]) for p in pts]
+        ax.plot(px, [p[1] for p in pts], marker="o", label=key)
+    if ceiling:
+        ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=ceiling_label)
+    if numeric and logx:
+        ax.set_xscale("log", base=2)
+    if not numeric:
+        ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(table.title.splitlines()[0][:90], fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def write_results(folder: str, title: str, stamp: dict, sections: list) -> str:
+    """Write folder/RESULTS.md (and results_N.png plots); return the markdown.
+
+    sections: (Table, plot) pairs; plot is None or a dict of `plot`'s keyword arguments.
+    """
+    lines = [f"# {title}", "",
+             "Measured by `python -m common.results` (see the README). Every number below comes from",
+             "this run, on this machine:", "",
+             "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
+             "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
+    for i, (table, plot_args) in enumerate(sections):
+        heading, _, rest = table.title.partition("\n")
+        lines += [f"## {heading}" if heading else "## Table", ""]
+        if rest:
+            lines += [rest, ""]
+        if plot_args:
+            name = f"results_{i + 1}.png"
+            if plot(table, os.path.join(folder, name), **plot_args):
+                lines += [f"![{heading}]({name})", ""]
+        lines += [table.markdown(), ""]
+    text = "\n".join(lines)
+    with open(os.path.join(folder, "RESULTS.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def run_lesson(name: str) -> None:
+    """In the child process: the lesson's benchmarks, then its page."""
+    from common import bench
+
+    module = importlib.import_module(f"{name}.main")
+    sections = module.results()
+    ceilings = {"copy bandwidth (measured)": f"{bench.copy_bandwidth():.0f} GB/s"}
+    ceilings.update(getattr(module, "CEILINGS", lambda: {})())
+    title = module.__doc__.splitlines()[0].split(".")[0] + ": results on a real GPU"
+    write_results(os.path.join(ROOT, name), title, machine_stamp(ceilings), sections)
+
+
+def main(argv: list) -> int:
+    if len(argv) == 2 and argv[0] == "--one":
+        run_lesson(argv[1])
+        return 0
+    if INTERPRET:
+        print("common.results needs a CUDA GPU: the results pages hold real GPU numbers, and the "
+              "interpreter's timings would replace them with numpy's.")
+        return 2
+    lessons = argv or LESSONS
+    failed = []
+    for i, name in enumerate(lessons, 1):
+        print(f"[{i}/{len(lessons)}] {name} ...", flush=True)
+        start = time.time()
+        done = subprocess.run([sys.executable, "-m", "common.results", "--one", name], cwd=ROOT)
+        status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
+        print(f"[{i}/{len(lessons)}] {name}: {status}, {time.time() - start:.0f} s", flush=True)
+        if done.returncode:
+            failed.append(name)
+    if failed:
+        print(f"Results NOT written for: {', '.join(failed)} (their output is above).")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
