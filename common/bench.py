@@ -33,6 +33,25 @@ def time_ms(fn, cpu_budget_s: float = 0.3) -> float:
     return statistics.median(times) * 1e3
 
 
+def measure(fn) -> tuple[float, float]:
+    """(kernel ms, ms with launch). On a GPU the first is the kernels' own time (profiler
+    timestamps) and the second do_bench's; they part where launching costs more than the work.
+    On the CPU both are the interpreter's wall clock."""
+    if INTERPRET:
+        ms = time_ms(fn)
+        return ms, ms
+    from common.profile import kernel_time_ms
+
+    return kernel_time_ms(fn), time_ms(fn)
+
+
+TIMING_NOTE = (
+    "INTERPRETER: these times measure numpy on the CPU, not a GPU." if INTERPRET else
+    "'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); "
+    "'µs with launch': do_bench's CUDA events around the call, which include the host's launch "
+    "cost when it exceeds the kernel (small sizes; Triton's Python launcher costs more than PyTorch's).")
+
+
 def gbps(nbytes: float, ms: float) -> float:
     """Bytes moved through memory per second, in GB/s (10^9 bytes)."""
     return nbytes / (ms * 1e-3) / 1e9

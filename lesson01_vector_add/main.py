@@ -287,21 +287,19 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> bench.Tab
         cases.append(("gelu", "Triton gelu", lambda: gelu(x), 2))
         baseline = {}  # PyTorch's own kernel for each op: x + y and F.gelu
         for op, name, fn, streams in cases:
-            ms = bench.time_ms(fn)
+            ms, launched_ms = bench.measure(fn)
             if name in ("torch x + y", "F.gelu"):
                 baseline[op] = ms
             bw = bench.gbps(streams * n * elem, ms)
             rows.append([op, name, f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else n,
-                         ms * 1e3, bw, bench.percent(bw, ceiling)])
+                         ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling)])
         for row in rows[-len(cases):]:
             row.append(baseline[row[0]] / (row[3] * 1e-3))
-    title = (f"Timing, {str(dtype)[6:]}: {stamp()}\nCopy bandwidth measured: {ceiling:.0f} GB/s. GB/s counts "
-             "the bytes a fused kernel must move (add: 3 streams, gelu: 2), for every implementation alike. "
-             "Below about 2^20 elements the kernels are shorter than their launch, and these rows time the host.")
-    if INTERPRET:
-        title += " INTERPRETER: these times measure numpy on the CPU, not a GPU."
-    return bench.print_table(rows, ["op", "implementation", "N", "µs", "GB/s", "% of copy", "x PyTorch"],
-                             title=title)
+    title = (f"Timing, {str(dtype)[6:]}: {stamp()}\n{bench.TIMING_NOTE} Copy bandwidth measured: "
+             f"{ceiling:.0f} GB/s. GB/s (from the kernel time) counts the bytes a fused kernel must move "
+             "(add: 3 streams, gelu: 2), for every implementation alike.")
+    return bench.print_table(rows, ["op", "implementation", "N", "kernel µs", "µs with launch", "GB/s",
+                                    "% of copy", "x PyTorch"], title=title)
 
 
 def block_size_sweep(n: int = 1 << 26) -> bench.Table:
