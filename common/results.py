@@ -85,7 +85,7 @@ def write_results(folder: str, title: str, stamp: dict, sections: list) -> str:
              "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
              "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
     for i, (table, plot_args) in enumerate(sections):
-        heading, _, rest = table.title.partition("\n")
+        heading, _, rest = table.title.strip().partition("\n")
         lines += [f"## {heading}" if heading else "## Table", ""]
         if rest:
             lines += [rest, ""]

@@ -149,7 +149,8 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
 # %% [markdown]
 # ## 4. The launcher: checks, then the kernel that fits the row length
 # How many rows per program, how many warps, and where one pass stops paying were measured on an
-# H200 (fp32, M = 4096; RESULTS.md has the sweep). The one-pass kernel holds a whole row in
+# H200 (fp32, M = 4096, kernel time). Short rows want small programs: a program that finishes
+# quickly frees its SM for the next; 2 rows of 256 on 2 warps won. The one-pass kernel holds a whole row in
 # registers: up to 32K floats per row it runs at 96-98% of the copy bandwidth; at 64K it spills
 # and drops to 3.1 TB/s, still ahead of the online kernel (2.8 TB/s counted as 2MN: it reads
 # twice); beyond that the online kernel takes over.
@@ -161,12 +162,14 @@ MAX_ONE_PASS_N = 65536  # longest row the one-pass kernel takes (measured)
 
 @functools.cache  # runs on the host before every launch: memoised, it costs nothing
 def one_pass_config(N: int) -> tuple[int, int, int]:
-    """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel (the H200 sweep's winners)."""
+    """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel: the H200 sweeps' winners."""
     BLOCK_N = triton.next_power_of_2(N)
-    if BLOCK_N <= 512:      # short rows: 16 rows of 256 per program won, 8 elements per thread
-        return 4096 // BLOCK_N, BLOCK_N, 16
-    if BLOCK_N == 1024:
-        return 2, BLOCK_N, 4
+    short_rows = {256: (2, 2), 512: (1, 2), 1024: (1, 1), 2048: (2, 4)}  # by kernel time
+    if BLOCK_N in short_rows:
+        BLOCK_M, num_warps = short_rows[BLOCK_N]
+        return BLOCK_M, BLOCK_N, num_warps
+    if BLOCK_N < 256:       # not swept: pack rows up to 512 elements, as at 256
+        return 512 // BLOCK_N, BLOCK_N, 2
     if BLOCK_N <= 32768:    # one row per program, 32 elements per thread
         return 1, BLOCK_N, max(4, BLOCK_N // 1024)
     return 1, BLOCK_N, 8    # 64K: spills whatever the warps; 8 lost least
