@@ -9,7 +9,7 @@ whole GELU formula into one pass over memory, and looks at the PTX the compiler 
 Run:   python lesson01_vector_add/main.py            (all sections)
        python lesson01_vector_add/main.py --help     (sections, sizes, dtype)
 Without a CUDA GPU everything runs under Triton's interpreter on the CPU: same kernels, exact
-results, but the timings measure the interpreter. Real H200 numbers: README.md, "Results".
+results, but the timings measure the interpreter. Real H200 numbers: lesson01_vector_add/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
 import argparse
