@@ -17,7 +17,10 @@ LOG: list[tuple[str, object]] = []  # every value shown, in order, so tests can 
 
 
 def value_of(x):
-    """A plain Python / numpy value for a Triton tensor (interpreter), a torch tensor or a number."""
+    """A plain Python / numpy value for a Triton tensor (interpreter), a torch tensor or a number;
+    element-wise for a tuple (show("program", (pid_m, pid_n)) prints "(1, 0)")."""
+    if isinstance(x, tuple):
+        return tuple(value_of(v) for v in x)
     if hasattr(x, "handle"):  # a triton.language tensor under the interpreter
         data = np.asarray(x.handle.data)
         return data.reshape(x.shape).item() if len(x.shape) == 0 else data.reshape(x.shape)

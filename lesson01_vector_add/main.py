@@ -132,16 +132,23 @@ gelu_compiled = torch.compile(gelu_naive)
 
 
 @triton.jit
+def gelu_tanh(x):
+    """GELU, tanh form, on a float32 block. A @triton.jit function called from kernels is
+    inlined into them: lesson 4 fuses this same function into a matmul."""
+    # 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)): the same GELU with one exp and
+    # one division. (Triton's interpreter has no tanh; this form runs everywhere.)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)  # sqrt(2/pi) * (x + 0.044715 x^3)
+    # For very negative x, exp(-2u) is inf and x / inf = -0.0: the right limit, no NaN.
+    return x / (1.0 + tl.exp(-2.0 * u))
+
+
+@triton.jit
 def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
     x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)  # math in fp32
-    # 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)): the same GELU with one exp and
-    # one division. (Triton's interpreter has no tanh; this form runs everywhere.)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)  # sqrt(2/pi) * (x + 0.044715 x^3)
-    y = x / (1.0 + tl.exp(-2.0 * u))
-    # For very negative x, exp(-2u) is inf and y = x / inf = -0.0: the right limit, no NaN.
+    y = gelu_tanh(x)
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
 
 

@@ -1,0 +1,105 @@
+"""Lesson 4: matmul against float64 on awkward shapes, views, dtypes and activations; the trace;
+the grouped order; the interpreter's bf16 trap; bad input."""
+import pytest
+import torch
+
+from conftest import DEVICE, INTERPRET, run_trace
+from lesson04_matmul.main import (A4, B4, main, matmul, matmul_plan, matmul_tiny_tiles, reference, rel_error,
+                                  tile_order, tiles_loaded)
+
+TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
+SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
+
+
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_matmul_matches_float64(shape, dtype, activation):
+    M, N, K = shape
+    a = torch.randn(M, K, device=DEVICE, dtype=dtype)
+    b = torch.randn(K, N, device=DEVICE, dtype=dtype)
+    out = matmul(a, b, activation)
+    assert out.shape == (M, N) and out.dtype == dtype
+    assert rel_error(out, reference(a.double(), b.double(), activation)) < TOL[dtype]
+
+
+def test_bfloat16_dot_is_not_garbage():
+    # Regression for the interpreter's tl.dot on raw bf16 bits (about 1e10 on unit normals).
+    a = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
+    for out in (matmul(a, b), matmul_tiny_tiles(a, b)):
+        assert out.float().abs().max() < 100
+        assert rel_error(out, a.double() @ b.double()) < 1e-2
+
+
+def test_transposed_and_strided_views():
+    x, y = torch.randn(40, 72, device=DEVICE), torch.randn(56, 40, device=DEVICE)
+    for a, b in ((x.t(), y.t()), (x[:, ::2].t()[:, :20], y[::2][:18, :20].t())):
+        assert not a.is_contiguous()
+        assert rel_error(matmul(a, b), a.double() @ b.double()) < TOL[torch.float32]
+
+
+def test_empty_and_k_zero():
+    a, b = torch.randn(5, 0, device=DEVICE), torch.randn(0, 7, device=DEVICE)
+    assert torch.equal(matmul(a, b, "gelu"), torch.zeros(5, 7, device=DEVICE))
+    assert matmul(torch.randn(0, 3, device=DEVICE), torch.randn(3, 4, device=DEVICE)).shape == (0, 4)
+
+
+@pytest.mark.parametrize(
+    "a, b, kwargs, error, message",
+    [
+        (torch.ones(3, 4), torch.ones(5, 2), {}, ValueError, "inner dimensions differ"),
+        (torch.ones(3), torch.ones(3, 2), {}, ValueError, "must be 2-D"),
+        (torch.ones(3, 4), torch.ones(4, 2, dtype=torch.float16), {}, TypeError, "cast one"),
+        (torch.ones(3, 4, dtype=torch.int32), torch.ones(4, 2, dtype=torch.int32), {}, TypeError, "dtype int32"),
+        (torch.ones(3, 4, device="meta"), torch.ones(4, 2, device="meta"), {}, ValueError, "is on meta"),
+        (torch.ones(3, 4), torch.ones(4, 2), {"activation": "tanh"}, ValueError, "activation must be"),
+        (torch.ones(3, 4), torch.ones(4, 2), {"precision": "fp8"}, ValueError, "precision must be"),
+    ],
+)
+def test_bad_input(a, b, kwargs, error, message):
+    if a.device.type == "cpu":
+        a, b = a.to(DEVICE), b.to(DEVICE)
+    with pytest.raises(error, match=message):
+        matmul(a, b, **kwargs)
+
+
+def test_plan_is_the_algorithm():
+    A, B = torch.tensor(A4), torch.tensor(B4)
+    assert torch.equal(matmul_plan(A, B), A @ B)
+    a, b = torch.randint(-3, 4, (6, 8)).float(), torch.randint(-3, 4, (8, 4)).float()
+    assert torch.equal(matmul_plan(a, b, 2, 2, 4), a @ b)
+
+
+def test_grouped_order_reads_fewer_tiles():
+    assert tiles_loaded(tile_order(9, 9, 1), 9, 9) == 90   # the source documents' numbers
+    assert tiles_loaded(tile_order(9, 9, 3), 9, 9) == 54
+    for m, n, g in ((9, 9, 3), (7, 5, 3), (4, 10, 8)):      # every tile exactly once, any shape
+        assert sorted(tile_order(m, n, g)) == [(i, j) for i in range(m) for j in range(n)]
+
+
+@pytest.fixture(scope="module")
+def traced():
+    return run_trace("lesson04_matmul.main")
+
+
+def test_trace_reproduces_the_worked_example(traced):
+    result, log = traced
+    assert result["grid"] == [2, 2]
+    assert result["C"] == [[7, 10, 4, 6], [19, 22, 12, 14], [31, 34, 20, 22], [43, 46, 28, 30]]
+    programs = log["program (pid_m, pid_n)"]
+    accs = log["acc"]
+    first = programs.index([0, 0])
+    assert accs[2 * first] == [[1, 2], [5, 6]] and accs[2 * first + 1] == [[7, 10], [19, 22]]
+    p10 = programs.index([1, 0])
+    assert log["a offsets"][2 * p10] == [[8, 9], [12, 13]]   # program (1, 0), round 1
+    assert result["grid_70x45x50"] == [3, 2]
+    assert sorted(log["rows kept"]) == [6, 6, 32, 32, 32, 32]
+    assert sorted(log["cols kept"]) == [18, 18, 18, 32, 32, 32]
+    assert log["ks kept"] == [32, 13] * 6
+
+
+def test_script_sections(capsys):
+    main(["--sections", "order", "bench", "--sizes", "32"])
+    out = capsys.readouterr().out
+    assert "read 90 input tiles" in out and "read 54 input tiles" in out and "TFLOP/s" in out
