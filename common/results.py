@@ -19,7 +19,8 @@ import time
 from common.bench import Table
 from common.device import INTERPRET, ROOT
 
-LESSONS = ["lesson01_vector_add", "lesson02_softmax", "lesson03_rowsum", "lesson04_matmul"]
+LESSONS = ["lesson01_vector_add", "lesson02_softmax", "lesson03_rowsum", "lesson04_matmul",
+           "lesson05_flash_attention"]
 
 
 def machine_stamp(ceilings: dict) -> dict:
