@@ -7,7 +7,6 @@ in the environment is respected (=1 forces the interpreter even on a GPU machine
 """
 import functools
 import os
-import subprocess
 import sys
 
 import torch
@@ -86,24 +85,6 @@ def banner() -> str:
         return (f"Mode: {why} -> Triton interpreter on CPU tensors ({versions}). Kernels give "
                 "exact results; timings measure the interpreter (numpy), not a GPU.")
     return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are real GPU timings."
-
-
-def trace_section(trace, script: str, child: bool, title: str) -> None:
-    """Run a lesson's trace under the interpreter, with its heading.
-
-    Traces print from inside the kernel, one program after another, which only the interpreter
-    does. On a GPU machine this process has triton in compiled mode already, and the mode cannot
-    be switched once triton is imported, so the lesson runs again, in a child process with
-    TRITON_INTERPRET=1, with `--sections trace --child` (the child prints no banner or heading).
-    """
-    if not child:
-        print(f"\n=== {title} ===")
-    if INTERPRET:
-        trace()
-        return
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONUNBUFFERED="1")
-    sys.stdout.flush()
-    subprocess.run([sys.executable, script, "--sections", "trace", "--child"], env=env, check=True)
 
 
 def check_tensor(x, name: str, dtypes: tuple, ndim: int | None = None) -> None:

@@ -12,14 +12,13 @@ Without a CUDA GPU everything runs under Triton's interpreter on the CPU: same k
 results, but the timings measure the interpreter. Real H200 numbers: lesson01_vector_add/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import argparse
 import math
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, banner, check_same, check_tensor, trace_section, stamp
+from common.device import DEVICE, INTERPRET, check_same, check_tensor, stamp
 
 import torch
 import torch.nn.functional as F
@@ -27,6 +26,7 @@ import triton
 import triton.language as tl
 
 from common import bench, profile, ptx
+from common.cli import lesson_parser, start
 from common.trace import show
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -338,10 +338,7 @@ def results() -> list:
 
 # %% The script
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sections", nargs="+", default=["trace", "check", "fusion", "ptx", "bench"],
-                   choices=["trace", "check", "fusion", "ptx", "bench"], help="what to run (default: all)")
+    p = lesson_parser(__doc__, ["trace", "check", "fusion", "ptx", "bench"])
     p.add_argument("--sizes", type=int, nargs="+", metavar="LOG2N",
                    help="bench sizes as powers of two (default: 12 16 20 24 26 28 on a GPU, "
                         "12 16 20 on the interpreter)")
@@ -349,13 +346,7 @@ def main(argv=None) -> None:
                    help="dtype for the bench (default float32)")
     p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # trace run by a GPU parent
-    args = p.parse_args(argv)
-
-    if not args.child:
-        print(banner())
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: add_kernel, program by program (interpreter)")
+    args = start(p, argv, trace, __file__, "Trace: add_kernel, program by program (interpreter)")
     if "check" in args.sections:
         print("\n=== Check: Triton against PyTorch ===")
         check()

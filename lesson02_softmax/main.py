@@ -14,20 +14,20 @@ Without a CUDA GPU the kernels run under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson02_softmax/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import argparse
 import functools
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, banner, check_tensor, trace_section, stamp
+from common.device import DEVICE, INTERPRET, check_tensor, stamp
 
 import torch
 import triton
 import triton.language as tl
 
 from common import bench, profile
+from common.cli import lesson_parser, start
 from common.trace import show
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -335,21 +335,13 @@ def results() -> list:
 
 # %% The script
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", nargs="+", default=["trace", "check", "fusion", "bench"],
-                   choices=["trace", "check", "fusion", "bench"], help="what to run (default: all)")
+    p = lesson_parser(__doc__, ["trace", "check", "fusion", "bench"])
     p.add_argument("--rows", type=int, help="M for the bench (default 4096 on a GPU, 64 on the interpreter)")
     p.add_argument("--sizes", type=int, nargs="+", metavar="N",
                    help="row lengths for the bench (default 256 ... 131072 on a GPU; 256 1024 4096 interpreted)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-
-    if not args.child:
-        print(banner())
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)")
+    args = start(p, argv, trace, __file__, "Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)")
     if "check" in args.sections:
         print("\n=== Check: Triton against torch.softmax in float32 ===")
         check()

@@ -14,20 +14,20 @@ Without a CUDA GPU the kernel runs under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson03_rowsum/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import argparse
 import functools
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, banner, check_tensor, trace_section, sm_count, stamp
+from common.device import DEVICE, INTERPRET, check_tensor, sm_count, stamp
 
 import torch
 import triton
 import triton.language as tl
 
 from common import bench
+from common.cli import lesson_parser, start
 from common.trace import show
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -250,19 +250,11 @@ def results() -> list:
 
 # %% The script
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", nargs="+", default=["trace", "waves", "check", "bench"],
-                   choices=["trace", "waves", "check", "bench"], help="what to run (default: all)")
+    p = lesson_parser(__doc__, ["trace", "waves", "check", "bench"])
     p.add_argument("--shapes", nargs="+", metavar="MxN",
                    help="bench shapes, e.g. 4096x16384 (default: wide, tall and 4-row shapes)")
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-
-    if not args.child:
-        print(banner())
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: row_sum_kernel, tile by tile (interpreter)")
+    args = start(p, argv, trace, __file__, "Trace: row_sum_kernel, tile by tile (interpreter)")
     if "waves" in args.sections:
         print(f"\n=== Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''}) ===")
         waves_table([(4096, 16384), (4, 1 << 24), (160, 65536)])

@@ -15,13 +15,12 @@ Without a CUDA GPU the kernels run under Triton's interpreter on small matrices;
 measure the interpreter. Real H200 numbers: lesson04_matmul/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import argparse
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, banner, check_tensor, stamp, trace_section
+from common.device import DEVICE, INTERPRET, check_tensor, stamp
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,7 @@ import triton
 import triton.language as tl
 
 from common import bench
+from common.cli import lesson_parser, start
 from common.trace import show
 from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
 
@@ -518,18 +518,10 @@ def results() -> list:
 
 # %% The script
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", nargs="+", default=["trace", "order", "check", "bench"],
-                   choices=["trace", "order", "check", "bench"], help="what to run (default: all)")
+    p = lesson_parser(__doc__, ["trace", "order", "check", "bench"])
     p.add_argument("--sizes", type=int, nargs="+", metavar="N",
                    help="square sizes for the bench (default 512 ... 8192 and two MLP shapes on a GPU; 64 128 interpreted)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-
-    if not args.child:
-        print(banner())
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: matmul_kernel, program by program, round by round (interpreter)")
+    args = start(p, argv, trace, __file__, "Trace: matmul_kernel, program by program, round by round (interpreter)")
     if "order" in args.sections:
         print("\n=== Why tiles, and the order of the tiles ===")
         reuse_table([(n, n, n) for n in (1024, 4096, 8192)])

@@ -14,14 +14,13 @@ Without a CUDA GPU the kernel runs under Triton's interpreter on small problems;
 measure the interpreter. Real H200 numbers: lesson05_flash_attention/RESULTS.md, once measured.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import argparse
 import math
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, banner, check_tensor, stamp, trace_section
+from common.device import DEVICE, INTERPRET, check_tensor, stamp
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +28,7 @@ import triton
 import triton.language as tl
 
 from common import bench
+from common.cli import lesson_parser, start
 from common.trace import show
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -388,18 +388,10 @@ def results() -> list:
 
 # %% The script
 def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--sections", nargs="+", default=["trace", "memory", "check", "bench"],
-                   choices=["trace", "memory", "check", "bench"], help="what to run (default: all)")
+    p = lesson_parser(__doc__, ["trace", "memory", "check", "bench"])
     p.add_argument("--seqs", type=int, nargs="+", metavar="N",
                    help="sequence lengths for the bench (default 512 ... 16384 on a GPU, 64 128 interpreted)")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
-
-    if not args.child:
-        print(banner())
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: online softmax, then attention_kernel block by block (interpreter)")
+    args = start(p, argv, trace, __file__, "Trace: online softmax, then attention_kernel block by block (interpreter)")
     if "memory" in args.sections:
         print("\n=== Memory ===")
         memory_table([1024, 4096, 8192, 16384, 32768] if not INTERPRET else [1024, 16384, 131072])
