@@ -101,6 +101,7 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 #   no mask, and only the blocks on the diagonal (and the ragged last block) pay for a mask. So
 #   the loop runs in two stages through one helper, `attend`, with MASKED known at compile time.
 # - fp32 for m, l and acc; p is cast to the input dtype for the second tl.dot (tensor cores).
+#   float32 inputs multiply in full fp32 ("ieee"), not TF32: scores feed an exponential.
 # - Block sizes: BLOCK_M = 128 query rows amortise each K/V load over many rows; BLOCK_N = 64
 #   keeps the score tile (128 x 64 fp32) in registers; num_stages lets the next K/V block load
 #   while the tensor cores work on this one.
@@ -110,7 +111,7 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 @triton.jit
 def attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd, stride_vn, stride_vd,
            qk_scale, lo, hi, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-           DOT_IN_FP32: tl.constexpr, TRACE: tl.constexpr):
+           DOT_IN_FP32: tl.constexpr, PRECISION: tl.constexpr, TRACE: tl.constexpr):
     """Fold key/value blocks lo..hi into (acc, l_i, m_i)."""
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)
@@ -120,7 +121,7 @@ def attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd
         if DOT_IN_FP32:  # the interpreter's tl.dot on bfloat16 is garbage (lesson 4)
             s = tl.dot(q.to(tl.float32), kT.to(tl.float32)) * qk_scale
         else:
-            s = tl.dot(q, kT) * qk_scale                  # [BLOCK_M, BLOCK_N], base-2 units
+            s = tl.dot(q, kT, input_precision=PRECISION) * qk_scale  # [BLOCK_M, BLOCK_N], base 2
         if MASKED:  # keys past the end; for causal, keys after the query
             keep = cols[None, :] < N
             if CAUSAL:
@@ -135,7 +136,7 @@ def attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd
         if DOT_IN_FP32:
             acc = tl.dot(p, v.to(tl.float32), acc * alpha[:, None])
         else:
-            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None])  # acc = acc * alpha + p @ v
+            acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)  # acc*alpha + p@v
         m_i = m_new
         if TRACE:
             show("key block", start_n // BLOCK_N, 2)
@@ -156,7 +157,9 @@ def attention_kernel(
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, DOT_IN_FP32: tl.constexpr = False, TRACE: tl.constexpr = False,
+    CAUSAL: tl.constexpr, DOT_IN_FP32: tl.constexpr = False,
+    PRECISION: tl.constexpr = "tf32",    # float32 inputs: the launcher asks for "ieee"
+    TRACE: tl.constexpr = False,
 ):
     pid_m = tl.program_id(axis=0)          # which block of query rows
     pid_bh = tl.program_id(axis=1)         # which (batch, head)
@@ -182,10 +185,10 @@ def attention_kernel(
         show("program (query block, batch x head)", (pid_m, pid_bh), 0)
     acc, l_i, m_i = attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd,
                            stride_vn, stride_vd, qk_scale, 0, full_end,
-                           BLOCK_N, False, CAUSAL, DOT_IN_FP32, TRACE)
+                           BLOCK_N, False, CAUSAL, DOT_IN_FP32, PRECISION, TRACE)
     acc, l_i, m_i = attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd,
                            stride_vn, stride_vd, qk_scale, full_end, masked_end,
-                           BLOCK_N, True, CAUSAL, DOT_IN_FP32, TRACE)
+                           BLOCK_N, True, CAUSAL, DOT_IN_FP32, PRECISION, TRACE)
     out = acc / l_i[:, None]               # the normalisation, once, at the end
     if TRACE:
         show("output", out)
@@ -234,17 +237,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if B * H * N == 0:
         return o
     strides = (*q.stride(), *k.stride(), *v.stride(), *o.stride())
+    # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
+    # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
     if INTERPRET:
         BLOCK = 16
         attention_kernel[(triton.cdiv(N, BLOCK), B * H)](
             q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, BLOCK_M=BLOCK, BLOCK_N=BLOCK, CAUSAL=causal,
-            DOT_IN_FP32=q.dtype == torch.bfloat16)
+            DOT_IN_FP32=q.dtype == torch.bfloat16, PRECISION=precision)
         return o
 
     def grid(meta):
         return (triton.cdiv(N, meta["BLOCK_M"]), B * H)
 
-    attention_kernel_tuned[grid](q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, CAUSAL=causal)
+    attention_kernel_tuned[grid](q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, CAUSAL=causal,
+                                 PRECISION=precision)
     return o
 
 
