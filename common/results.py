@@ -108,7 +108,7 @@ def run_lesson(name: str) -> None:
     module = importlib.import_module(f"{name}.main")
     sections = module.results()
     ceilings = {"copy bandwidth (measured)": f"{bench.copy_bandwidth():.0f} GB/s"}
-    ceilings.update(getattr(module, "CEILINGS", lambda: {})())
+    ceilings.update(getattr(module, "ceilings", dict)())
     title = module.__doc__.splitlines()[0].split(".")[0] + ": results on a real GPU"
     write_results(os.path.join(ROOT, name), title, machine_stamp(ceilings), sections)
 

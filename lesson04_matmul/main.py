@@ -15,6 +15,7 @@ Without a CUDA GPU the kernels run under Triton's interpreter on small matrices;
 measure the interpreter. Real H200 numbers: lesson04_matmul/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
+import functools
 import pathlib
 import sys
 
@@ -434,7 +435,7 @@ def check() -> bench.Table:
 
 
 # %%
-@__import__("functools").cache
+@functools.cache
 def matmul_rate(dtype=torch.bfloat16) -> float:
     """The machine's matmul ceiling, measured: cuBLAS on 8192^3 (TFLOP/s)."""
     n = 8192 if not INTERPRET else 256
@@ -442,7 +443,8 @@ def matmul_rate(dtype=torch.bfloat16) -> float:
     return bench.tflops(2 * n**3, bench.measure(lambda: a @ b)[0])  # kernel time, as in the tables
 
 
-def CEILINGS() -> dict:
+def ceilings() -> dict:
+    """Extra ceilings for the results page stamp (common/results.py)."""
     return {"matmul rate (cuBLAS bf16 8192^3, measured)": f"{matmul_rate():.0f} TFLOP/s"}
 
 
