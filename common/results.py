@@ -5,7 +5,8 @@
 
 Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take
 the others down); a failure is reported at the end and the other lessons still get written.
-A lesson provides `results() -> list of (Table, plot or None)`; this file turns that into a page:
+A lesson provides `results() -> list of (Table, plot or None)` (and may provide `ceilings()`, more
+measured ceilings for the stamp); this file turns that into a page:
 a stamp (GPU, driver, CUDA, torch, triton, date, the measured ceilings), the tables, and a plot
 of throughput against size with the ceiling drawn in, when matplotlib is installed.
 """
