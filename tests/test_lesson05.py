@@ -27,14 +27,15 @@ def test_attention_matches_float64(shape, dtype, causal):
 
 def test_custom_scale_and_large_magnitudes():
     q, k, v = (torch.randn(1, 2, 70, 64, device=DEVICE) for _ in range(3))
-    for scale in (0.01, 1.0, 3.0):
+    for scale in (0.01, 1.0, 3.0, 0.0, -0.5):  # a negative scale is folded into q by the launcher
         ref = attention_standard(q.double(), k.double(), v.double(), sm_scale=scale)
         assert rel_error(attention(q, k, v, sm_scale=scale), ref) < TOL[torch.float32]
     big = 100 * q  # scores around 1e4 * 1/8: exp would overflow without the running max
-    out = attention(big, k * 100, v, causal=True)
-    assert torch.isfinite(out).all()
-    ref = attention_standard(big.double(), (k * 100).double(), v.double(), causal=True)
-    assert rel_error(out, ref) < 1e-2  # near-one-hot rows: tiny score differences decide
+    for scale in (None, -0.125):  # negative too: the max must be of the scaled scores
+        out = attention(big, k * 100, v, causal=True, sm_scale=scale)
+        assert torch.isfinite(out).all()
+        ref = attention_standard(big.double(), (k * 100).double(), v.double(), causal=True, sm_scale=scale)
+        assert rel_error(out, ref) < 1e-2  # near-one-hot rows: tiny score differences decide
 
 
 def test_strided_inputs():
