@@ -21,7 +21,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, check_tensor, stamp
+from common.device import DEVICE, INTERPRET, check_tensor, sm_count, stamp
 
 import torch
 import torch.nn.functional as F
@@ -116,11 +116,17 @@ def tile_k_loop(a_ptr, b_ptr, rows, cols, M, N, K,
 
 # %%
 @triton.jit
-def store_tile(c_ptr, acc, rows, cols, M, N, stride_cm, stride_cn, ACTIVATION: tl.constexpr):
+def activate(acc, ACTIVATION: tl.constexpr):
     if ACTIVATION == "relu":
         acc = tl.maximum(acc, 0.0)
     if ACTIVATION == "gelu":
         acc = gelu_tanh(acc)
+    return acc
+
+
+@triton.jit
+def store_tile(c_ptr, acc, rows, cols, M, N, stride_cm, stride_cn, ACTIVATION: tl.constexpr):
+    acc = activate(acc, ACTIVATION)
     c_mask = (rows[:, None] < M) & (cols[None, :] < N)
     c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
@@ -173,6 +179,19 @@ def matmul_kernel(
 
 # %%
 @triton.jit
+def grouped_pid(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    """Tile (pid_m, pid_n) of program `pid`: groups of GROUP_M tile rows, and inside a group, down
+    a column of tiles before moving right."""
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may be shorter
+    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
+    pid_n = (pid % num_pid_in_group) // group_size_m
+    return pid_m, pid_n
+
+
+@triton.jit
 def matmul_kernel_grouped(
     a_ptr, b_ptr, c_ptr, M, N, K,
     stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
@@ -183,15 +202,7 @@ def matmul_kernel_grouped(
     INPUT_PRECISION: tl.constexpr = "tf32",
 ):
     pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Groups of GROUP_M tile rows; inside a group, go down a column of tiles before moving right.
-    num_pid_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may be shorter
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tile_k_loop(a_ptr, b_ptr, rows, cols, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
@@ -200,15 +211,9 @@ def matmul_kernel_grouped(
 
 
 def tile_order(num_pid_m: int, num_pid_n: int, GROUP_M: int) -> list[tuple[int, int]]:
-    """(pid_m, pid_n) of programs 0, 1, 2, ...: the kernel's mapping, in plain Python."""
-    order = []
-    for pid in range(num_pid_m * num_pid_n):
-        num_pid_in_group = GROUP_M * num_pid_n
-        first_pid_m = pid // num_pid_in_group * GROUP_M
-        group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
-        order.append((first_pid_m + (pid % num_pid_in_group) % group_size_m,
-                      (pid % num_pid_in_group) // group_size_m))
-    return order
+    """(pid_m, pid_n) of programs 0, 1, 2, ...: the kernel's own mapping, run as plain Python
+    (.fn is the Python function under @triton.jit; on integers it needs no GPU)."""
+    return [grouped_pid.fn(pid, num_pid_m, num_pid_n, GROUP_M) for pid in range(num_pid_m * num_pid_n)]
 
 
 def tiles_loaded(order: list, wave: int, k_tiles: int) -> int:
@@ -247,16 +252,85 @@ _tuned_shapes: set = set()
 
 
 # %% [markdown]
-# ## 5. The launcher
+# ## 5. Past plain tl.dot on Hopper: the TMA engine and a persistent grid
+# On the H200 the kernel above reaches about 0.8-0.9x cuBLAS at 4096^3 and 8192^3 (RESULTS.md). The
+# tensor cores are not the limit; feeding them is. Two Hopper features close most of the gap:
+# - TMA (the tensor memory accelerator). A tensor descriptor holds a matrix's base, shape, strides
+#   and tile shape; desc.load([row, col]) asks the copy engine for a whole tile. One thread issues
+#   it, the hardware computes every address, fills what falls outside the shape with zeros (no
+#   masks), and lands the tile in shared memory already in the swizzled layout the tensor cores
+#   read. The registers and instructions that built address tables above are free for the math.
+#   The rules: the last stride is 1, the other strides and the base are multiples of 16 bytes.
+# - A persistent grid: launch one program per SM (132 on an H200), each looping over output tiles
+#   tile_id, tile_id + 132, ... . With flatten=True the compiler pipelines across the tile
+#   boundary: the next tile's first loads overlap this tile's epilogue and store.
+# On-device descriptors need a little global scratch memory, which Triton asks for through the
+# allocator set below. Both choices (persistent or not) are autotuned, per shape.
+
+
+# %%
+@triton.jit
+def matmul_kernel_tma(
+    a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    PERSISTENT: tl.constexpr,       # False: one program per tile; True: one per SM, looping
+    ACTIVATION: tl.constexpr = "",
+    DOT_IN_FP32: tl.constexpr = False,  # the interpreter's bf16 trap, as in tile_k_loop
+):
+    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [stride_cm, 1], [BLOCK_M, BLOCK_N])
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # Not persistent: the grid has one program per tile and this loop runs once.
+    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=PERSISTENT):
+        pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([pid_m * BLOCK_M, step * BLOCK_K])   # the tile A[rows, ks], zero-padded
+            b = b_desc.load([step * BLOCK_K, pid_n * BLOCK_N])   # B[ks, cols]
+            if DOT_IN_FP32:
+                a = a.to(tl.float32)
+                b = b.to(tl.float32)
+            acc = tl.dot(a, b, acc)
+        acc = activate(acc, ACTIVATION)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
+
+
+TMA_CONFIGS = [  # from a sweep on the H200: 128 x 256 won at 4096^3 and 8192^3, 256 x 128 in bf16 at 8192^3
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "PERSISTENT": persistent},
+                  num_stages=stages, num_warps=8)
+    for persistent in (False, True) for bm, bn, stages in ((128, 256, 3), (256, 128, 3), (128, 128, 4))
+]
+if not INTERPRET:
+    matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"])(matmul_kernel_tma)
+    # scratch memory for the descriptors the kernel builds (128 bytes each)
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=DEVICE, dtype=torch.int8))
+
+
+HOPPER = not INTERPRET and torch.cuda.get_device_capability()[0] >= 9
+
+
+def tma_ok(*tensors) -> bool:
+    """Can the TMA engine address these matrices? Rows contiguous, 16-byte aligned rows and base."""
+    return all(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+               for t in tensors)
+
+
+# %% [markdown]
+# ## 6. The launcher
 
 
 # %%
 def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
-           precision: str = "tf32") -> torch.Tensor:
+           precision: str = "tf32", tma: bool | None = None) -> torch.Tensor:
     """C = activation(a @ b) for 2-D a (M, K) and b (K, N): float16, bfloat16 or float32, any
     strides; fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu"
     (tanh form). precision (float32 inputs on a GPU): "tf32", the tensor cores' 10-bit-mantissa
     mode (fast, about 1e-3 relative error), or "ieee" (exact fp32 arithmetic, several times slower).
+    tma: None picks matmul_kernel_tma (section 5) on Hopper for float16/bfloat16 matrices it can
+    address, from 512^3 up; False forces the tl.dot-tile kernels; True forces TMA (also under the
+    interpreter).
     """
     check_tensor(a, "a", DTYPES, ndim=2)
     check_tensor(b, "b", DTYPES, ndim=2)
@@ -278,8 +352,31 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
         return c
     if K == 0:
         return c.zero_()  # an empty sum; relu(0) = gelu(0) = 0
-    args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     act = activation or ""
+    if tma is None:
+        tma = HOPPER and a.dtype != torch.float32 and M * N * K >= TUNE_FROM and tma_ok(a, b, c)
+    elif tma:
+        if a.dtype == torch.float32:
+            raise TypeError("tma=True needs float16 or bfloat16 inputs, got float32")
+        if not tma_ok(a, b, c):
+            raise ValueError(f"tma=True needs rows that are contiguous and 16-byte aligned: a.stride() = "
+                             f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
+        if not INTERPRET and not HOPPER:
+            raise ValueError("tma=True needs a Hopper GPU or newer (compute capability 9.0)")
+    if tma:
+        args = (a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
+        if INTERPRET:  # a persistent grid of 3 programs, so the tile loop really loops
+            tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
+            matmul_kernel_tma[(min(3, tiles),)](*args, **INTERPRETER_CONFIG, PERSISTENT=True, ACTIVATION=act,
+                                                DOT_IN_FP32=a.dtype == torch.bfloat16)
+            return c
+
+        def grid(meta):
+            tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+            return (min(sm_count(), tiles) if meta["PERSISTENT"] else tiles,)
+
+        return tuned_launch(matmul_kernel_tma_tuned, grid, args, dict(ACTIVATION=act), (M, N, K, a.dtype, "tma"), c)
+    args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     if INTERPRET:
         cfg = INTERPRETER_CONFIG
         grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
@@ -290,18 +387,24 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
         grid = (triton.cdiv(M, 64) * triton.cdiv(N, 64),)
         matmul_kernel_grouped[grid](*args, **SMALL_CONFIG, ACTIVATION=act, INPUT_PRECISION=precision)
         return c
-    key = (M, N, K, a.dtype)  # what triton.autotune keys on (the dtypes are part of its key too)
-    if key not in _tuned_shapes:  # first call for this shape: autotuning runs now
-        print(f"    [autotuning {M} x {N} x {K} {str(a.dtype)[6:]} over {len(GPU_CONFIGS)} configurations ...",
-              end="", flush=True)
 
     def grid(meta):
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 
-    matmul_kernel_tuned[grid](*args, ACTIVATION=act, INPUT_PRECISION=precision)
+    return tuned_launch(matmul_kernel_tuned, grid, args, dict(ACTIVATION=act, INPUT_PRECISION=precision),
+                        (M, N, K, a.dtype, "tiles"), c)
+
+
+def tuned_launch(kernel, grid, args, kwargs, key, c):
+    """Launch an autotuned kernel; the first call for a shape tunes, and says so while it runs."""
+    if key not in _tuned_shapes:
+        M, N, K, dtype, _ = key
+        print(f"    [autotuning {M} x {N} x {K} {str(dtype)[6:]} over {len(kernel.configs)} configurations ...",
+              end="", flush=True)
+    kernel[grid](*args, **kwargs)
     if key not in _tuned_shapes:
         _tuned_shapes.add(key)
-        print(f" best: {matmul_kernel_tuned.best_config}]")
+        print(f" best: {kernel.best_config}]")
     return c
 
 
@@ -327,7 +430,7 @@ def reference(a, b, activation=None):
 
 
 # %% [markdown]
-# ## 6. The trace: the 4 x 4 worked by hand, then the 70 x 45 @ 45 x 50 masks
+# ## 7. The trace: the 4 x 4 worked by hand, then the 70 x 45 @ 45 x 50 masks
 
 
 # %%
@@ -367,7 +470,7 @@ def trace() -> dict:
 
 
 # %% [markdown]
-# ## 7. Why tiles, and why grouped order: the arithmetic
+# ## 8. Why tiles, and why grouped order: the arithmetic
 
 
 # %%
@@ -399,7 +502,7 @@ def order_demo(tiles: int = 9, GROUP_M: int = 3) -> dict:
 
 
 # %% [markdown]
-# ## 8. Correctness: awkward shapes, views, dtypes, activations
+# ## 9. Correctness: awkward shapes, views, dtypes, activations
 
 
 # %%
@@ -424,6 +527,12 @@ def check() -> bench.Table:
         ref = a.double() @ b.double()
         for precision in ("tf32", "ieee"):
             rows.append(("float32", f"384^3, {precision}", "-", rel_error(matmul(a, b, precision=precision), ref)))
+        for dtype in (torch.float16, torch.bfloat16):  # the TMA kernel, with ragged edges on every side
+            a = torch.randn(1000, 1000, device=DEVICE, dtype=dtype)
+            b = torch.randn(1000, 1032, device=DEVICE, dtype=dtype)
+            for act in ACTIVATIONS:
+                rows.append((str(dtype)[6:], "1000 x 1032 x 1000, TMA", act or "-",
+                             rel_error(matmul(a, b, act, tma=True), reference(a.double(), b.double(), act))))
     return bench.print_table(rows, ["dtype", "M x N x K", "activation", "relative error"], floatfmt=".1e",
                              title="Relative error ||C - C_ref|| / ||C_ref|| against float64. float16 and "
                                    "bfloat16 round the output to 11 and 8 bits;\nfloat32 on a GPU multiplies "
@@ -431,7 +540,7 @@ def check() -> bench.Table:
 
 
 # %% [markdown]
-# ## 9. Timing: against cuBLAS, the fused epilogue, and the order of the tiles
+# ## 10. Timing: against cuBLAS, the fused epilogue, and the order of the tiles
 
 
 # %%
@@ -455,8 +564,12 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16), tiny_up_to: int = 
         for M, N, K in shapes:
             a = torch.randn(M, K, device=DEVICE, dtype=dtype)
             b = torch.randn(K, N, device=DEVICE, dtype=dtype)
-            cases = {"cuBLAS (torch.matmul)" if not INTERPRET else "torch.matmul": lambda: a @ b,
-                     "Triton, autotuned" if not INTERPRET else "Triton (32 x 32 tiles)": lambda: matmul(a, b)}
+            if INTERPRET:
+                cases = {"torch.matmul": lambda: a @ b, "Triton (32 x 32 tiles)": lambda: matmul(a, b)}
+            else:
+                cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
+                         "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b, tma=False),
+                         "Triton, TMA (autotuned)": lambda: matmul(a, b)}
             if max(M, N, K) <= tiny_up_to:
                 cases["Triton, 16 x 16 tiles"] = lambda: matmul_tiny_tiles(a, b)
             times = {name: bench.measure(fn)[0] for name, fn in cases.items()}
@@ -508,6 +621,37 @@ def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
                              title=f"Tile order, {n}^3 {str(dtype)[6:]}, {cfg['BLOCK_M']} x {cfg['BLOCK_N']} tiles")
 
 
+def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
+    """What each step bought, one tile shape (128 x 256 x 64, 3 stages, 8 warps) throughout."""
+    rows = []
+    for n in sizes:
+        a = torch.randn(n, n, device=DEVICE, dtype=dtype)
+        b = torch.randn(n, n, device=DEVICE, dtype=dtype)
+        c = torch.empty(n, n, device=DEVICE, dtype=dtype)
+        tiles = triton.cdiv(n, 128) * triton.cdiv(n, 256)
+
+        def tma(persistent):
+            matmul_kernel_tma[(min(sm_count(), tiles) if persistent else tiles,)](
+                a, b, c, n, n, n, a.stride(0), b.stride(0), c.stride(0), BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                GROUP_M=8, PERSISTENT=persistent, num_stages=3, num_warps=8)
+
+        def tiles_kernel():
+            matmul_kernel_grouped[(tiles,)](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                            c.stride(0), c.stride(1), BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
+                                            GROUP_M=8, num_stages=3, num_warps=8)
+
+        cases = {"cuBLAS (torch.matmul)": lambda: a @ b, "tl.dot tiles, pointer loads (section 3)": tiles_kernel,
+                 "+ TMA loads, one program per tile": lambda: tma(False),
+                 "+ persistent: one program per SM": lambda: tma(True)}
+        times = {name: bench.measure(fn)[0] for name, fn in cases.items()}
+        base = times["cuBLAS (torch.matmul)"]
+        for name, ms in times.items():
+            rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms), 100 * base / ms))
+    return bench.print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
+                             title=f"What each step bought, {str(dtype)[6:]}, one tile: 128 x 256 x 64, 3 stages, "
+                                   "8 warps, grouped order")
+
+
 GPU_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
               (4096, 11008, 4096), (4096, 4096, 11008)]  # last two: a Llama-7B MLP, up and down, 4096 tokens
 
@@ -515,7 +659,8 @@ GPU_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 40
 def results() -> list:
     """What common/results.py writes to RESULTS.md (on a GPU)."""
     timing = bench_all(GPU_SHAPES)
-    return [(timing, None), (bench_epilogue(), None), (bench_order(), None), (check(), None)]
+    return [(timing, None), (bench_steps(), None), (bench_epilogue(), None), (bench_order(), None),
+            (check(), None)]
 
 
 # %% The script
@@ -538,6 +683,8 @@ def main(argv=None) -> None:
         else:
             shapes = [(64, 64, 64), (128, 128, 128)] if INTERPRET else GPU_SHAPES
         bench_all(shapes, tiny_up_to=max(max(s) for s in shapes) if INTERPRET else 4096)
+        if not INTERPRET:  # TMA is a GPU engine; the interpreter only imitates it (the tests use that)
+            bench_steps()
         bench_epilogue(128 if INTERPRET else 4096)
         bench_order(128 if INTERPRET else 8192)
 

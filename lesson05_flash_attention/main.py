@@ -219,8 +219,9 @@ def attention_kernel(
 
 # %% [markdown]
 # ## 4. The launcher
-# Block sizes: on a GPU, a handful of configurations is tuned per (sequence length, head dim,
-# causal); under the interpreter, small blocks keep the suite fast.
+# Block sizes: on a GPU, three configurations are tuned per (sequence length, head dim, causal),
+# except for small problems, where one fixed configuration saves the tuning (and the compiles);
+# under the interpreter, small blocks keep the suite fast.
 
 
 # %%
@@ -229,6 +230,8 @@ GPU_CONFIGS = [  # the winners of a sweep of 9 (tile, num_warps, num_stages) set
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
 ]
+SMALL_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+TUNE_FROM = 2**30  # B * H * seq^2 * head_dim below which tuning costs more than it saves (the tests)
 if not INTERPRET:
     attention_kernel_tuned = triton.autotune(GPU_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"])(attention_kernel)
 
@@ -267,6 +270,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
         attention_kernel[(triton.cdiv(N, BLOCK), B * H)](
             q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, BLOCK_M=BLOCK, BLOCK_N=BLOCK, CAUSAL=causal,
             DOT_IN_FP32=q.dtype == torch.bfloat16, PRECISION=precision)
+        return o
+
+    if B * H * N * N * D < TUNE_FROM:
+        attention_kernel[(triton.cdiv(N, SMALL_CONFIG["BLOCK_M"]), B * H)](
+            q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision, **SMALL_CONFIG)
         return o
 
     def grid(meta):

@@ -103,3 +103,25 @@ def test_script_sections(capsys):
     main(["--sections", "order", "bench", "--sizes", "32"])
     out = capsys.readouterr().out
     assert "read 90 input tiles" in out and "read 54 input tiles" in out and "TFLOP/s" in out
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(100, 72, 40), (64, 96, 200), (8, 8, 8)])  # ragged tiles: TMA pads and clips
+def test_tma_kernel(shape, dtype):
+    # Under the interpreter: 3 persistent programs loop over all the tiles (12 of them for 100 x 72).
+    M, N, K = shape
+    a = torch.randn(M, K, device=DEVICE, dtype=dtype)
+    b = torch.randn(K, N, device=DEVICE, dtype=dtype)
+    for act in (None, "gelu"):
+        out = matmul(a, b, act, tma=True)
+        assert rel_error(out, reference(a.double(), b.double(), act)) < TOL[dtype]
+
+
+def test_tma_refuses_what_it_cannot_address():
+    a = torch.randn(64, 40, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        matmul(a.t(), a, tma=True)          # a.t() has column stride 40, not 1
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        matmul(a[:, :36].contiguous(), a.t()[:36].contiguous(), tma=True)  # rows of 36 halves: 72 bytes
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        matmul(a.float(), a.float().t(), tma=True)
