@@ -17,6 +17,7 @@ measure the interpreter. Real H200 numbers: lesson04_matmul/RESULTS.md.
 # %% Set-up: choose GPU or interpreter before triton is imported
 import functools
 import pathlib
+import re
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
@@ -173,8 +174,9 @@ def matmul_kernel(
 # row-major order a wave covers a strip of C: it needs few rows of A but ALL of B. Grouping
 # GROUP_M tile rows together makes a wave cover a squarer block of C: fewer A and B tiles per
 # wave, more of them shared through the L2 cache. Whether that shows up as time depends on the
-# GPU, its L2 and the tile: bench_order() times both orders (RESULTS.md has the H200's answer,
-# which at 8192^3 with 128 x 256 tiles was not the textbook one). The kernel maps its 1-D pid:
+# GPU, its L2 and the tile: bench_order() times both orders. On the H200 at 8192^3 with 128 x 256
+# tiles they came within 1% of each other in RESULTS.md (an earlier run had grouped 5% slower):
+# the textbook gain did not show there. The kernel maps its 1-D pid:
 
 
 # %%
@@ -252,20 +254,24 @@ _tuned_shapes: set = set()
 
 
 # %% [markdown]
-# ## 5. Past plain tl.dot on Hopper: the TMA engine and a persistent grid
-# On the H200 the kernel above reaches about 0.8-0.9x cuBLAS at 4096^3 and 8192^3 (RESULTS.md). The
-# tensor cores are not the limit; feeding them is. Two Hopper features close most of the gap:
+# ## 5. Hopper's TMA engine and a persistent grid: the tools, and what they bought here
+# cuBLAS on Hopper feeds its tensor cores with two things the kernels above do not use:
 # - TMA (the tensor memory accelerator). A tensor descriptor holds a matrix's base, shape, strides
 #   and tile shape; desc.load([row, col]) asks the copy engine for a whole tile. One thread issues
 #   it, the hardware computes every address, fills what falls outside the shape with zeros (no
 #   masks), and lands the tile in shared memory already in the swizzled layout the tensor cores
-#   read. The registers and instructions that built address tables above are free for the math.
-#   The rules: the last stride is 1, the other strides and the base are multiples of 16 bytes.
-# - A persistent grid: launch one program per SM (132 on an H200), each looping over output tiles
+#   read. The rules: the last stride is 1, the other strides and the base are multiples of 16 bytes.
+# - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
 #   tile_id, tile_id + 132, ... . With flatten=True the compiler pipelines across the tile
 #   boundary: the next tile's first loads overlap this tile's epilogue and store.
-# On-device descriptors need a little global scratch memory, which Triton asks for through the
-# allocator set below. Both choices (persistent or not) are autotuned, per shape.
+# What they bought on the H200 with Triton 3.6 (RESULTS.md, "What each step bought": one tile,
+# 128 x 256 x 64, 3 stages, 8 warps): pointer loads reached 97% of cuBLAS at 4096^3 and 92% at
+# 8192^3; TMA loads with one program per tile 86%; TMA with a persistent grid 95% and 92%. Triton's
+# pipeliner already turns the pointer loads above into asynchronous copies (cp.async: the PTX
+# counts printed by copy_instructions() below show it), so the copy engine alone did not pay, and
+# persistence only won back what it lost. matmul() keeps the
+# pointer kernels; matmul(..., tma=True) runs this one. On-device descriptors need a little
+# global scratch memory, which Triton asks for through the allocator set below.
 
 
 # %%
@@ -297,7 +303,7 @@ def matmul_kernel_tma(
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
 
 
-TMA_CONFIGS = [  # from a sweep on the H200: 128 x 256 won at 4096^3 and 8192^3, 256 x 128 in bf16 at 8192^3
+TMA_CONFIGS = [  # from a sweep on the H200: 128 x 256 won at 4096^3 and 8192^3, 256 x 128 once in bf16
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "PERSISTENT": persistent},
                   num_stages=stages, num_warps=8)
     for persistent in (False, True) for bm, bn, stages in ((128, 256, 3), (256, 128, 3), (128, 128, 4))
@@ -308,7 +314,7 @@ if not INTERPRET:
     triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=DEVICE, dtype=torch.int8))
 
 
-HOPPER = not INTERPRET and torch.cuda.get_device_capability()[0] >= 9
+HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 
 
 def tma_ok(*tensors) -> bool:
@@ -317,20 +323,51 @@ def tma_ok(*tensors) -> bool:
                for t in tensors)
 
 
+def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
+    """Compile both kernels for sm_90 (no GPU needed: common/ptx.py) and count, in the PTX, the
+    instructions that move tiles (cp.async: per-thread asynchronous copies; cp.async.bulk.tensor:
+    TMA) and the Hopper tensor-core instruction (wgmma.mma_async)."""
+    from common import ptx
+
+    BM, BN, BK = BLOCK
+    ptrs = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32"}
+    tile = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8, ACTIVATION="")
+    kernels = {
+        "matmul_kernel_grouped (pointers)": (
+            {**ptrs, "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr",
+             "stride_cm": "i32", "stride_cn": "constexpr", **dict.fromkeys(tile, "constexpr"),
+             "DOT_IN_FP32": "constexpr", "INPUT_PRECISION": "constexpr"},
+            dict(stride_ak=1, stride_bn=1, stride_cn=1, **tile, DOT_IN_FP32=False, INPUT_PRECISION="tf32")),
+        "matmul_kernel_tma (descriptors)": (
+            {**ptrs, "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32", **dict.fromkeys(tile, "constexpr"),
+             "PERSISTENT": "constexpr", "DOT_IN_FP32": "constexpr"},
+            dict(**tile, PERSISTENT=True, DOT_IN_FP32=False)),
+    }
+    counts = {}
+    for name, (signature, constexprs) in kernels.items():
+        code = ptx.compile_kernel("lesson04_matmul.main", name.split()[0], signature, constexprs,
+                                  divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk",
+                                                   "stride_cm"), num_warps=8)["ptx"]
+        counts[name] = {"cp.async": len(re.findall(r"cp\.async\.c[ag]", code)),
+                        "cp.async.bulk.tensor": code.count("cp.async.bulk.tensor"),
+                        "wgmma.mma_async": code.count("wgmma.mma_async")}
+        print(f"    {name:34s} " + ", ".join(f"{k}: {v}" for k, v in counts[name].items()))
+    return counts
+
+
 # %% [markdown]
 # ## 6. The launcher
 
 
 # %%
 def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
-           precision: str = "tf32", tma: bool | None = None) -> torch.Tensor:
+           precision: str = "tf32", tma: bool = False) -> torch.Tensor:
     """C = activation(a @ b) for 2-D a (M, K) and b (K, N): float16, bfloat16 or float32, any
     strides; fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu"
     (tanh form). precision (float32 inputs on a GPU): "tf32", the tensor cores' 10-bit-mantissa
     mode (fast, about 1e-3 relative error), or "ieee" (exact fp32 arithmetic, several times slower).
-    tma: None picks matmul_kernel_tma (section 5) on Hopper for float16/bfloat16 matrices it can
-    address, from 512^3 up; False forces the tl.dot-tile kernels; True forces TMA (also under the
-    interpreter).
+    tma=True runs matmul_kernel_tma (section 5) instead: float16/bfloat16, rows contiguous and
+    16-byte aligned, a Hopper GPU (or the interpreter).
     """
     check_tensor(a, "a", DTYPES, ndim=2)
     check_tensor(b, "b", DTYPES, ndim=2)
@@ -353,9 +390,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
     if K == 0:
         return c.zero_()  # an empty sum; relu(0) = gelu(0) = 0
     act = activation or ""
-    if tma is None:
-        tma = HOPPER and a.dtype != torch.float32 and M * N * K >= TUNE_FROM and tma_ok(a, b, c)
-    elif tma:
+    if tma:
         if a.dtype == torch.float32:
             raise TypeError("tma=True needs float16 or bfloat16 inputs, got float32")
         if not tma_ok(a, b, c):
@@ -363,7 +398,6 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
                              f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
         if not INTERPRET and not HOPPER:
             raise ValueError("tma=True needs a Hopper GPU or newer (compute capability 9.0)")
-    if tma:
         args = (a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
         if INTERPRET:  # a persistent grid of 3 programs, so the tile loop really loops
             tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
@@ -568,8 +602,8 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16), tiny_up_to: int = 
                 cases = {"torch.matmul": lambda: a @ b, "Triton (32 x 32 tiles)": lambda: matmul(a, b)}
             else:
                 cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
-                         "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b, tma=False),
-                         "Triton, TMA (autotuned)": lambda: matmul(a, b)}
+                         "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b),
+                         "Triton, TMA (autotuned)": lambda: matmul(a, b, tma=True)}
             if max(M, N, K) <= tiny_up_to:
                 cases["Triton, 16 x 16 tiles"] = lambda: matmul_tiny_tiles(a, b)
             times = {name: bench.measure(fn)[0] for name, fn in cases.items()}
@@ -665,7 +699,7 @@ def results() -> list:
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "order", "check", "bench"])
+    p = lesson_parser(__doc__, ["trace", "order", "ptx", "check", "bench"])
     p.add_argument("--sizes", type=int, nargs="+", metavar="N",
                    help="square sizes for the bench (default 512 ... 8192 and two MLP shapes on a GPU; 64 128 interpreted)")
     args = start(p, argv, trace, __file__, "Trace: matmul_kernel, program by program, round by round (interpreter)")
@@ -673,6 +707,9 @@ def main(argv=None) -> None:
         print("\n=== Why tiles, and the order of the tiles ===")
         reuse_table([(n, n, n) for n in (1024, 4096, 8192)])
         order_demo()
+    if "ptx" in args.sections:
+        print("\n=== Under the hood: the PTX of both kernels for an H100/H200 (sm_90), 128 x 128 x 64 tiles ===")
+        copy_instructions()
     if "check" in args.sections:
         print("\n=== Check: against float64 ===")
         check()

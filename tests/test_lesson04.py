@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from conftest import DEVICE, INTERPRET, run_trace
-from lesson04_matmul.main import (A4, B4, main, matmul, matmul_plan, matmul_tiny_tiles, reference, rel_error,
-                                  tile_order, tiles_loaded)
+from lesson04_matmul.main import (A4, B4, copy_instructions, main, matmul, matmul_plan, matmul_tiny_tiles,
+                                  reference, rel_error, tile_order, tiles_loaded)
 
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
 SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
@@ -125,3 +125,12 @@ def test_tma_refuses_what_it_cannot_address():
         matmul(a[:, :36].contiguous(), a.t()[:36].contiguous(), tma=True)  # rows of 36 halves: 72 bytes
     with pytest.raises(TypeError, match="float16 or bfloat16"):
         matmul(a.float(), a.float().t(), tma=True)
+
+
+def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
+    # Section 5's claim, checked in the compiled code for sm_90: Triton pipelines the pointer loads
+    # with per-thread asynchronous copies; the descriptor loads become TMA bulk copies.
+    pointers, descriptors = copy_instructions().values()
+    assert pointers["cp.async"] > 0 and pointers["cp.async.bulk.tensor"] == 0
+    assert descriptors["cp.async.bulk.tensor"] > 0 and descriptors["cp.async"] == 0
+    assert pointers["wgmma.mma_async"] > 0 and descriptors["wgmma.mma_async"] > 0
