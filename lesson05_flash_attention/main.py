@@ -382,6 +382,15 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 
 # %% [markdown]
 # ## 8. Timing: against PyTorch's scaled_dot_product_attention
+# SDPA's flash backend is FlashAttention-2; its default on an H200 is cuDNN's Hopper kernel. On the
+# H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.31-1.53x the first, and at 0.81-0.94x
+# (head_dim 64) and 0.66-0.79x (head_dim 128) of the second. The gap is overlap: cuDNN, like
+# FlashAttention-3, gives the TMA loads to producer warps and lets two consumer warpgroups take
+# turns, one running its exp2s while the other's matmuls run. Triton's spelling of that is
+# tl.range(..., warp_specialize=True); with triton 3.6 on the H200 it failed to compile for 4-warp
+# configurations and gained nothing for 8-warp ones (400 against 404 TFLOP/s at head_dim 64, 468
+# against 471 at 128; seq 4096, fp16, TMA loads). Read single timings with care: the same kernel,
+# timed minutes apart on this GPU, varied by 5-15% (cuBLAS too).
 
 
 # %%
