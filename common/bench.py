@@ -45,6 +45,26 @@ def measure(fn) -> tuple[float, float]:
     return kernel_time_ms(fn), time_ms(fn)
 
 
+def side_by_side(cases: dict, rounds: int = 3) -> dict:
+    """Kernel ms of each case in {name: fn}, for comparing them: the cases take turns, `rounds`
+    times over, and each gets the median of its turns. A GPU's clock drifts with its power and
+    temperature: the same kernel timed a minute apart differed by 5-15% on the H200 here. Taking
+    turns exposes every case to the same drift, so the ratios between them hold. (On the CPU:
+    the interpreter's wall clock, once each.)"""
+    if INTERPRET:
+        return {name: time_ms(fn) for name, fn in cases.items()}
+    from common.profile import kernel_time_ms
+
+    turns = {name: [] for name in cases}
+    for _ in range(rounds):
+        for name, fn in cases.items():
+            turns[name].append(kernel_time_ms(fn, repeat=7))
+    return {name: statistics.median(ms) for name, ms in turns.items()}
+
+
+SIDE_BY_SIDE_NOTE = "" if INTERPRET else (
+    " The implementations of each row group were timed in turns, 3 rounds, median (bench.side_by_side).")
+
 TIMING_NOTE = (
     "INTERPRETER: these times measure numpy on the CPU, not a GPU." if INTERPRET else
     "'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); "

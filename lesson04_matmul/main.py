@@ -606,14 +606,14 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16), tiny_up_to: int = 
                          "Triton, TMA (autotuned)": lambda: matmul(a, b, tma=True)}
             if max(M, N, K) <= tiny_up_to:
                 cases["Triton, 16 x 16 tiles"] = lambda: matmul_tiny_tiles(a, b)
-            times = {name: bench.measure(fn)[0] for name, fn in cases.items()}
+            times = bench.side_by_side(cases)
             base = next(iter(times.values()))
             for name, ms in times.items():
                 tf = bench.tflops(2 * M * N * K, ms)
                 rows.append((str(dtype)[6:], f"{M} x {N} x {K}", name, ms * 1e3, tf, 100 * base / ms,
                              bench.percent(tf, ceiling)))
     where = "torch.matmul on the CPU, 256^3" if INTERPRET else "cuBLAS, bf16, 8192^3"
-    title = (f"Timing: {stamp()}\n{bench.TIMING_NOTE} Matmul ceiling measured ({where}): "
+    title = (f"Timing: {stamp()}\n{bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE} Matmul ceiling measured ({where}): "
              f"{ceiling:.0f} TFLOP/s. TFLOP/s = 2MNK / kernel time.")
     return bench.print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s",
                                     "% of torch", "% of ceiling"], title=title)
@@ -622,12 +622,11 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16), tiny_up_to: int = 
 def bench_epilogue(n: int = 4096, dtype=torch.float16) -> bench.Table:
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    rows = []
-    for act in ("relu", "gelu"):
-        for name, fn in (("torch.matmul, then the activation", lambda: reference(a, b, act)),
-                         ("Triton, activation fused", lambda: matmul(a, b, act))):
-            ms = bench.measure(fn)[0]
-            rows.append((act, name, ms * 1e3, bench.tflops(2 * n**3, ms)))
+    cases = {(act, name): fn for act in ("relu", "gelu") for name, fn in (
+        ("torch.matmul, then the activation", lambda act=act: reference(a, b, act)),
+        ("Triton, activation fused", lambda act=act: matmul(a, b, act)))}
+    times = bench.side_by_side(cases)
+    rows = [(act, name, ms * 1e3, bench.tflops(2 * n**3, ms)) for (act, name), ms in times.items()]
     saved = 2 * n * n * a.element_size() / 1e6
     return bench.print_table(rows, ["activation", "implementation", "kernel µs", "TFLOP/s"],
                              title=f"Fused epilogue, {n}^3 {str(dtype)[6:]}: unfused, C is written, read back "
@@ -641,16 +640,15 @@ def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
     c = torch.empty(n, n, device=DEVICE, dtype=dtype)
     cfg = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64) if not INTERPRET else dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32)
     grid = (triton.cdiv(n, cfg["BLOCK_M"]) * triton.cdiv(n, cfg["BLOCK_N"]),)
-    rows = []
-    for group in (1, 8):
-        def fn():
-            matmul_kernel_grouped[grid](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                        c.stride(0), c.stride(1), **cfg, GROUP_M=group,
-                                        DOT_IN_FP32=INTERPRET and dtype == torch.bfloat16,
-                                        **({} if INTERPRET else dict(num_warps=8, num_stages=3)))
-        ms = bench.measure(fn)[0]
-        rows.append(("row-major" if group == 1 else f"grouped, GROUP_M = {group}", ms * 1e3,
-                     bench.tflops(2 * n**3, ms)))
+
+    def launch(group):
+        matmul_kernel_grouped[grid](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                    c.stride(0), c.stride(1), **cfg, GROUP_M=group,
+                                    DOT_IN_FP32=INTERPRET and dtype == torch.bfloat16,
+                                    **({} if INTERPRET else dict(num_warps=8, num_stages=3)))
+
+    times = bench.side_by_side({"row-major": lambda: launch(1), "grouped, GROUP_M = 8": lambda: launch(8)})
+    rows = [(name, ms * 1e3, bench.tflops(2 * n**3, ms)) for name, ms in times.items()]
     return bench.print_table(rows, ["order", "kernel µs", "TFLOP/s"],
                              title=f"Tile order, {n}^3 {str(dtype)[6:]}, {cfg['BLOCK_M']} x {cfg['BLOCK_N']} tiles")
 
@@ -677,7 +675,7 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
         cases = {"cuBLAS (torch.matmul)": lambda: a @ b, "tl.dot tiles, pointer loads (section 3)": tiles_kernel,
                  "+ TMA loads, one program per tile": lambda: tma(False),
                  "+ persistent: one program per SM": lambda: tma(True)}
-        times = {name: bench.measure(fn)[0] for name, fn in cases.items()}
+        times = bench.side_by_side(cases)
         base = times["cuBLAS (torch.matmul)"]
         for name, ms in times.items():
             rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms), 100 * base / ms))
@@ -701,7 +699,8 @@ def results() -> list:
 def main(argv=None) -> None:
     p = lesson_parser(__doc__, ["trace", "order", "ptx", "check", "bench"])
     p.add_argument("--sizes", type=int, nargs="+", metavar="N",
-                   help="square sizes for the bench (default 512 ... 8192 and two MLP shapes on a GPU; 64 128 interpreted)")
+                   help="square sizes for the bench (default 512 ... 8192 and two MLP shapes on a GPU; "
+                        "64 128 interpreted)")
     args = start(p, argv, trace, __file__, "Trace: matmul_kernel, program by program, round by round (interpreter)")
     if "order" in args.sections:
         print("\n=== Why tiles, and the order of the tiles ===")

@@ -345,7 +345,7 @@ def check() -> bench.Table:
                 err = (attention(q, k, v, causal).double() - ref).abs().max().item()
                 rows.append((str(dtype)[6:], f"{B} x {H} x {N} x {D}", causal, err))
     return bench.print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "max |error|"], floatfmt=".1e",
-                             title="Against float64 standard attention (float32 inputs multiply in full fp32, \"ieee\")")
+                             title='Against float64 standard attention (float32 inputs multiply in full fp32, "ieee")')
 
 
 # %% [markdown]
@@ -413,14 +413,15 @@ def bench_all(seqs, configs=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, 
                         cases["SDPA flash backend"] = lambda: sdpa_flash(q, k, v, causal)
                     if score_bytes(B, H, N, torch.float32) * 2 < (40 << 30) or INTERPRET:
                         cases["standard"] = lambda: attention_standard(q, k, v, causal)
-                    times = {name: bench.measure(fn)[0] for name, fn in cases.items()}
+                    times = bench.side_by_side(cases)
                     flops = 4 * B * H * N * N * D / (2 if causal else 1)
                     ref = times.get("SDPA flash backend", times["SDPA default"])
                     for name, ms in times.items():
                         rows.append((str(dtype)[6:], f"{B} x {H} x {D}", N, causal, name, ms * 1e3,
                                      bench.tflops(flops, ms), 100 * ref / ms))
-    title = (f"Timing: {stamp()}\n{bench.TIMING_NOTE} TFLOP/s = 4 B H seq^2 head_dim (half when causal) / "
-             "kernel time; '% of SDPA flash' compares with torch's flash backend (SDPA default on the CPU).")
+    title = (f"Timing: {stamp()}\n{bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE} TFLOP/s = 4 B H seq^2 head_dim "
+             "(half when causal) / kernel time; '% of SDPA flash' compares with torch's flash backend "
+             "(SDPA default on the CPU).")
     return bench.print_table(rows, ["dtype", "B x H x head_dim", "seq", "causal", "implementation", "kernel µs",
                                     "TFLOP/s", "% of SDPA flash"], title=title)
 

@@ -99,3 +99,19 @@ def test_results_refuse_the_interpreter(capsys):
 
     assert results.main([]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_side_by_side_takes_turns_and_keeps_the_median(monkeypatch):
+    # The GPU path, with a fake clock that drifts: every case must see each phase of the drift.
+    calls = []
+    drift = iter([1.0, 2.0, 1.1, 2.1, 5.0, 9.0])  # round 3 runs slow for both cases
+
+    def fake_kernel_time_ms(fn, repeat):
+        calls.append(fn())
+        return next(drift)
+
+    monkeypatch.setattr(bench, "INTERPRET", False)
+    monkeypatch.setattr(profile, "kernel_time_ms", fake_kernel_time_ms)
+    times = bench.side_by_side({"a": lambda: "a", "b": lambda: "b"}, rounds=3)
+    assert calls == ["a", "b"] * 3
+    assert times == {"a": 1.1, "b": 2.1}
