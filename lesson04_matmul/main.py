@@ -6,8 +6,9 @@ BLOCK_M x BLOCK_N tile of C and walks K in steps of BLOCK_K: each step loads a t
 tile of B once and uses every loaded number BLOCK_N (or BLOCK_M) times, in one tl.dot that runs
 on the tensor cores. An fp32 accumulator collects the steps; an activation can be applied to it
 before the store, for free (a fused epilogue). Then the GPU-specific part: the order in which
-programs run decides how much of A and B the L2 cache can share (grouped ordering), and the
-best block sizes depend on the shape and the GPU (autotuning).
+programs run decides how much of A and B the L2 cache can share (grouped ordering), the best
+block sizes depend on the shape and the GPU (autotuning), and Hopper has a copy engine (TMA) and
+rewards programs that stay resident (a persistent grid): section 5 measures what those bought.
 
 Run:   python lesson04_matmul/main.py            (all sections)
        python lesson04_matmul/main.py --help
@@ -231,6 +232,9 @@ def tiles_loaded(order: list, wave: int, k_tiles: int) -> int:
 # 64-256, 3-4 pipeline stages: num_stages is how many K tiles are in flight, loaded
 # asynchronously, while the tensor cores work on an earlier one). Under the interpreter there is
 # nothing to tune: one small configuration runs.
+# A caveat, measured: autotune times each configuration once, briefly, and a GPU's clock drifts
+# (5-15% on the H200 here). In RESULTS.md it chose 4 stages at 4096^3 fp16 and the table shows
+# 0.79x cuBLAS, while the same tile with 3 stages measured 0.97x in the next table of that run.
 
 
 # %%
@@ -269,9 +273,9 @@ _tuned_shapes: set = set()
 # 8192^3; TMA loads with one program per tile 86%; TMA with a persistent grid 95% and 92%. Triton's
 # pipeliner already turns the pointer loads above into asynchronous copies (cp.async: the PTX
 # counts printed by copy_instructions() below show it), so the copy engine alone did not pay, and
-# persistence only won back what it lost. matmul() keeps the
-# pointer kernels; matmul(..., tma=True) runs this one. On-device descriptors need a little
-# global scratch memory, which Triton asks for through the allocator set below.
+# persistence only won back what it lost. matmul() keeps the pointer kernels; matmul(..., tma=True)
+# runs this one. On-device descriptors need a little global scratch memory, which Triton asks for
+# through the allocator set below.
 
 
 # %%
