@@ -115,7 +115,7 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 #   head_dim 64 and 128, and 64 x 64 with 4 warps in a few causal cases; BLOCK_N = 128 lost
 #   everywhere (its 128 x 128 fp32 score tile takes twice the registers), and num_stages = 2 by
 #   9-19%. Loading K and V through Hopper's TMA engine (tensor descriptors, lesson 4's last
-#   section) gained 4% at head_dim 128 and lost 7% at 64: not worth a second code path here.
+#   section) gained 4% at head_dim 128 and lost 6% at 64: not worth a second code path here.
 
 
 # %%
@@ -225,7 +225,7 @@ def attention_kernel(
 
 
 # %%
-GPU_CONFIGS = [  # the winners of a sweep of 9 (tile, num_warps, num_stages) settings on the H200
+GPU_CONFIGS = [  # the winners of a sweep over tiles, num_warps and num_stages on the H200 (above)
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
 ]
