@@ -149,11 +149,11 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
 # %% [markdown]
 # ## 4. The launcher: checks, then the kernel that fits the row length
 # How many rows per program, how many warps, and where one pass stops paying were measured on an
-# H200 (fp32, M = 4096, kernel time). For short rows, small programs won: 2 rows of 256 on 2 warps
-# was the fastest of the 35 settings tried at N = 256. The one-pass kernel holds a whole row in
-# registers: up to 32K floats per row it runs at 96-97% of the copy bandwidth; at 64K it spills
-# and drops to 3.1 TB/s, still ahead of the online kernel (2.8 TB/s counted as 2MN: it reads
-# twice); beyond that the online kernel takes over.
+# H200 (fp32, M = 4096, kernel time, a one-off sweep of BLOCK_M x num_warps). For short rows,
+# small programs won: 2 rows of 256 on 2 warps was the fastest at N = 256. The one-pass kernel
+# holds a whole row in registers: up to 32K floats per row it runs at 96-97% of the copy
+# bandwidth (RESULTS.md); at 64K it spills and drops to 3.1 TB/s, still ahead of the online kernel
+# (2.8 TB/s counted as 2MN: it reads twice); beyond that the online kernel takes over.
 
 
 # %%

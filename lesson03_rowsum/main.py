@@ -74,7 +74,7 @@ def row_sum_kernel(
 
 # %% [markdown]
 # ## 2. The launcher: tile sizes, and whether to split rows
-# The tile settings come from a sweep on an H200 (RESULTS.md): tiles of up to 4096 columns, short
+# The tile settings come from a one-off sweep on an H200: tiles of up to 4096 columns, short
 # rows packed until a program holds about 2048 elements, about 8-16 elements per thread.
 
 

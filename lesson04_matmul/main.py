@@ -176,8 +176,8 @@ def matmul_kernel(
 # GROUP_M tile rows together makes a wave cover a squarer block of C: fewer A and B tiles per
 # wave, more of them shared through the L2 cache. Whether that shows up as time depends on the
 # GPU, its L2 and the tile: bench_order() times both orders. On the H200 at 8192^3 with 128 x 256
-# tiles they came within 1% of each other in RESULTS.md (an earlier run had grouped 5% slower):
-# the textbook gain did not show there. The kernel maps its 1-D pid:
+# tiles they came within 1% of each other in RESULTS.md: the textbook gain did not show there.
+# The kernel maps its 1-D pid:
 
 
 # %%
@@ -307,7 +307,7 @@ def matmul_kernel_tma(
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
 
 
-TMA_CONFIGS = [  # from a sweep on the H200: 128 x 256 won at 4096^3 and 8192^3, 256 x 128 once in bf16
+TMA_CONFIGS = [  # the large tiles of GPU_CONFIGS, each with one program per tile and persistent
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "PERSISTENT": persistent},
                   num_stages=stages, num_warps=8)
     for persistent in (False, True) for bm, bn, stages in ((128, 256, 3), (256, 128, 3), (128, 128, 4))

@@ -106,16 +106,16 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 #   tensor-core flops, and an H200 SM does about 4096 of those per clock: 16 scores per clock, while
 #   its special-function units manage 16 exp2 per clock. So every instruction per score counts:
 #   the unmasked blocks fold the scale into one multiply-add, and only the last or diagonal block
-#   pays for masks (on the loads too). Measured on the H200 (seq 4096): 3-4% from the fused
-#   multiply-add at head_dim 64.
+#   pays for masks (on the loads too). In a one-off comparison on the H200 the multiply-add was a
+#   few percent faster at head_dim 64 than a multiply, then a subtract.
 # - Block sizes: BLOCK_M query rows share each K/V block loaded, so bigger is better until the
 #   registers run out (the 128 x 64 fp32 score tile and the 128 x HEAD_DIM accumulator live in
 #   registers); num_stages = 3 keeps the next K/V blocks loading while the tensor cores work.
-#   Sweeping on the H200 (seq 4096, fp16/bf16): BLOCK_M = 128, BLOCK_N = 64 with 8 warps won at
-#   head_dim 64 and 128, and 64 x 64 with 4 warps in a few causal cases; BLOCK_N = 128 lost
-#   everywhere (its 128 x 128 fp32 score tile takes twice the registers), and num_stages = 2 by
-#   9-19%. Loading K and V through Hopper's TMA engine (tensor descriptors, lesson 4's last
-#   section) gained 4% at head_dim 128 and lost 6% at 64: not worth a second code path here.
+#   bench_configs() (section 8, RESULTS.md) times the candidates side by side: on the H200,
+#   128 x 64 with 8 warps and 64 x 64 with 4 warps came out on top; BLOCK_N = 128 (its 128 x 128
+#   fp32 score tile takes twice the registers) and num_stages = 2 did not. Loading K and V
+#   through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was, in a one-off
+#   comparison, a few percent faster at head_dim 128 and slower at 64: not worth a second path.
 
 
 # %%
@@ -381,16 +381,49 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 
 
 # %% [markdown]
-# ## 8. Timing: against PyTorch's scaled_dot_product_attention
-# SDPA's flash backend is FlashAttention-2; its default on an H200 is cuDNN's Hopper kernel. On the
-# H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.31-1.53x the first, and at 0.81-0.94x
-# (head_dim 64) and 0.66-0.79x (head_dim 128) of the second. The gap is overlap: cuDNN, like
-# FlashAttention-3, gives the TMA loads to producer warps and lets two consumer warpgroups take
-# turns, one running its exp2s while the other's matmuls run. Triton's spelling of that is
-# tl.range(..., warp_specialize=True); with triton 3.6 on the H200 it failed to compile for 4-warp
-# configurations and gained nothing for 8-warp ones (400 against 404 TFLOP/s at head_dim 64, 468
-# against 471 at 128; seq 4096, fp16, TMA loads). Read single timings with care: the same kernel,
-# timed minutes apart on this GPU, varied by 5-15% (cuBLAS too).
+# ## 8. Timing: the block sizes, then against PyTorch's scaled_dot_product_attention
+# First the autotuner's job done by hand: every candidate configuration, timed side by side.
+# Then the comparison. SDPA's flash backend is FlashAttention-2; its default on an H200 is
+# cuDNN's Hopper kernel. On the H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.31-1.53x
+# the first, and at 0.81-0.94x (head_dim 64) and 0.66-0.79x (head_dim 128) of the second. The gap
+# is overlap: cuDNN, like FlashAttention-3, gives the loads to producer warps and lets two
+# consumer warpgroups take turns, one running its exp2s while the other's matmuls run. Triton's
+# spelling of that is tl.range(..., warp_specialize=True); with triton 3.6 on the H200, in a
+# one-off try, it failed to compile for 4-warp configurations and changed nothing measurable for
+# 8-warp ones. Read single timings with care: a GPU's clock drifts (lesson 4's RESULTS.md has
+# cuBLAS at 769 and at 709 TFLOP/s on the same 4096^3 problem, minutes apart), which is why the
+# implementations here are timed in turns (bench.side_by_side).
+
+
+# %%
+SWEEP = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
+         (128, 32, 4, 3)]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
+
+
+def bench_configs(seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 128)),
+                  dtype=torch.float16) -> bench.Table:
+    rows = []
+    for B, H, D in shapes:
+        q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
+        o = torch.empty_like(q)
+        strides = (*q.stride(), *k.stride(), *v.stride(), *o.stride())
+        for causal in (False, True):
+            def launch(BLOCK_M, BLOCK_N, num_warps, num_stages):
+                attention_kernel[(triton.cdiv(seq, BLOCK_M), B * H)](
+                    q, k, v, o, 1.0 / math.sqrt(D), H, seq, *strides, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                    CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)
+
+            times = bench.side_by_side({cfg: (lambda cfg=cfg: launch(*cfg)) for cfg in configs})
+            flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
+            best = min(times.values())
+            for (bm, bn, warps, stages), ms in times.items():
+                rows.append((D, causal, f"{bm} x {bn}", warps, stages, ms * 1e3, bench.tflops(flops, ms),
+                             100 * best / ms))
+    return bench.print_table(rows, ["head_dim", "causal", "BLOCK_M x BLOCK_N", "num_warps", "num_stages",
+                                    "kernel µs", "TFLOP/s", "% of best"],
+                             title=f"Block sizes, seq {seq}, {str(dtype)[6:]}, batch x heads = "
+                                   f"{' and '.join(f'{B} x {H}' for B, H, _ in shapes)}{bench.SIDE_BY_SIDE_NOTE}"
+                                   + (f"\n{bench.TIMING_NOTE}" if INTERPRET else ""))
 
 
 # %%
@@ -428,13 +461,13 @@ def bench_all(seqs, configs=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, 
 
 def results() -> list:
     """What common/results.py writes to RESULTS.md (on a GPU)."""
-    return [(bench_all([512, 1024, 2048, 4096, 8192, 16384]), None),
+    return [(bench_configs(), None), (bench_all([512, 1024, 2048, 4096, 8192, 16384]), None),
             (memory_table([1024, 4096, 8192, 16384, 32768]), None), (check(), None)]
 
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "memory", "check", "bench"])
+    p = lesson_parser(__doc__, ["trace", "memory", "check", "configs", "bench"])
     p.add_argument("--seqs", type=int, nargs="+", metavar="N",
                    help="sequence lengths for the bench (default 512 ... 16384 on a GPU, 64 128 interpreted)")
     args = start(p, argv, trace, __file__, "Trace: online softmax, then attention_kernel block by block (interpreter)")
@@ -444,6 +477,12 @@ def main(argv=None) -> None:
     if "check" in args.sections:
         print("\n=== Check: against float64 standard attention ===")
         check()
+    if "configs" in args.sections:
+        print("\n=== Block sizes, side by side ===")
+        if INTERPRET:  # the interpreter ignores num_warps and num_stages: two tiles on a small problem
+            bench_configs(64, configs=[(16, 16, 4, 3), (32, 16, 4, 3)], shapes=((1, 2, 64),), dtype=torch.float32)
+        else:
+            bench_configs()
     if "bench" in args.sections:
         print("\n=== Timing ===")
         if INTERPRET:

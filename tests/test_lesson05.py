@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from conftest import DEVICE, run_trace
-from lesson05_flash_attention.main import attention, attention_standard, main, memory_table, score_bytes
+from lesson05_flash_attention.main import (attention, attention_standard, bench_configs, main, memory_table,
+                                           score_bytes)
 
 TOL = {torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}  # float32: full-precision dots
 SHAPES = [(1, 1, 1, 16), (2, 3, 50, 32), (1, 2, 129, 64), (2, 1, 100, 128), (1, 1, 17, 64)]  # B, H, seq, D
@@ -100,3 +101,10 @@ def test_script_sections(capsys):
     main(["--sections", "bench", "--seqs", "32"])
     out = capsys.readouterr().out
     assert "Triton flash" in out and "TFLOP/s" in out
+
+
+def test_bench_configs_ranks_every_candidate():
+    table = bench_configs(32, configs=[(16, 16, 4, 3), (32, 16, 4, 3)], shapes=((1, 1, 16),), dtype=torch.float32)
+    assert len(table.rows) == 4  # 2 configurations x (causal, not causal)
+    best = table.column("% of best")
+    assert max(best[:2]) == 100.0 and max(best[2:]) == 100.0 and min(best) > 0
