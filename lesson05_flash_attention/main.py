@@ -111,9 +111,9 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 # - Block sizes: BLOCK_M query rows share each K/V block loaded, so bigger is better until the
 #   registers run out (the 128 x 64 fp32 score tile and the 128 x HEAD_DIM accumulator live in
 #   registers); num_stages = 3 keeps the next K/V blocks loading while the tensor cores work.
-#   bench_configs() (section 8, RESULTS.md) times the candidates side by side: on the H200,
-#   128 x 64 with 8 warps and 64 x 64 with 4 warps came out on top; BLOCK_N = 128 (its 128 x 128
-#   fp32 score tile takes twice the registers) and num_stages = 2 did not. Loading K and V
+#   In a one-off sweep on the H200, 128 x 64 with 8 warps and 64 x 64 with 4 warps came out on
+#   top; BLOCK_N = 128 (its 128 x 128 fp32 score tile takes twice the registers) and num_stages = 2
+#   did not. bench_configs() (section 8) repeats that sweep, side by side, on any GPU. Loading K and V
 #   through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was, in a one-off
 #   comparison, a few percent faster at head_dim 128 and slower at 64: not worth a second path.
 
