@@ -565,7 +565,7 @@ def check() -> bench.Table:
         ref = a.double() @ b.double()
         for precision in ("tf32", "ieee"):
             rows.append(("float32", f"384^3, {precision}", "-", rel_error(matmul(a, b, precision=precision), ref)))
-        for dtype in (torch.float16, torch.bfloat16):  # the TMA kernel, with ragged edges on every side
+        for dtype in (torch.float16, torch.bfloat16) if HOPPER else ():  # TMA, ragged edges on every side
             a = torch.randn(1000, 1000, device=DEVICE, dtype=dtype)
             b = torch.randn(1000, 1032, device=DEVICE, dtype=dtype)
             for act in ACTIVATIONS:
@@ -606,8 +606,9 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16), tiny_up_to: int = 
                 cases = {"torch.matmul": lambda: a @ b, "Triton (32 x 32 tiles)": lambda: matmul(a, b)}
             else:
                 cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
-                         "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b),
-                         "Triton, TMA (autotuned)": lambda: matmul(a, b, tma=True)}
+                         "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b)}
+                if HOPPER:
+                    cases["Triton, TMA (autotuned)"] = lambda: matmul(a, b, tma=True)
             if max(M, N, K) <= tiny_up_to:
                 cases["Triton, 16 x 16 tiles"] = lambda: matmul_tiny_tiles(a, b)
             times = bench.side_by_side(cases)
@@ -695,8 +696,8 @@ GPU_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 40
 def results() -> list:
     """What common/results.py writes to RESULTS.md (on a GPU)."""
     timing = bench_all(GPU_SHAPES)
-    return [(timing, None), (bench_steps(), None), (bench_epilogue(), None), (bench_order(), None),
-            (check(), None)]
+    steps = [(bench_steps(), None)] if HOPPER else []  # TMA needs Hopper (sm_90) or newer
+    return [(timing, None), *steps, (bench_epilogue(), None), (bench_order(), None), (check(), None)]
 
 
 # %% The script
@@ -723,7 +724,7 @@ def main(argv=None) -> None:
         else:
             shapes = [(64, 64, 64), (128, 128, 128)] if INTERPRET else GPU_SHAPES
         bench_all(shapes, tiny_up_to=max(max(s) for s in shapes) if INTERPRET else 4096)
-        if not INTERPRET:  # TMA is a GPU engine; the interpreter only imitates it (the tests use that)
+        if HOPPER:  # TMA is a Hopper engine; the interpreter only imitates it (the tests use that)
             bench_steps()
         bench_epilogue(128 if INTERPRET else 4096)
         bench_order(128 if INTERPRET else 8192)
