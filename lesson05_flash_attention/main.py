@@ -113,8 +113,8 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 #   registers); num_stages = 3 keeps the next K/V blocks loading while the tensor cores work.
 #   In a one-off sweep on the H200, 128 x 64 with 8 warps and 64 x 64 with 4 warps came out on
 #   top; BLOCK_N = 128 (its 128 x 128 fp32 score tile takes twice the registers) and num_stages = 2
-#   did not. bench_configs() (section 8) repeats that sweep, side by side, on any GPU. Loading K and V
-#   through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was, in a one-off
+#   did not. bench_configs() (section 8) repeats that sweep, side by side, on any GPU. Loading K
+#   and V through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was, in a one-off
 #   comparison, a few percent faster at head_dim 128 and slower at 64: not worth a second path.
 
 
@@ -230,6 +230,7 @@ GPU_CONFIGS = [  # the winners of a sweep over tiles, num_warps and num_stages o
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
 ]
 SMALL_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, num_warps=4, num_stages=3)
+INTERPRETER_CONFIG = dict(BLOCK_M=16, BLOCK_N=16)
 TUNE_FROM = 2**30  # B * H * seq^2 * head_dim below which tuning costs more than it saves (the tests)
 if not INTERPRET:
     attention_kernel_tuned = triton.autotune(GPU_CONFIGS, key=["N", "HEAD_DIM", "CAUSAL"])(attention_kernel)
@@ -264,16 +265,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    if INTERPRET:
-        BLOCK = 16
-        attention_kernel[(triton.cdiv(N, BLOCK), B * H)](
-            q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, BLOCK_M=BLOCK, BLOCK_N=BLOCK, CAUSAL=causal,
-            DOT_IN_FP32=q.dtype == torch.bfloat16, PRECISION=precision)
-        return o
-
-    if B * H * N * N * D < TUNE_FROM:
-        attention_kernel[(triton.cdiv(N, SMALL_CONFIG["BLOCK_M"]), B * H)](
-            q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision, **SMALL_CONFIG)
+    if INTERPRET or B * H * N * N * D < TUNE_FROM:  # one fixed configuration, no tuning
+        cfg = INTERPRETER_CONFIG if INTERPRET else SMALL_CONFIG
+        attention_kernel[(triton.cdiv(N, cfg["BLOCK_M"]), B * H)](
+            q, k, v, o, sm_scale, H, N, *strides, HEAD_DIM=D, CAUSAL=causal, PRECISION=precision,
+            DOT_IN_FP32=INTERPRET and q.dtype == torch.bfloat16, **cfg)
         return o
 
     def grid(meta):
