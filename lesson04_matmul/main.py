@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from common import bench
 from common.cli import lesson_parser, start
@@ -176,7 +177,7 @@ def matmul_kernel(
 # GROUP_M tile rows together makes a wave cover a squarer block of C: fewer A and B tiles per
 # wave, more of them shared through the L2 cache. Whether that shows up as time depends on the
 # GPU, its L2 and the tile: bench_order() times both orders. On the H200 at 8192^3 with 128 x 256
-# tiles they came within 1% of each other in RESULTS.md: the textbook gain did not show there.
+# tiles, grouped order was 9% faster in RESULTS.md (1517 against 1660 µs).
 # The kernel maps its 1-D pid:
 
 
@@ -232,9 +233,12 @@ def tiles_loaded(order: list, wave: int, k_tiles: int) -> int:
 # 64-256, 3-4 pipeline stages: num_stages is how many K tiles are in flight, loaded
 # asynchronously, while the tensor cores work on an earlier one). Under the interpreter there is
 # nothing to tune: one small configuration runs.
-# A caveat, measured: autotune times each configuration once, briefly, and a GPU's clock drifts
-# (5-15% on the H200 here). In RESULTS.md it chose 4 stages at 4096^3 fp16 and the table shows
-# 0.79x cuBLAS, while the same tile with 3 stages measured 0.97x in the next table of that run.
+# A caveat: autotune times each configuration once, briefly (do_bench, about 0.1 s), one after
+# the other, while a GPU's clock drifts with its power and temperature (the same kernel timed a
+# minute apart differed by 5-15% on the H200 here). Configurations within a few percent of each
+# other (on the H200: 128 x 256 tiles with 3 or 4 stages) can swap places from one run to the
+# next; that costs little. The timing tables do not trust one-shot timings: they time the
+# implementations in turns (bench.side_by_side), so drift cannot favour one of them.
 
 
 # %%
@@ -251,6 +255,7 @@ GPU_CONFIGS = [
 INTERPRETER_CONFIG = {"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4}
 SMALL_CONFIG = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=32, GROUP_M=8, num_warps=4, num_stages=3)
 TUNE_FROM = 512**3  # M * N * K below which tuning costs more than it can save: SMALL_CONFIG runs
+TMA_FROM = 2048**3  # from here on the TMA kernel of section 5 is as fast or faster (RESULTS.md)
 
 if not INTERPRET:
     matmul_kernel_tuned = triton.autotune(GPU_CONFIGS, key=["M", "N", "K"])(matmul_kernel_grouped)
@@ -258,42 +263,46 @@ _tuned_shapes: set = set()
 
 
 # %% [markdown]
-# ## 5. Hopper's TMA engine and a persistent grid: the tools, and what they bought here
+# ## 5. Hopper's TMA engine and a persistent grid
 # cuBLAS on Hopper feeds its tensor cores with two things the kernels above do not use:
 # - TMA (the tensor memory accelerator). A tensor descriptor holds a matrix's base, shape, strides
 #   and tile shape; desc.load([row, col]) asks the copy engine for a whole tile. One thread issues
 #   it, the hardware computes every address, fills what falls outside the shape with zeros (no
 #   masks), and lands the tile in shared memory already in the swizzled layout the tensor cores
-#   read. The rules: the last stride is 1, the other strides and the base are multiples of 16 bytes.
+#   read; desc.store clips at the edges. The rules: the last stride is 1, the other strides and
+#   the base are multiples of 16 bytes. The host builds the descriptors (TensorDescriptor) and
+#   passes them as arguments, so programs start with them ready.
 # - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
-#   tile_id, tile_id + 132, ... . With flatten=True the compiler pipelines across the tile
-#   boundary: the next tile's first loads overlap this tile's epilogue and store.
-# What they bought on the H200 with Triton 3.6 (RESULTS.md, "What each step bought": one tile,
-# 128 x 256 x 64, 3 stages, 8 warps): pointer loads reached 97% of cuBLAS at 4096^3 and 92% at
-# 8192^3; TMA loads with one program per tile 86%; TMA with a persistent grid 95% and 92%. Triton's
-# pipeliner already turns the pointer loads above into asynchronous copies (cp.async: the PTX
-# counts printed by copy_instructions() below show it), so the copy engine alone did not pay, and
-# persistence only won back what it lost. matmul() keeps the pointer kernels; matmul(..., tma=True)
-# runs this one. On-device descriptors need a little global scratch memory, which Triton asks for
-# through the allocator set below.
+#   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with
+#   flatten=True the compiler pipelines across the tile boundary: the next tile's first loads are
+#   in flight while this tile's epilogue computes and stores.
+# Triton's pipeliner already turns the pointer loads of section 3 into asynchronous copies
+# (cp.async: the PTX counts printed by copy_instructions() below show it), so the gains here are
+# the last few percent. bench_steps() times each step side by side; on the H200, fp16, one tile
+# of 128 x 256 x 64 (RESULTS.md, "What each step bought"), as % of cuBLAS at 4096^3 and 8192^3:
+# pointer loads 95.8 and 97.5; TMA loads and stores 96.8 and 99.3; persistent 97.9 and 100.5;
+# flatten 99.2 and 100.0. The autotuned kernel reached 98-100% of cuBLAS at 2048^3-8192^3 in fp16
+# and bf16, where the pointer kernels reached 95-99%. Below 2048^3 the pointer kernels were faster
+# (at 1024^3, 84% against 66% of cuBLAS): matmul() runs this kernel from TMA_FROM = 2048^3 up,
+# wherever it can (a Hopper GPU, float16 or bfloat16, rows that TMA can address).
+# An aside on the descriptors: tl.make_tensor_descriptor builds them inside the kernel instead; in
+# a one-off comparison on the H200 that cost about 10% with one program per tile (each program
+# builds its own, through global memory), so this kernel takes them from the host.
 
 
 # %%
 @triton.jit
 def matmul_kernel_tma(
-    a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride_cm,
+    a_desc, b_desc, c_desc, M, N, K,    # tensor descriptors of A, B, C (tile shapes: below)
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
-    PERSISTENT: tl.constexpr,       # False: one program per tile; True: one per SM, looping
+    FLATTEN: tl.constexpr,              # pipeline across tiles (a persistent grid)
     ACTIVATION: tl.constexpr = "",
     DOT_IN_FP32: tl.constexpr = False,  # the interpreter's bf16 trap, as in tile_k_loop
 ):
-    a_desc = tl.make_tensor_descriptor(a_ptr, [M, K], [stride_am, 1], [BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, [K, N], [stride_bk, 1], [BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, [M, N], [stride_cm, 1], [BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    # Not persistent: the grid has one program per tile and this loop runs once.
-    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=PERSISTENT):
+    # A grid of one program per tile runs this loop once; a smaller grid makes it persistent.
+    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
         pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for step in range(0, tl.cdiv(K, BLOCK_K)):
@@ -304,18 +313,30 @@ def matmul_kernel_tma(
                 b = b.to(tl.float32)
             acc = tl.dot(a, b, acc)
         acc = activate(acc, ACTIVATION)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_ptr.dtype.element_ty))  # clipped at the edges
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
 
 
-TMA_CONFIGS = [  # the large tiles of GPU_CONFIGS, each with one program per tile and persistent
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "PERSISTENT": persistent},
-                  num_stages=stages, num_warps=8)
-    for persistent in (False, True) for bm, bn, stages in ((128, 256, 3), (256, 128, 3), (128, 128, 4))
+def tma_descriptors(a, b, c, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64):
+    """The descriptors of A, B and C, with the tile shapes the kernel loads and stores."""
+    return (TensorDescriptor.from_tensor(a, [BLOCK_M, BLOCK_K]), TensorDescriptor.from_tensor(b, [BLOCK_K, BLOCK_N]),
+            TensorDescriptor.from_tensor(c, [BLOCK_M, BLOCK_N]))
+
+
+def tile_shapes_hook(nargs):
+    """Autotune pre-hook: before each configuration runs, its tile shape goes into the descriptors."""
+    BM, BN, BK = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [BM, BK]
+    nargs["b_desc"].block_shape = [BK, BN]
+    nargs["c_desc"].block_shape = [BM, BN]
+
+
+TMA_CONFIGS = [  # the large tiles of GPU_CONFIGS, persistent (bench_steps: it beat one program per tile)
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True},
+                  num_stages=stages, num_warps=8, pre_hook=tile_shapes_hook)
+    for bm, bn, stages in ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 4))
 ]
 if not INTERPRET:
     matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"])(matmul_kernel_tma)
-    # scratch memory for the descriptors the kernel builds (128 bytes each)
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(size, device=DEVICE, dtype=torch.int8))
 
 
 HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
@@ -343,15 +364,17 @@ def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
              "DOT_IN_FP32": "constexpr", "INPUT_PRECISION": "constexpr"},
             dict(stride_ak=1, stride_bn=1, stride_cn=1, **tile, DOT_IN_FP32=False, INPUT_PRECISION="tf32")),
         "matmul_kernel_tma (descriptors)": (
-            {**ptrs, "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32", **dict.fromkeys(tile, "constexpr"),
-             "PERSISTENT": "constexpr", "DOT_IN_FP32": "constexpr"},
-            dict(**tile, PERSISTENT=True, DOT_IN_FP32=False)),
+            {"a_desc": f"tensordesc<fp16[{BM},{BK}]>", "b_desc": f"tensordesc<fp16[{BK},{BN}]>",
+             "c_desc": f"tensordesc<fp16[{BM},{BN}]>", "M": "i32", "N": "i32", "K": "i32",
+             **dict.fromkeys(tile, "constexpr"), "FLATTEN": "constexpr", "DOT_IN_FP32": "constexpr"},
+            dict(**tile, FLATTEN=True, DOT_IN_FP32=False)),
     }
     counts = {}
     for name, (signature, constexprs) in kernels.items():
+        aligned = [arg for arg in ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")
+                   if arg in signature]
         code = ptx.compile_kernel("lesson04_matmul.main", name.split()[0], signature, constexprs,
-                                  divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk",
-                                                   "stride_cm"), num_warps=8)["ptx"]
+                                  divisible_by_16=aligned, num_warps=8)["ptx"]
         counts[name] = {"cp.async": len(re.findall(r"cp\.async\.c[ag]", code)),
                         "cp.async.bulk.tensor": code.count("cp.async.bulk.tensor"),
                         "wgmma.mma_async": code.count("wgmma.mma_async")}
@@ -365,13 +388,15 @@ def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
 
 # %%
 def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
-           precision: str = "tf32", tma: bool = False) -> torch.Tensor:
+           precision: str = "tf32", tma: bool | None = None) -> torch.Tensor:
     """C = activation(a @ b) for 2-D a (M, K) and b (K, N): float16, bfloat16 or float32, any
     strides; fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu"
     (tanh form). precision (float32 inputs on a GPU): "tf32", the tensor cores' 10-bit-mantissa
     mode (fast, about 1e-3 relative error), or "ieee" (exact fp32 arithmetic, several times slower).
-    tma=True runs matmul_kernel_tma (section 5) instead: float16/bfloat16, rows contiguous and
-    16-byte aligned, a Hopper GPU (or the interpreter).
+    tma: None picks matmul_kernel_tma (section 5) wherever it can run: a Hopper GPU, float16 or
+    bfloat16, rows contiguous and 16-byte aligned, M * N * K >= TMA_FROM; the pointer
+    kernels elsewhere. True insists on it (an error says why it cannot; the interpreter runs it
+    too), False keeps the pointer kernels.
     """
     check_tensor(a, "a", DTYPES, ndim=2)
     check_tensor(b, "b", DTYPES, ndim=2)
@@ -394,6 +419,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
     if K == 0:
         return c.zero_()  # an empty sum; relu(0) = gelu(0) = 0
     act = activation or ""
+    if tma is None:  # section 5's kernel where it can run and pays (RESULTS.md); the pointer kernels elsewhere
+        tma = HOPPER and a.dtype != torch.float32 and tma_ok(a, b, c) and M * N * K >= TMA_FROM
     if tma:
         if a.dtype == torch.float32:
             raise TypeError("tma=True needs float16 or bfloat16 inputs, got float32")
@@ -402,18 +429,19 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
                              f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
         if not INTERPRET and not HOPPER:
             raise ValueError("tma=True needs a Hopper GPU or newer (compute capability 9.0)")
-        args = (a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0))
         if INTERPRET:  # a persistent grid of 3 programs, so the tile loop really loops
-            tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
-            matmul_kernel_tma[(min(3, tiles),)](*args, **INTERPRETER_CONFIG, PERSISTENT=True, ACTIVATION=act,
+            cfg = INTERPRETER_CONFIG
+            descriptors = tma_descriptors(a, b, c, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"])
+            tiles = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+            matmul_kernel_tma[(min(3, tiles),)](*descriptors, M, N, K, **cfg, FLATTEN=True, ACTIVATION=act,
                                                 DOT_IN_FP32=a.dtype == torch.bfloat16)
             return c
 
-        def grid(meta):
-            tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
-            return (min(sm_count(), tiles) if meta["PERSISTENT"] else tiles,)
+        def grid(meta):  # persistent: one program per SM (or per tile, if there are fewer)
+            return (min(sm_count(), triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])),)
 
-        return tuned_launch(matmul_kernel_tma_tuned, grid, args, dict(ACTIVATION=act), (M, N, K, a.dtype, "tma"), c)
+        return tuned_launch(matmul_kernel_tma_tuned, grid, (*tma_descriptors(a, b, c), M, N, K),
+                            dict(ACTIVATION=act), (M, N, K, a.dtype, "tma"), c)
     args = (a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
     if INTERPRET:
         cfg = INTERPRETER_CONFIG
@@ -606,9 +634,9 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16), tiny_up_to: int = 
                 cases = {"torch.matmul": lambda: a @ b, "Triton (32 x 32 tiles)": lambda: matmul(a, b)}
             else:
                 cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
-                         "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b)}
+                         "Triton, pointer loads (autotuned)": lambda: matmul(a, b, tma=False)}
                 if HOPPER:
-                    cases["Triton, TMA (autotuned)"] = lambda: matmul(a, b, tma=True)
+                    cases["Triton, TMA + persistent (autotuned)"] = lambda: matmul(a, b, tma=True)
             if max(M, N, K) <= tiny_up_to:
                 cases["Triton, 16 x 16 tiles"] = lambda: matmul_tiny_tiles(a, b)
             times = bench.side_by_side(cases)
@@ -665,28 +693,28 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
         a = torch.randn(n, n, device=DEVICE, dtype=dtype)
         b = torch.randn(n, n, device=DEVICE, dtype=dtype)
         c = torch.empty(n, n, device=DEVICE, dtype=dtype)
+        tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
         tiles = triton.cdiv(n, 128) * triton.cdiv(n, 256)
+        descriptors = tma_descriptors(a, b, c, 128, 256, 64)
 
-        def tma(persistent):
-            matmul_kernel_tma[(min(sm_count(), tiles) if persistent else tiles,)](
-                a, b, c, n, n, n, a.stride(0), b.stride(0), c.stride(0), BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
-                GROUP_M=8, PERSISTENT=persistent, num_stages=3, num_warps=8)
+        def tma(programs, flatten):
+            matmul_kernel_tma[(programs,)](*descriptors, n, n, n, **tile, FLATTEN=flatten)
 
-        def tiles_kernel():
+        def pointers():
             matmul_kernel_grouped[(tiles,)](a, b, c, n, n, n, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                            c.stride(0), c.stride(1), BLOCK_M=128, BLOCK_N=256, BLOCK_K=64,
-                                            GROUP_M=8, num_stages=3, num_warps=8)
+                                            c.stride(0), c.stride(1), **tile)
 
-        cases = {"cuBLAS (torch.matmul)": lambda: a @ b, "tl.dot tiles, pointer loads (section 3)": tiles_kernel,
-                 "+ TMA loads, one program per tile": lambda: tma(False),
-                 "+ persistent: one program per SM": lambda: tma(True)}
+        cases = {"cuBLAS (torch.matmul)": lambda: a @ b, "tl.dot tiles, pointer loads (section 3)": pointers,
+                 "+ TMA loads and stores, one program per tile": lambda: tma(tiles, False),
+                 "+ persistent: one program per SM": lambda: tma(min(sm_count(), tiles), False),
+                 "+ flatten: pipelined across tiles": lambda: tma(min(sm_count(), tiles), True)}
         times = bench.side_by_side(cases)
         base = times["cuBLAS (torch.matmul)"]
         for name, ms in times.items():
             rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms), 100 * base / ms))
     return bench.print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
                              title=f"What each step bought, {str(dtype)[6:]}, one tile: 128 x 256 x 64, 3 stages, "
-                                   "8 warps, grouped order")
+                                   f"8 warps, grouped order.{bench.SIDE_BY_SIDE_NOTE}")
 
 
 GPU_SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),

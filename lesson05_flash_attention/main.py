@@ -111,11 +111,12 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 # - Block sizes: BLOCK_M query rows share each K/V block loaded, so bigger is better until the
 #   registers run out (the 128 x 64 fp32 score tile and the 128 x HEAD_DIM accumulator live in
 #   registers); num_stages = 3 keeps the next K/V blocks loading while the tensor cores work.
-#   In a one-off sweep on the H200, 128 x 64 with 8 warps and 64 x 64 with 4 warps came out on
-#   top; BLOCK_N = 128 (its 128 x 128 fp32 score tile takes twice the registers) and num_stages = 2
-#   did not. bench_configs() (section 8) repeats that sweep, side by side, on any GPU. Loading K
-#   and V through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was, in a one-off
-#   comparison, a few percent faster at head_dim 128 and slower at 64: not worth a second path.
+#   bench_configs() (section 8) times the candidates side by side; on the H200 (RESULTS.md,
+#   "Block sizes", seq 4096) 64 x 64 with 4 warps and 128 x 64 with 8 warps came out on top,
+#   within 1-6% of each other. BLOCK_N = 128 (its fp32 score tile takes twice the registers) came
+#   within 1-5% at head_dim 128 and lost 16-24% at head_dim 64; 2 stages lost 8-34%.
+#   Loading K and V through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was,
+#   in one-off comparisons on the H200, within 2% either way: not worth a second path.
 
 
 # %%
@@ -380,15 +381,18 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 # ## 8. Timing: the block sizes, then against PyTorch's scaled_dot_product_attention
 # First the autotuner's job done by hand: every candidate configuration, timed side by side.
 # Then the comparison. SDPA's flash backend is FlashAttention-2; its default on an H200 is
-# cuDNN's Hopper kernel. On the H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.31-1.53x
-# the first, and at 0.81-0.94x (head_dim 64) and 0.66-0.79x (head_dim 128) of the second. The gap
+# cuDNN's Hopper kernel. On the H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.40-1.60x
+# the first, and at 0.93-0.99x (head_dim 64) and 0.75-0.81x (head_dim 128) of the second. The gap
 # is overlap: cuDNN, like FlashAttention-3, gives the loads to producer warps and lets two
 # consumer warpgroups take turns, one running its exp2s while the other's matmuls run. Triton's
 # spelling of that is tl.range(..., warp_specialize=True); with triton 3.6 on the H200, in a
 # one-off try, it failed to compile for 4-warp configurations and changed nothing measurable for
-# 8-warp ones. Read single timings with care: a GPU's clock drifts (lesson 4's RESULTS.md has
-# cuBLAS at 769 and at 709 TFLOP/s on the same 4096^3 problem, minutes apart), which is why the
-# implementations here are timed in turns (bench.side_by_side).
+# 8-warp ones. Two other one-off tries did not close it: computing the next block's scores before
+# this block's softmax, by hand (0.75x cuDNN against 0.93x at head_dim 64, non-causal), and capping
+# registers at 128 so two programs share an SM (at head_dim 128 the tiles then spill to memory).
+# Read single timings with care: a GPU's clock drifts (the same kernel timed minutes apart
+# differed by 5-15% on the H200 here), which is why the implementations here are timed in turns
+# (bench.side_by_side).
 
 
 # %%

@@ -136,3 +136,15 @@ def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
     assert pointers["cp.async"] > 0 and pointers["cp.async.bulk.tensor"] == 0
     assert descriptors["cp.async.bulk.tensor"] > 0 and descriptors["cp.async"] == 0
     assert pointers["wgmma.mma_async"] > 0 and descriptors["wgmma.mma_async"] > 0
+
+
+@pytest.mark.skipif(INTERPRET or not HOPPER, reason="matmul() picks the TMA kernel on Hopper GPUs only")
+def test_matmul_picks_tma_where_it_can():
+    from common.profile import kernels_launched
+
+    a = torch.randn(2048, 2048, device=DEVICE, dtype=torch.float16)  # TMA_FROM: 2048^3
+    names = lambda fn: " ".join(name for name, _, _ in kernels_launched(fn))
+    assert "matmul_kernel_tma" in names(lambda: matmul(a, a))
+    assert "matmul_kernel_grouped" in names(lambda: matmul(a.t(), a))  # a column-major A: pointer loads
+    assert "matmul_kernel_grouped" in names(lambda: matmul(a[:1024], a[:, :1024]))  # smaller: pointer loads
+    assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOL[torch.float16]
