@@ -281,7 +281,7 @@ _tuned_shapes: set = set()
 # the last few percent. bench_steps() times each step side by side; on the H200, fp16, one tile
 # of 128 x 256 x 64 (RESULTS.md, "What each step bought"), as % of cuBLAS at 4096^3 and 8192^3:
 # pointer loads 95.8 and 97.5; TMA loads and stores 96.8 and 99.3; persistent 97.9 and 100.5;
-# flatten 99.2 and 100.0. The autotuned kernel reached 98-100% of cuBLAS at 2048^3-8192^3 in fp16
+# flatten 99.2 and 100.0. Autotuned, this kernel reached 98-100% of cuBLAS at 2048^3-8192^3 in fp16
 # and bf16, where the pointer kernels reached 95-99%. Below 2048^3 the pointer kernels were faster
 # (at 1024^3, 84% against 66% of cuBLAS): matmul() runs this kernel from TMA_FROM = 2048^3 up,
 # wherever it can (a Hopper GPU, float16 or bfloat16, rows that TMA can address).

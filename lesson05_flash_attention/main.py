@@ -385,11 +385,12 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 # the first, and at 0.93-0.99x (head_dim 64) and 0.75-0.81x (head_dim 128) of the second. The gap
 # is overlap: cuDNN, like FlashAttention-3, gives the loads to producer warps and lets two
 # consumer warpgroups take turns, one running its exp2s while the other's matmuls run. Triton's
-# spelling of that is tl.range(..., warp_specialize=True); with triton 3.6 on the H200, in a
-# one-off try, it failed to compile for 4-warp configurations and changed nothing measurable for
-# 8-warp ones. Two other one-off tries did not close it: computing the next block's scores before
-# this block's softmax, by hand (0.75x cuDNN against 0.93x at head_dim 64, non-causal), and capping
-# registers at 128 so two programs share an SM (at head_dim 128 the tiles then spill to memory).
+# spelling of that is tl.range(..., warp_specialize=True); with triton 3.6 on the H200, in
+# one-off tries, it failed to compile for 4-warp configurations and gained at most 3% for 8-warp
+# ones (with TMA loads; still 0.80x of cuDNN at head_dim 128). Two other one-off tries did not
+# close the gap either: computing the next block's scores before this block's softmax, by hand
+# (0.75x of cuDNN against 0.93x at head_dim 64, non-causal), and capping registers at 128 so two
+# programs share an SM (at head_dim 128 the tiles then spill to memory).
 # Read single timings with care: a GPU's clock drifts (the same kernel timed minutes apart
 # differed by 5-15% on the H200 here), which is why the implementations here are timed in turns
 # (bench.side_by_side).
