@@ -285,9 +285,10 @@ _tuned_shapes: set = set()
 # and bf16, where the pointer kernels reached 95-99%. Below 2048^3 the pointer kernels were faster
 # (at 1024^3, 84% against 66% of cuBLAS): matmul() runs this kernel from TMA_FROM = 2048^3 up,
 # wherever it can (a Hopper GPU, float16 or bfloat16, rows that TMA can address).
-# An aside on the descriptors: tl.make_tensor_descriptor builds them inside the kernel instead; in
-# a one-off comparison on the H200 that cost about 10% with one program per tile (each program
-# builds its own, through global memory), so this kernel takes them from the host.
+# An aside on the descriptors: tl.make_tensor_descriptor builds them inside the kernel instead;
+# then every program builds its own, through global memory, before its first load. In a one-off
+# comparison on the H200 that was slower with one program per tile, so this kernel takes them
+# from the host.
 
 
 # %%

@@ -113,8 +113,8 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 #   registers); num_stages = 3 keeps the next K/V blocks loading while the tensor cores work.
 #   bench_configs() (section 8) times the candidates side by side; on the H200 (RESULTS.md,
 #   "Block sizes", seq 4096) 64 x 64 with 4 warps and 128 x 64 with 8 warps came out on top,
-#   within 1-6% of each other. BLOCK_N = 128 (its fp32 score tile takes twice the registers) came
-#   within 1-5% at head_dim 128 and lost 16-24% at head_dim 64; 2 stages lost 8-34%.
+#   within 2-7% of each other. BLOCK_N = 128 (its fp32 score tile takes twice the registers) came
+#   within 2-6% of the best at head_dim 128 and lost 18-24% at head_dim 64; 2 stages lost 10-35%.
 #   Loading K and V through Hopper's TMA engine (tensor descriptors, lesson 4's section 5) was,
 #   in one-off comparisons on the H200, within 2% either way: not worth a second path.
 
@@ -123,9 +123,10 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 @triton.jit
 def attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd, stride_vn, stride_vd,
            qk_scale, lo, hi, BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-           DOT_IN_FP32: tl.constexpr, PRECISION: tl.constexpr, TRACE: tl.constexpr):
+           DOT_IN_FP32: tl.constexpr, PRECISION: tl.constexpr, TRACE: tl.constexpr,
+           WARP_SPECIALIZE: tl.constexpr = False):
     """Fold key/value blocks lo..hi into (acc, l_i, m_i)."""
-    for start_n in range(lo, hi, BLOCK_N):
+    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):  # (section 8)
         cols = start_n + tl.arange(0, BLOCK_N)
         # k^T as a [HEAD_DIM, BLOCK_N] tile: dims down, keys across (the strides do the transpose)
         kT_ptrs = k_base + dims[:, None] * stride_kd + cols[None, :] * stride_kn
@@ -181,6 +182,7 @@ def attention_kernel(
     CAUSAL: tl.constexpr, DOT_IN_FP32: tl.constexpr = False,
     PRECISION: tl.constexpr = "tf32",    # float32 inputs: the launcher asks for "ieee"
     TRACE: tl.constexpr = False,
+    WARP_SPECIALIZE: tl.constexpr = False,  # section 8: tried, not kept
 ):
     pid_m = tl.program_id(axis=0)          # which block of query rows
     pid_bh = tl.program_id(axis=1)         # which (batch, head)
@@ -207,7 +209,7 @@ def attention_kernel(
         show("program (query block, batch x head)", (pid_m, pid_bh), 0)
     acc, l_i, m_i = attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd,
                            stride_vn, stride_vd, qk_scale, 0, full_end,
-                           BLOCK_N, False, CAUSAL, DOT_IN_FP32, PRECISION, TRACE)
+                           BLOCK_N, False, CAUSAL, DOT_IN_FP32, PRECISION, TRACE, WARP_SPECIALIZE)
     acc, l_i, m_i = attend(acc, l_i, m_i, q, k_base, v_base, rows, dims, N, stride_kn, stride_kd,
                            stride_vn, stride_vd, qk_scale, full_end, masked_end,
                            BLOCK_N, True, CAUSAL, DOT_IN_FP32, PRECISION, TRACE)
@@ -381,16 +383,16 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 # ## 8. Timing: the block sizes, then against PyTorch's scaled_dot_product_attention
 # First the autotuner's job done by hand: every candidate configuration, timed side by side.
 # Then the comparison. SDPA's flash backend is FlashAttention-2; its default on an H200 is
-# cuDNN's Hopper kernel. On the H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.40-1.60x
-# the first, and at 0.93-0.99x (head_dim 64) and 0.75-0.81x (head_dim 128) of the second. The gap
+# cuDNN's Hopper kernel. On the H200 (RESULTS.md, seq 4096-16384) this kernel runs at 1.40-1.58x
+# the first, and at 0.92-0.99x (head_dim 64) and 0.74-0.81x (head_dim 128) of the second. The gap
 # is overlap: cuDNN, like FlashAttention-3, gives the loads to producer warps and lets two
 # consumer warpgroups take turns, one running its exp2s while the other's matmuls run. Triton's
-# spelling of that is tl.range(..., warp_specialize=True); with triton 3.6 on the H200, in
-# one-off tries, it failed to compile for 4-warp configurations and gained at most 3% for 8-warp
-# ones (with TMA loads; still 0.80x of cuDNN at head_dim 128). Two other one-off tries did not
-# close the gap either: computing the next block's scores before this block's softmax, by hand
-# (0.75x of cuDNN against 0.93x at head_dim 64, non-causal), and capping registers at 128 so two
-# programs share an SM (at head_dim 128 the tiles then spill to memory).
+# spelling of that is tl.range(..., warp_specialize=True), which attend() takes as WARP_SPECIALIZE.
+# With triton 3.6 on the H200 it fails to compile for 4-warp configurations, and for 8-warp ones
+# bench_configs() found no difference (RESULTS.md, "Block sizes": within 0.4% either way). Other
+# one-off tries did not close the gap either: TMA loads, warp specialization with TMA loads,
+# computing the next block's scores before this block's softmax by hand (slower), and capping
+# registers at 128 so two programs share an SM (at head_dim 128 the tiles then spill to memory).
 # Read single timings with care: a GPU's clock drifts (the same kernel timed minutes apart
 # differed by 5-15% on the H200 here), which is why the implementations here are timed in turns
 # (bench.side_by_side).
@@ -398,7 +400,8 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 
 # %%
 SWEEP = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
-         (128, 32, 4, 3)]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
+         (128, 32, 4, 3),  # (BLOCK_M, BLOCK_N, num_warps, num_stages[, warp_specialize])
+         (128, 64, 8, 3, True), (128, 128, 8, 3, True)]  # 4-warp ones fail to compile with triton 3.6
 
 
 def bench_configs(seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 128)),
@@ -409,19 +412,19 @@ def bench_configs(seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 1
         o = torch.empty_like(q)
         strides = (*q.stride(), *k.stride(), *v.stride(), *o.stride())
         for causal in (False, True):
-            def launch(BLOCK_M, BLOCK_N, num_warps, num_stages):
+            def launch(BLOCK_M, BLOCK_N, num_warps, num_stages, ws=False):
                 attention_kernel[(triton.cdiv(seq, BLOCK_M), B * H)](
                     q, k, v, o, 1.0 / math.sqrt(D), H, seq, *strides, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                    CAUSAL=causal, num_warps=num_warps, num_stages=num_stages)
+                    CAUSAL=causal, WARP_SPECIALIZE=ws, num_warps=num_warps, num_stages=num_stages)
 
             times = bench.side_by_side({cfg: (lambda cfg=cfg: launch(*cfg)) for cfg in configs})
             flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
             best = min(times.values())
-            for (bm, bn, warps, stages), ms in times.items():
-                rows.append((D, causal, f"{bm} x {bn}", warps, stages, ms * 1e3, bench.tflops(flops, ms),
-                             100 * best / ms))
+            for (bm, bn, warps, stages, *ws), ms in times.items():
+                rows.append((D, causal, f"{bm} x {bn}", warps, stages, "yes" if ws and ws[0] else "no", ms * 1e3,
+                             bench.tflops(flops, ms), 100 * best / ms))
     return bench.print_table(rows, ["head_dim", "causal", "BLOCK_M x BLOCK_N", "num_warps", "num_stages",
-                                    "kernel µs", "TFLOP/s", "% of best"],
+                                    "warp_specialize", "kernel µs", "TFLOP/s", "% of best"],
                              title=f"Block sizes, seq {seq}, {str(dtype)[6:]}, batch x heads = "
                                    f"{' and '.join(f'{B} x {H}' for B, H, _ in shapes)}{bench.SIDE_BY_SIDE_NOTE}"
                                    + (f"\n{bench.TIMING_NOTE}" if INTERPRET else ""))

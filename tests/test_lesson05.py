@@ -104,7 +104,9 @@ def test_script_sections(capsys):
 
 
 def test_bench_configs_ranks_every_candidate():
-    table = bench_configs(32, configs=[(16, 16, 4, 3), (32, 16, 4, 3)], shapes=((1, 1, 16),), dtype=torch.float32)
+    table = bench_configs(32, configs=[(16, 16, 4, 3), (32, 16, 4, 3, True)], shapes=((1, 1, 16),),
+                          dtype=torch.float32)
     assert len(table.rows) == 4  # 2 configurations x (causal, not causal)
+    assert table.column("warp_specialize") == ["no", "yes", "no", "yes"]
     best = table.column("% of best")
     assert max(best[:2]) == 100.0 and max(best[2:]) == 100.0 and min(best) > 0
