@@ -317,18 +317,22 @@ def matmul_kernel_tma(
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
 
 
+def tile_shapes(BLOCK_M, BLOCK_N, BLOCK_K):
+    """The tiles the kernel loads from A and B and stores to C."""
+    return [BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N], [BLOCK_M, BLOCK_N]
+
+
 def tma_descriptors(a, b, c, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64):
-    """The descriptors of A, B and C, with the tile shapes the kernel loads and stores."""
-    return (TensorDescriptor.from_tensor(a, [BLOCK_M, BLOCK_K]), TensorDescriptor.from_tensor(b, [BLOCK_K, BLOCK_N]),
-            TensorDescriptor.from_tensor(c, [BLOCK_M, BLOCK_N]))
+    """The descriptors of A, B and C (autotuned launches: the hook below sets each config's tiles)."""
+    shapes = tile_shapes(BLOCK_M, BLOCK_N, BLOCK_K)
+    return tuple(TensorDescriptor.from_tensor(t, shape) for t, shape in zip((a, b, c), shapes))
 
 
 def tile_shapes_hook(nargs):
-    """Autotune pre-hook: before each configuration runs, its tile shape goes into the descriptors."""
-    BM, BN, BK = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
-    nargs["a_desc"].block_shape = [BM, BK]
-    nargs["b_desc"].block_shape = [BK, BN]
-    nargs["c_desc"].block_shape = [BM, BN]
+    """Autotune pre-hook: before each configuration runs, its tile shapes go into the descriptors."""
+    shapes = tile_shapes(nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"])
+    for name, shape in zip(("a_desc", "b_desc", "c_desc"), shapes):
+        nargs[name].block_shape = shape
 
 
 TMA_CONFIGS = [  # the large tiles of GPU_CONFIGS, persistent (bench_steps: it beat one program per tile)

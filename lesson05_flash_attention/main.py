@@ -420,8 +420,10 @@ def bench_configs(seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 1
             times = bench.side_by_side({cfg: (lambda cfg=cfg: launch(*cfg)) for cfg in configs})
             flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
             best = min(times.values())
-            for (bm, bn, warps, stages, *ws), ms in times.items():
-                rows.append((D, causal, f"{bm} x {bn}", warps, stages, "yes" if ws and ws[0] else "no", ms * 1e3,
+            for cfg, ms in times.items():
+                bm, bn, warps, stages = cfg[:4]
+                ws = len(cfg) == 5 and cfg[4]  # the optional fifth entry
+                rows.append((D, causal, f"{bm} x {bn}", warps, stages, "yes" if ws else "no", ms * 1e3,
                              bench.tflops(flops, ms), 100 * best / ms))
     return bench.print_table(rows, ["head_dim", "causal", "BLOCK_M x BLOCK_N", "num_warps", "num_stages",
                                     "warp_specialize", "kernel µs", "TFLOP/s", "% of best"],
