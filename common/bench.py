@@ -6,6 +6,7 @@ each run, synchronises, warms up first (compilation and caches stay out of the n
 the L2 cache between runs (each run reads from HBM, as a real pipeline would) and reports the
 median of many runs. On the CPU there is no such thing: we time wall-clock, median of several.
 """
+import datetime
 import functools
 import statistics
 import time
@@ -14,11 +15,11 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
-from common.device import DEVICE, INTERPRET
+from common.device import DEVICE, INTERPRET, gpu_name
 
 
 def time_ms(fn, cpu_budget_s: float = 0.3) -> float:
-    """Median time of one call of fn(), in milliseconds."""
+    """Median time of one call of fn(), in milliseconds (do_bench's CUDA events on a GPU)."""
     if not INTERPRET:
         import triton.testing
 
@@ -33,6 +34,25 @@ def time_ms(fn, cpu_budget_s: float = 0.3) -> float:
     return statistics.median(times) * 1e3
 
 
+_L2_FLUSH = None
+
+
+def kernel_time_ms(fn, repeat: int = 20) -> float:
+    """GPU time of the kernels fn() launches, per call, in ms: the kernels' own start and end
+    timestamps (CUPTI, through the profiler), with the 60 MB L2 cache flushed between calls.
+
+    Unlike do_bench's events, this leaves out the host: when a kernel takes less time than
+    launching it (a few µs of work against 5-40 µs of Python and driver), events around the call
+    measure the launch; these timestamps still measure the kernel."""
+    from common.profile import kernels_launched
+
+    global _L2_FLUSH
+    if _L2_FLUSH is None:
+        _L2_FLUSH = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB
+    rows = kernels_launched(fn, repeat, between=_L2_FLUSH.bitwise_not_)  # a kernel fn never runs
+    return sum(us for name, _, us in rows if "bitwise_not" not in name) / repeat / 1e3
+
+
 def measure(fn) -> tuple[float, float]:
     """(kernel ms, ms with launch). On a GPU the first is the kernels' own time (profiler
     timestamps) and the second do_bench's; they part where launching costs more than the work.
@@ -40,21 +60,17 @@ def measure(fn) -> tuple[float, float]:
     if INTERPRET:
         ms = time_ms(fn)
         return ms, ms
-    from common.profile import kernel_time_ms
-
     return kernel_time_ms(fn), time_ms(fn)
 
 
 def side_by_side(cases: dict, rounds: int = 3) -> dict:
     """Kernel ms of each case in {name: fn}, for comparing them: the cases take turns, `rounds`
     times over, and each gets the median of its turns. A GPU's clock drifts with its power and
-    temperature: the same kernel timed a minute apart differed by 5-15% on the H200 here. Taking
-    turns exposes every case to the same drift, so the ratios between them hold. (On the CPU:
-    the interpreter's wall clock, once each.)"""
+    temperature, so one kernel timed minutes apart can differ by several percent; taking turns
+    exposes every case to the same drift, so the ratios between them hold. (On the CPU: the
+    interpreter's wall clock, once each.)"""
     if INTERPRET:
         return {name: time_ms(fn) for name, fn in cases.items()}
-    from common.profile import kernel_time_ms
-
     turns = {name: [] for name in cases}
     for _ in range(rounds):
         for name, fn in cases.items():
@@ -85,6 +101,9 @@ def percent(value: float, ceiling: float) -> float:
     return 100.0 * value / ceiling
 
 
+CEILINGS: dict = {}  # the machine's ceilings measured in this process, by name (the results stamp)
+
+
 @functools.cache
 def copy_bandwidth() -> float:
     """The machine's memory ceiling, measured: a large device-to-device copy, in GB/s.
@@ -96,16 +115,29 @@ def copy_bandwidth() -> float:
     src = torch.randn(n, device=DEVICE)
     dst = torch.empty_like(src)
     ms = time_ms(lambda: dst.copy_(src))
-    return gbps(2 * src.numel() * src.element_size(), ms)
+    bandwidth = gbps(2 * src.numel() * src.element_size(), ms)
+    CEILINGS["copy bandwidth (measured)"] = f"{bandwidth:.0f} GB/s"
+    return bandwidth
+
+
+def stamp() -> str:
+    """What every timing table names: the hardware, the versions, the date."""
+    import triton
+
+    return (f"{gpu_name()}, torch {torch.__version__}, triton {triton.__version__}, "
+            f"{datetime.date.today().isoformat()}")
 
 
 @dataclass
 class Table:
-    """A titled table: printed by the lessons, written to RESULTS.md by common/results.py."""
+    """A table with a heading and a note: printed by the lessons, written to RESULTS.md by
+    common/results.py (with a plot when `plot` holds common.results.plot's arguments)."""
     headers: list
     rows: list
     title: str = ""
+    note: str = ""
     floatfmt: str = ".1f"
+    plot: dict | None = None
 
     def markdown(self) -> str:
         return tabulate(self.rows, headers=self.headers, floatfmt=self.floatfmt, tablefmt="github")
@@ -115,7 +147,20 @@ class Table:
         return [row[i] for row in self.rows]
 
 
-def print_table(rows: list, headers: list, title: str = "", floatfmt: str = ".1f") -> Table:
-    table = Table(headers, [list(r) for r in rows], title, floatfmt)
-    print(f"{title}\n{table.markdown()}" if title else table.markdown())
+TABLES: list[Table] = []  # every titled table printed in this process, in order (the results pages)
+
+
+def print_table(rows: list, headers: list, title: str = "", note: str = "", floatfmt: str = ".1f",
+                plot: dict | None = None) -> Table:
+    table = Table(headers, [list(r) for r in rows], title, note, floatfmt, plot)
+    print("\n".join(part for part in (title, table.markdown(), note) if part))
+    if title:
+        TABLES.append(table)
     return table
+
+
+@functools.cache
+def compiled(fn):
+    """torch.compile(fn), made on first use: importing the compiler takes seconds, which a lesson
+    should not pay before it needs it. (Compilation itself happens at the first call per shape.)"""
+    return torch.compile(fn)

@@ -1,33 +1,67 @@
-"""The lessons' command line: which sections to run, the banner, and the trace.
+"""The lessons' command line: which sections to run and at what sizes, the banner, the trace.
 
-Every lesson takes --sections (and --help); the trace section runs under the interpreter, in a
-child process when this one drives a GPU.
+Every lesson takes --sections / --skip, --full and --help. Sizes come from one `SIZES` dict per
+lesson, {"cpu": ..., "gpu": ..., "full": ...}: small under the interpreter, a quick look on a GPU,
+and with --full the sweeps that `python -m common.results` writes to RESULTS.md.
 """
 import argparse
 import os
 import subprocess
 import sys
 
-from common.device import INTERPRET, banner
+import torch
+
+from common.device import INTERPRET, gpu_name
+
+
+def banner() -> str:
+    """One line: which mode runs, and what it means for the timings that follow."""
+    import triton
+
+    versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    if INTERPRET:
+        why = "TRITON_INTERPRET=1" if torch.cuda.is_available() else "no CUDA GPU"
+        return (f"Mode: {why} -> Triton interpreter on CPU tensors ({versions}). Kernels give "
+                "exact results; timings measure the interpreter (numpy), not a GPU.")
+    return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are real GPU timings."
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a size must be a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a size: it must be at least 1")
+    return value
 
 
 def lesson_parser(doc: str, sections: list) -> argparse.ArgumentParser:
-    """A parser with --sections; the lesson adds its own options (sizes, dtype ...)."""
+    """A parser with --sections, --skip and --full; the lesson adds its own options (sizes ...)."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])
     p.add_argument("--sections", nargs="+", default=sections, choices=sections,
                    help="what to run (default: all of them, in this order)")
+    p.add_argument("--skip", nargs="+", default=[], choices=sections, help="sections to leave out")
+    p.add_argument("--full", action="store_true",
+                   help="the full sweeps of RESULTS.md instead of a quick look (minutes on a GPU)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # a trace run by a GPU parent
     return p
 
 
-def start(parser: argparse.ArgumentParser, argv, trace, script: str, title: str) -> argparse.Namespace:
-    """Parse the arguments, print the banner, run the trace if it was asked for."""
+def start(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Parse the arguments and print the banner; the lesson runs its sections, the trace with
+    trace_section."""
     args = parser.parse_args(argv)
+    args.sections = [s for s in args.sections if s not in args.skip]
     if not args.child:
         print(banner())
-    if "trace" in args.sections:
-        trace_section(trace, script, args.child, title)
     return args
+
+
+def sizes(args: argparse.Namespace, table: dict):
+    """The lesson's sizes for this run: table["full"] with --full, else "cpu" or "gpu"."""
+    return table["full" if args.full else "cpu" if INTERPRET else "gpu"]
 
 
 def trace_section(trace, script: str, child: bool, title: str) -> None:

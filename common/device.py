@@ -26,31 +26,8 @@ INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-
-def _fix_interpreter_loops() -> None:
-    """Triton 3.6's interpreter turns a scalar into a Python int with int(array of shape (1,)),
-    which NumPy >= 2.4 refuses: every `for ... in range(0, N, BLOCK)` over a kernel argument N
-    fails. Triton 3.9 fixed it; do the same here for older versions."""
-    from triton.runtime import interpreter
-
-    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
-    if patch_tensor is None:
-        return
-
-    def patched(tensor, scope):
-        patch_tensor(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-    interpreter._patch_lang_tensor = patched
-
-
 if INTERPRET:
-    _fix_interpreter_loops()
-    # On a GPU, exp(1000) quietly gives inf and inf/inf NaN. The interpreter computes with numpy,
-    # which warns each time; the lessons show such values on purpose, so keep the output clean.
-    import warnings
-
-    warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning)
+    import common.interpreter  # noqa: F401  (what the interpreter needs here, before any kernel runs)
 
 
 @functools.cache
@@ -65,51 +42,7 @@ def gpu_name() -> str:
     return "CPU (Triton interpreter)" if INTERPRET else torch.cuda.get_device_name()
 
 
-def stamp() -> str:
-    """What every timing table names: the hardware, the versions, the date."""
-    import datetime
-
-    import triton
-
-    return (f"{gpu_name()}, torch {torch.__version__}, triton {triton.__version__}, "
-            f"{datetime.date.today().isoformat()}")
-
-
-def banner() -> str:
-    """One line: which mode runs, and what it means for the timings that follow."""
-    import triton
-
-    versions = f"torch {torch.__version__}, triton {triton.__version__}"
-    if INTERPRET:
-        why = "TRITON_INTERPRET=1" if torch.cuda.is_available() else "no CUDA GPU"
-        return (f"Mode: {why} -> Triton interpreter on CPU tensors ({versions}). Kernels give "
-                "exact results; timings measure the interpreter (numpy), not a GPU.")
-    return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are real GPU timings."
-
-
-def check_tensor(x, name: str, dtypes: tuple, ndim: int | None = None) -> None:
-    """Reject bad input with a message that names the problem, before any kernel sees it."""
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.device.type != DEVICE:
-        where = "the CPU (Triton interpreter)" if INTERPRET else "the GPU"
-        raise ValueError(f"{name} is on {x.device}, but kernels here run on {where}: "
-                         f"move it with {name}.to('{DEVICE}')")
-    if x.dtype not in dtypes:
-        names = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-        raise TypeError(f"{name} has dtype {str(x.dtype).replace('torch.', '')}; supported: {names}")
-    if ndim is not None and x.ndim != ndim:
-        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
-
-
-def check_same(a, b, names: str) -> None:
-    """Two tensors that a kernel reads side by side: same device, dtype and shape."""
-    for x, name in ((a, "first"), (b, "second")):
-        if not isinstance(x, torch.Tensor):
-            raise TypeError(f"{names}: the {name} argument must be a torch.Tensor, got {type(x).__name__}")
-    if a.device != b.device:
-        raise ValueError(f"{names}: tensors on different devices ({a.device} and {b.device})")
-    if a.dtype != b.dtype:
-        raise TypeError(f"{names}: different dtypes ({a.dtype} and {b.dtype}); cast one first")
-    if a.shape != b.shape:
-        raise ValueError(f"{names}: different shapes {tuple(a.shape)} and {tuple(b.shape)}")
+def interpretable(x: torch.Tensor) -> torch.Tensor:
+    """What a launcher hands its kernel: x itself, except bfloat16 under the interpreter, which
+    becomes float32 (the interpreter cannot compute on bf16: common/interpreter.py says why)."""
+    return x.float() if INTERPRET and x.dtype == torch.bfloat16 else x

@@ -63,23 +63,6 @@ def _quiet_stderr():
         os.close(devnull)
 
 
-_L2_FLUSH = None
-
-
-def kernel_time_ms(fn, repeat: int = 20) -> float:
-    """GPU time of the kernels fn() launches, per call, in ms: the kernels' own start and end
-    timestamps (CUPTI, through the profiler), with the 60 MB L2 cache flushed between calls.
-
-    Unlike do_bench's events, this leaves out the host: when a kernel takes less time than
-    launching it (a few µs of work against 5-40 µs of Python and driver), events around the call
-    measure the launch; these timestamps still measure the kernel."""
-    global _L2_FLUSH
-    if _L2_FLUSH is None:
-        _L2_FLUSH = torch.empty(64 << 20, dtype=torch.int32, device="cuda")  # 256 MB
-    rows = kernels_launched(fn, repeat, between=_L2_FLUSH.bitwise_not_)  # a kernel fn never runs
-    return sum(us for name, _, us in rows if "bitwise_not" not in name) / repeat / 1e3
-
-
 def short(name: str, width: int = 72) -> str:
     """Kernel names are C++ templates hundreds of characters long. Keep the kernel's own name and
     the functors or lambdas in its template arguments, which say what it computes:

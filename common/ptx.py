@@ -27,15 +27,23 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
     a kernel is launched, Triton checks this for every pointer and integer argument and compiles a
     specialised version; here we choose).
     """
-    job = dict(module=module, kernel=kernel, signature=signature, constexprs=constexprs,
-               divisible_by_16=list(divisible_by_16), arch=arch, num_warps=num_warps)
+    return compile_kernels([dict(module=module, kernel=kernel, signature=signature, constexprs=constexprs,
+                                 divisible_by_16=divisible_by_16, arch=arch, num_warps=num_warps)])[0]
+
+
+def compile_kernels(jobs: list) -> list:
+    """Several compilations at once, each job a dict of compile_kernel's arguments (one child
+    process for all of them under the interpreter: starting one takes seconds)."""
+    jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4), **job) for job in jobs]
+    for job in jobs:
+        job["divisible_by_16"] = list(job["divisible_by_16"])
     if not INTERPRET:
-        return _compile(job)
+        return [_compile(job) for job in jobs]
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "common.ptx"], input=json.dumps(job), env=env,
+    out = subprocess.run([sys.executable, "-m", "common.ptx"], input=json.dumps(jobs), env=env,
                          cwd=ROOT, capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"compiling {module}.{kernel} failed:\n{out.stderr}")
+        raise RuntimeError(f"compiling {', '.join(job['kernel'] for job in jobs)} failed:\n{out.stderr}")
     return json.loads(out.stdout)
 
 
@@ -69,4 +77,4 @@ def access_bits(op: str) -> int:
 
 
 if __name__ == "__main__":  # the child process of compile_kernel
-    print(json.dumps(_compile(json.load(sys.stdin))))
+    print(json.dumps([_compile(job) for job in json.load(sys.stdin)]))

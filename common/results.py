@@ -5,10 +5,12 @@
 
 Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take
 the others down); a failure is reported at the end and the other lessons still get written.
-A lesson provides `results() -> list of (Table, plot or None)` (and may provide `ceilings()`, more
-measured ceilings for the stamp); this file turns that into a page:
-a stamp (GPU, driver, CUDA, torch, triton, date, the measured ceilings), the tables, and a plot
-of throughput against size with the ceiling drawn in, when matplotlib is installed.
+The child runs the lesson's own command line with `--full --skip trace`, so a results page holds
+exactly the tables a learner can print with --full, and turns them into a page: a stamp (GPU,
+driver, CUDA, torch, triton, date, the ceilings measured on the way), each titled table with its
+note, and a plot of throughput against size, ceiling drawn in, where a table asks for one (with
+matplotlib installed). Without a GPU, `print_recorded` shows a lesson's page beside the
+interpreter's timings.
 """
 import datetime
 import importlib
@@ -17,6 +19,7 @@ import subprocess
 import sys
 import time
 
+from common import bench
 from common.bench import Table
 from common.device import INTERPRET, ROOT
 
@@ -76,25 +79,24 @@ def plot(table: Table, path: str, x: str, y: str, series: list, ceiling: float |
     return True
 
 
-def write_results(folder: str, title: str, stamp: dict, sections: list) -> str:
+def write_results(folder: str, title: str, stamp: dict, tables: list) -> str:
     """Write folder/RESULTS.md (and results_N.png plots); return the markdown.
 
-    sections: (Table, plot) pairs; plot is None or a dict of `plot`'s keyword arguments.
+    tables: titled Tables; a table's `plot` (None or a dict of `plot`'s keyword arguments) draws it.
     """
     lines = [f"# {title}", "",
              "Measured by `python -m common.results` (see the README). Every number below comes from",
              "this run, on this machine:", "",
              "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
              "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
-    for i, (table, plot_args) in enumerate(sections):
-        heading, _, rest = table.title.strip().partition("\n")
-        lines += [f"## {heading}" if heading else "## Table", ""]
-        if rest:
-            lines += [rest, ""]
-        if plot_args:
+    for i, table in enumerate(tables):
+        lines += [f"## {table.title}", ""]
+        if table.note:
+            lines += [table.note, ""]
+        if table.plot:
             name = f"results_{i + 1}.png"
-            if plot(table, os.path.join(folder, name), **plot_args):
-                lines += [f"![{heading}]({name})", ""]
+            if plot(table, os.path.join(folder, name), **table.plot):
+                lines += [f"![{table.title}]({name})", ""]
         lines += [table.markdown(), ""]
     text = "\n".join(lines)
     with open(os.path.join(folder, "RESULTS.md"), "w") as f:
@@ -103,15 +105,40 @@ def write_results(folder: str, title: str, stamp: dict, sections: list) -> str:
 
 
 def run_lesson(name: str) -> None:
-    """In the child process: the lesson's benchmarks, then its page."""
-    from common import bench
-
+    """In the child process: the lesson's full run (every section but the trace), then its page."""
     module = importlib.import_module(f"{name}.main")
-    sections = module.results()
-    ceilings = {"copy bandwidth (measured)": f"{bench.copy_bandwidth():.0f} GB/s"}
-    ceilings.update(getattr(module, "ceilings", dict)())
+    module.main(["--full", "--skip", "trace"])
+    bench.copy_bandwidth()  # in the stamp of every page
     title = module.__doc__.splitlines()[0].split(".")[0] + ": results on a real GPU"
-    write_results(os.path.join(ROOT, name), title, machine_stamp(ceilings), sections)
+    write_results(os.path.join(ROOT, name), title, machine_stamp(bench.CEILINGS), bench.TABLES)
+
+
+def print_recorded(script: str, heading: str, keep=None) -> None:
+    """Print the first table of this lesson's RESULTS.md whose heading starts with `heading`,
+    with the page's stamp: real GPU numbers beside the interpreter's. keep(row) -> bool, where
+    row maps column names to cell text, picks rows; None keeps them all."""
+    path = os.path.join(os.path.dirname(os.path.abspath(script)), "RESULTS.md")
+    if not os.path.exists(path):
+        print(f"(no {os.path.relpath(path, ROOT)} yet: `python -m common.results` writes it on a GPU)")
+        return
+    lines = open(path).read().splitlines()
+    stamp = [line for line in lines if line.startswith("|")][:3]  # the stamp: header, rule, values
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"## {heading}")), None)
+    if start is None:
+        print(f"(no table '{heading}' in {os.path.relpath(path, ROOT)})")
+        return
+    table = []
+    for line in lines[start + 1:]:
+        if line.startswith("## "):
+            break
+        if line.startswith("|"):
+            table.append(line)
+    if keep is not None:
+        names = [cell.strip() for cell in table[0].strip("|").split("|")]
+        table = table[:2] + [line for line in table[2:]
+                             if keep(dict(zip(names, (cell.strip() for cell in line.strip("|").split("|")))))]
+    print(f"\nOn a real GPU ({os.path.relpath(path, ROOT)}: {lines[start][3:]}), measured on")
+    print("\n".join(stamp + [""] + table))
 
 
 def main(argv: list) -> int:

@@ -49,9 +49,5 @@ def _show(label, value, indent: int = 4):
     print(f"{pad}{label} = {text}")
 
 
-show = tl.constexpr(_show)
+show = tl.constexpr(_show)  # show(label, value, indent=4)
 
-
-def logged(label: str) -> list:
-    """Every value shown under `label`, in order (one per program that showed it)."""
-    return [v for name, v in LOG if name == label]

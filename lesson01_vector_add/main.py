@@ -18,7 +18,7 @@ import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, check_same, check_tensor, stamp
+from common.device import DEVICE, INTERPRET, interpretable
 
 import torch
 import torch.nn.functional as F
@@ -26,10 +26,14 @@ import triton
 import triton.language as tl
 
 from common import bench, profile, ptx
-from common.cli import lesson_parser, start
+from common.checks import check_tensors, dtype_name
+from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.results import print_recorded
 from common.trace import show
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SIZES = {"cpu": [2**12, 2**16], "gpu": [2**12, 2**20, 2**24, 2**26],  # the timing table's N
+         "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}
 
 # %% [markdown]
 # ## 1. The add kernel
@@ -63,42 +67,41 @@ def add_kernel(
     #    Masked-off lanes are not read; they get `other` instead.
     x = tl.load(x_ptr + offsets, mask=mask, other=0)
     y = tl.load(y_ptr + offsets, mask=mask, other=0)
-    # 5. Compute, on the whole block at once. In float32, then back to the output's dtype: Triton's
-    #    interpreter keeps bfloat16 as raw 16-bit integers and would add those (garbage). On a GPU
-    #    the casts are free in a memory-bound kernel, and the rounded sum is the same.
-    output = (x.to(tl.float32) + y.to(tl.float32)).to(output_ptr.dtype.element_ty)
+    # 5. Compute, on the whole block at once.
+    output = x + y
     if TRACE and BLOCK_SIZE <= 8:  # small enough to print whole
         show("x", x)
         show("y", y)
         show("output", output)
-    # 6. Store; masked-off lanes are not written.
+    # 6. Store; masked-off lanes are not written (the sum is rounded to the output's dtype here).
     tl.store(output_ptr + offsets, output, mask=mask)
 
 
-def prepare(x: torch.Tensor, name: str) -> torch.Tensor:
-    """Checks shared by the element-wise launchers; returns x as one dense block of memory.
+# The launcher: check the input, allocate the output, choose the grid, launch. One launch path for
+# both element-wise kernels of this lesson.
+def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
+    """Run an element-wise kernel over tensors of one shape: kernel(*inputs, output, N, BLOCK_SIZE).
 
-    The kernels walk memory with flat offsets 0..N-1, which is only right for a contiguous
-    tensor. A strided view (x[::2], x.t()) is copied into a contiguous one first: correct, at the
-    cost of one extra pass over memory.
+    The kernels walk memory with flat offsets 0..N-1, which is only right for a contiguous tensor,
+    so a strided view (x[::2], x.t()) is copied into a contiguous one first: correct, at the cost
+    of one extra pass over memory.
     """
-    check_tensor(x, name, FLOATS)
-    if x.numel() >= 2**31:  # offsets are 32-bit integers in the kernel
-        raise ValueError(f"{name} has {x.numel()} elements; this kernel's int32 offsets stop at 2**31")
-    return x.contiguous()
+    check_tensors(inputs, DTYPES, same_shape=True)
+    first = next(iter(inputs.values()))
+    if first.numel() >= 2**31:  # offsets are 32-bit integers in the kernel
+        raise ValueError(f"{first.numel()} elements: this kernel's int32 offsets stop at 2**31")
+    output = torch.empty_like(first, memory_format=torch.contiguous_format)
+    N = output.numel()
+    if N:
+        grid = (triton.cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
+        args = [interpretable(t.contiguous()) for t in inputs.values()]
+        kernel[grid](*args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+    return output
 
 
 def add(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """x + y, element-wise, for float32/float16/bfloat16 tensors of one shape on one device."""
-    check_same(x, y, "add(x, y)")
-    x, y = prepare(x, "x"), prepare(y, "y")
-    output = torch.empty_like(x)
-    N = output.numel()
-    if N == 0:
-        return output
-    grid = (triton.cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
-    add_kernel[grid](x, y, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
-    return output
+    return launch(add_kernel, {"x": x, "y": y}, BLOCK_SIZE, num_warps)
 
 
 # %% [markdown]
@@ -126,9 +129,8 @@ def gelu_torch(x):
     return F.gelu(x, approximate="tanh")
 
 
-# torch.compile traces gelu_naive, sees eight element-wise ops and generates ONE Triton kernel
-# for them (on the CPU, one C++ loop). Compilation happens at the first call for each shape.
-gelu_compiled = torch.compile(gelu_naive)
+# torch.compile traces gelu_naive, sees eight element-wise ops and generates ONE Triton kernel for
+# them (on the CPU, one C++ loop): bench.compiled(gelu_naive).
 
 
 @triton.jit
@@ -147,22 +149,19 @@ def gelu_tanh(x):
 
 @triton.jit
 def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
+    # The same six steps as add_kernel: only step 5 differs. The whole formula runs on numbers
+    # already in registers, so eight operators cost one read and one write of memory.
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
-    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)  # math in fp32
+    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)  # math in fp32, for every dtype
     y = gelu_tanh(x)
-    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)
+    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)  # back to the input's dtype
 
 
 def gelu(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """GELU (tanh approximation) in one pass: float32/float16/bfloat16, math in float32."""
-    x = prepare(x, "x")
-    y = torch.empty_like(x)
-    N = y.numel()
-    if N:
-        gelu_kernel[(triton.cdiv(N, BLOCK_SIZE),)](x, y, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
-    return y
+    return launch(gelu_kernel, {"x": x}, BLOCK_SIZE, num_warps)
 
 
 # %% [markdown]
@@ -171,7 +170,7 @@ def gelu(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.T
 
 
 # %%
-def trace() -> dict:
+def trace() -> None:
     """The worked examples of the source documents, printed from inside add_kernel."""
     x = torch.arange(1000, dtype=torch.float32, device=DEVICE)
     N, BLOCK_SIZE = x.numel(), 256
@@ -187,7 +186,7 @@ def trace() -> dict:
     b = torch.tensor([5.0, 6, 7, 8], device=DEVICE)
     c = torch.empty_like(a)
     add_kernel[(1,)](a, b, c, 4, BLOCK_SIZE=4, TRACE=True)
-    print(f"C = {c.tolist()}")
+    show("C", c, indent=0)
 
     threads = 4 * 32
     print(f"\nBLOCK_SIZE is data, num_warps is threads. With BLOCK_SIZE = {BLOCK_SIZE} and "
@@ -195,7 +194,6 @@ def trace() -> dict:
           f"each holding {BLOCK_SIZE // threads} elements;\nthe grid of {grid[0]} programs is "
           f"{grid[0] * threads} threads. The launcher's BLOCK_SIZE = 1024 gives 8 elements per "
           "thread\n(see the PTX section: two 16-byte loads per input per thread).")
-    return {"grid": grid, "result": c.tolist(), "full_sum_ok": bool(torch.equal(out, 2 * x))}
 
 
 # %% [markdown]
@@ -203,24 +201,27 @@ def trace() -> dict:
 
 
 # %%
-def check(sizes=(1, 7, 256, 1000, 1025, 65536 + 3)) -> list:
+def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
+    """Max error of add and gelu against PyTorch. add rounds the exact sum once, as torch does, so
+    it must match exactly (bfloat16 under the interpreter: one bf16 step, see below); gelu in
+    float16/bfloat16 is off by the output's rounding, 11 / 8 significant bits."""
+    step = {torch.float32: 1e-6, torch.float16: 2**-10, torch.bfloat16: 2**-7}  # one rounding step, relative
     rows = []
-    for dtype in FLOATS:
-        for n in sizes:
-            x = torch.randn(n, device=DEVICE, dtype=dtype)
-            y = torch.randn(n, device=DEVICE, dtype=dtype)
-            add_err = (add(x, y).float() - (x + y).float()).abs().max().item()
-            gelu_err = (gelu(x).float() - gelu_torch(x.float())).abs().max().item()
-            rows.append((str(dtype).replace("torch.", ""), n, add_err, gelu_err))
-    x = torch.randn(4096, device=DEVICE)[::2]  # a strided view: every other element
-    rows.append(("float32, x[::2]", x.numel(), (add(x, x) - 2 * x).abs().max().item(),
-                 (gelu(x) - gelu_torch(x)).abs().max().item()))
-    bench.print_table(rows, ["dtype", "N", "add: max |err| vs torch", "gelu: max |err| vs fp32 F.gelu"],
-                      floatfmt=".2e")
-    print("gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits. The interpreter\n"
-          "rounds float32 -> bfloat16 toward zero where a GPU rounds to nearest: bf16 results there can be\n"
-          "one bf16 step away from torch's (the add column); on a GPU they match exactly.")
-    return rows
+    cases = [(dtype, n, torch.randn(n, device=DEVICE, dtype=dtype)) for dtype in DTYPES for n in sizes]
+    cases.append(("float32, x[::2]", 2048, torch.randn(4096, device=DEVICE)[::2]))  # a strided view
+    for dtype, n, x in cases:
+        y = torch.randn_like(x)
+        add_err = (add(x, y).float() - (x + y).float()).abs().max().item()
+        add_ok = step[x.dtype] * (x.float() + y.float()).abs().max().item() if INTERPRET and x.dtype == torch.bfloat16 else 0
+        gelu_err = (gelu(x).float() - gelu_torch(x.float())).abs().max().item()
+        ok = add_err <= add_ok and gelu_err <= step[x.dtype] * max(1.0, x.abs().max().item())
+        rows.append((dtype if isinstance(dtype, str) else dtype_name(dtype), n, add_err, gelu_err, ok))
+    return bench.print_table(
+        rows, ["dtype", "N", "add: max |err| vs torch", "gelu: max |err| vs fp32 F.gelu", "ok"],
+        title="Check: add and gelu against PyTorch", floatfmt=".2e",
+        note="gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits. The interpreter "
+             "rounds float32 -> bfloat16 toward zero where a GPU rounds to nearest: bf16 sums there can be one "
+             "bf16 step away from torch's; on a GPU they match exactly.")
 
 
 # %% [markdown]
@@ -228,23 +229,24 @@ def check(sizes=(1, 7, 256, 1000, 1025, 65536 + 3)) -> list:
 
 
 # %%
-def fusion(n: int, use_compile: bool = True) -> list:
+def fusion(n: int = 1 << 20, use_compile: bool = True) -> list:
     x = torch.randn(n, device=DEVICE)
     impls = {"naive formula": gelu_naive, "F.gelu": gelu_torch, "Triton gelu": gelu}
     if use_compile:
-        impls["torch.compile(naive)"] = gelu_compiled
+        impls["torch.compile(naive)"] = bench.compiled(gelu_naive)
     tables = []
     for name, fn in impls.items():
         moved = NAIVE_TRAFFIC if name == "naive formula" else FUSED_TRAFFIC
-        title = (f"\n{name}: about {moved}N elements of memory traffic "
-                 f"({moved * n * 4 / 1e6:.1f} MB at N = {n}, float32)")
+        title = f"Kernels launched: {name}"
+        note = f"About {moved}N elements of memory traffic ({moved * n * 4 / 1e6:.1f} MB at N = {n}, float32)."
         if INTERPRET and fn is gelu:
-            print(title + "\n    (the interpreter runs it in numpy, out of the profiler's sight; on a GPU: 1 kernel)")
+            print(f"\n{title}\n{note} The interpreter runs it in numpy, out of the profiler's sight; on a GPU: 1 kernel.")
             continue
         rows = profile.kernels_launched(lambda: fn(x))
+        print()
         tables.append(bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
                                         ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
-                                        title=title))
+                                        title=title, note=note))
     return tables
 
 
@@ -258,9 +260,11 @@ def look_at_ptx(ir: str | None = None) -> dict:
            "BLOCK_SIZE": "constexpr", "TRACE": "constexpr"}
     consts = {"BLOCK_SIZE": 1024, "TRACE": False}
     pointers = ("x_ptr", "y_ptr", "output_ptr")  # torch allocations are 16-byte aligned
+    cases = {"N a multiple of 16": pointers + ("N",), "N not a multiple of 16": pointers}
+    compiled_asm = ptx.compile_kernels([dict(module="lesson01_vector_add.main", kernel="add_kernel", signature=sig,
+                                             constexprs=consts, divisible_by_16=div) for div in cases.values()])
     rows, found = [], {}
-    for label, div in [("N a multiple of 16", pointers + ("N",)), ("N not a multiple of 16", pointers)]:
-        asm = ptx.compile_kernel("lesson01_vector_add.main", "add_kernel", sig, consts, div)
+    for label, asm in zip(cases, compiled_asm):
         ops = ptx.memory_ops(asm["ptx"])
         found[label] = ops
         for op, count in sorted(ops.items()):
@@ -293,7 +297,7 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> bench.Tab
                  ("gelu", "naive formula", lambda: gelu_naive(x), 2),
                  ("gelu", "F.gelu", lambda: gelu_torch(x), 2)]
         if use_compile:
-            cases.append(("gelu", "torch.compile", lambda: gelu_compiled(x), 2))
+            cases.append(("gelu", "torch.compile", lambda: bench.compiled(gelu_naive)(x), 2))
         cases.append(("gelu", "Triton gelu", lambda: gelu(x), 2))
         baseline = {}  # PyTorch's own kernel for each op: x + y and F.gelu
         for op, name, fn, streams in cases:
@@ -305,11 +309,13 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> bench.Tab
                          ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling)])
         for row in rows[-len(cases):]:
             row.append(baseline[row[0]] / (row[3] * 1e-3))
-    title = (f"Timing, {str(dtype)[6:]}: {stamp()}\n{bench.TIMING_NOTE} Copy bandwidth measured: "
-             f"{ceiling:.0f} GB/s. GB/s (from the kernel time) counts the bytes a fused kernel must move "
-             "(add: 3 streams, gelu: 2), for every implementation alike.")
+    note = (f"{bench.stamp()}. {bench.TIMING_NOTE} Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the "
+            "kernel time) counts the bytes a fused kernel must move (add: 3 streams, gelu: 2), for every "
+            "implementation alike.")
     return bench.print_table(rows, ["op", "implementation", "N", "kernel µs", "µs with launch", "GB/s",
-                                    "% of copy", "x PyTorch"], title=title)
+                                    "% of copy", "x PyTorch"], title=f"Timing, {dtype_name(dtype)}", note=note,
+                             plot=dict(x="N", y="GB/s", series=["op", "implementation"], ceiling=ceiling,
+                                       ceiling_label="device copy (measured)"))
 
 
 def block_size_sweep(n: int = 1 << 26) -> bench.Table:
@@ -323,46 +329,44 @@ def block_size_sweep(n: int = 1 << 26) -> bench.Table:
             row.append(bench.time_ms(lambda: add(x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)) * 1e3)
         rows.append(row)
     return bench.print_table(rows, ["BLOCK_SIZE", "µs, num_warps 4", "num_warps 8", "num_warps 16"],
-                             title=f"BLOCK_SIZE against num_warps: Triton add, N = 2^{int(math.log2(n))} float32 "
-                                   f"(torch x + y: {torch_us:.1f} µs)\nElements per thread = BLOCK_SIZE / "
-                                   "(32 num_warps). The launchers use 1024 and 4.")
-
-
-def results() -> list:
-    """What common/results.py writes to RESULTS.md (on a GPU)."""
-    ceiling = bench.copy_bandwidth()
-    timing = bench_all([1 << k for k in (12, 16, 20, 24, 26, 28)])
-    sections = [(timing, dict(x="N", y="GB/s", series=["op", "implementation"], ceiling=ceiling,
-                              ceiling_label="device copy (measured)"))]
-    sections += [(t, None) for t in fusion(1 << 20)]
-    sections.append((block_size_sweep(), None))
-    return sections
+                             title="BLOCK_SIZE against num_warps",
+                             note=f"Triton add, N = 2^{int(math.log2(n))} float32 (torch x + y: {torch_us:.1f} µs). "
+                                  "Elements per thread = BLOCK_SIZE / (32 num_warps). The launchers use 1024 and 4.")
 
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "check", "fusion", "ptx", "bench"])
-    p.add_argument("--sizes", type=int, nargs="+", metavar="LOG2N",
-                   help="bench sizes as powers of two (default: 12 16 20 24 26 28 on a GPU, "
-                        "12 16 20 on the interpreter)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"],
+    p = lesson_parser(__doc__, ["trace", "check", "fusion", "ptx", "bench", "blocks"])
+    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                   help=f"bench sizes in elements (default {SIZES['cpu']} interpreted, {SIZES['gpu']} on a GPU, "
+                        f"{SIZES['full']} with --full)")
+    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
                    help="dtype for the bench (default float32)")
     p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
-    args = start(p, argv, trace, __file__, "Trace: add_kernel, program by program (interpreter)")
+    args = start(p, argv)
+    if "trace" in args.sections:
+        trace_section(trace, __file__, args.child, "Trace: add_kernel, program by program (interpreter)")
     if "check" in args.sections:
         print("\n=== Check: Triton against PyTorch ===")
         check()
     if "fusion" in args.sections:
         print("\n=== Fusion: kernels launched per GELU implementation ===")
-        fusion(1 << 20, use_compile=not args.no_compile)
+        fusion(use_compile=not args.no_compile)
     if "ptx" in args.sections:
         print("\n=== Under the hood: add_kernel's global loads and stores on sm_90 ===")
         look_at_ptx(args.ir)
     if "bench" in args.sections:
         print("\n=== Timing ===")
-        log2 = args.sizes or ([12, 16, 20] if INTERPRET else [12, 16, 20, 24, 26, 28])
-        bench_all([1 << k for k in log2], getattr(torch, args.dtype), use_compile=not args.no_compile)
+        bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), use_compile=not args.no_compile)
+        if INTERPRET:
+            print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("2^12", "2^20", "2^26"))
+    if "blocks" in args.sections:
+        print("\n=== BLOCK_SIZE against num_warps ===")
+        if INTERPRET:  # the interpreter ignores num_warps: only a GPU can answer this
+            print_recorded(__file__, "BLOCK_SIZE against num_warps")
+        else:
+            block_size_sweep(1 << 26 if args.full else 1 << 24)
 
 
 if __name__ == "__main__":

@@ -14,23 +14,26 @@ Without a CUDA GPU the kernels run under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson02_softmax/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import functools
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, check_tensor, stamp
+from common.device import DEVICE, INTERPRET
 
 import torch
 import triton
 import triton.language as tl
 
 from common import bench, profile
-from common.cli import lesson_parser, start
+from common.checks import check_tensors, dtype_name
+from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.results import print_recorded
 from common.trace import show
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SIZES = {"cpu": (16, [256, 1024, 4096]), "gpu": (4096, [256, 1024, 4096, 16384, 131072]),  # M, then N
+         "full": (4096, [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072])}
 
 # %% [markdown]
 # ## 1. Softmax step by step in PyTorch: five kernels, and what each moves
@@ -148,31 +151,25 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
 
 # %% [markdown]
 # ## 4. The launcher: checks, then the kernel that fits the row length
-# How many rows per program, how many warps, and where one pass stops paying were measured on an
-# H200 (fp32, M = 4096, kernel time, a one-off sweep of BLOCK_M x num_warps). For short rows,
-# small programs won: 2 rows of 256 on 2 warps was the fastest at N = 256. The one-pass kernel
-# holds a whole row in registers: up to 32K floats per row it runs at 96-97% of the copy
-# bandwidth (RESULTS.md); at 64K it spills and drops to 3.1 TB/s, still ahead of the online kernel
-# (2.8 TB/s counted as 2MN: it reads twice); beyond that the online kernel takes over.
+# The rule for the one-pass kernel: rows shorter than 1024 are packed into one program until it
+# holds 1024 elements, and every thread holds 32 of them (num_warps = BLOCK_M * BLOCK_N / 1024).
+# A sweep of BLOCK_M x num_warps on the H200 (float32, M = 4096, kernel time) found better
+# settings for four row lengths; they are kept in TUNED. The one-pass kernel holds a whole row in
+# registers; past 64K columns it would spill to memory, and the online kernel takes over
+# (RESULTS.md has both kernels at every length).
 
 
 # %%
-MAX_ONE_PASS_N = 65536  # longest row the one-pass kernel takes (measured)
+MAX_ONE_PASS_N = 65536  # the longest row the one-pass kernel takes
+TUNED = {256: (2, 2), 512: (1, 2), 2048: (2, 4), 65536: (1, 8)}  # BLOCK_N: (BLOCK_M, num_warps), H200 sweep
 
 
-@functools.cache  # runs on the host before every launch: memoised, it costs nothing
-def one_pass_config(N: int) -> tuple[int, int, int]:
-    """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel: the H200 sweeps' winners."""
+def one_pass_settings(N: int) -> tuple[int, int, int]:
+    """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel."""
     BLOCK_N = triton.next_power_of_2(N)
-    short_rows = {256: (2, 2), 512: (1, 2), 1024: (1, 1), 2048: (2, 4)}  # by kernel time
-    if BLOCK_N in short_rows:
-        BLOCK_M, num_warps = short_rows[BLOCK_N]
-        return BLOCK_M, BLOCK_N, num_warps
-    if BLOCK_N < 256:       # not swept: pack rows up to 512 elements, as at 256
-        return 512 // BLOCK_N, BLOCK_N, 2
-    if BLOCK_N <= 32768:    # one row per program, 32 elements per thread
-        return 1, BLOCK_N, max(4, BLOCK_N // 1024)
-    return 1, BLOCK_N, 8    # 64K: spills whatever the warps; 8 lost least
+    BLOCK_M = max(1, 1024 // BLOCK_N)
+    BLOCK_M, num_warps = TUNED.get(BLOCK_N, (BLOCK_M, min(32, BLOCK_M * BLOCK_N // 1024)))
+    return BLOCK_M, BLOCK_N, num_warps
 
 
 def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
@@ -180,7 +177,7 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
 
     long_rows: None picks the kernel by row length; True / False forces the online / one-pass one.
     """
-    check_tensor(x, "x", FLOATS, ndim=2)
+    check_tensors({"x": x}, DTYPES, ndim=2)
     M, N = x.shape
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
@@ -191,14 +188,13 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
         softmax_online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
                                     BLOCK_N=8192, num_warps=16)
     else:
-        BLOCK_M, BLOCK_N, num_warps = one_pass_config(N)
+        BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
         softmax_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
                                                    BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps)
     return y
 
 
-# torch.compile of the five-step version: it fuses them into one generated Triton kernel.
-softmax_compiled = torch.compile(softmax_naive)
+# bench.compiled(softmax_naive): torch.compile fuses the five steps into one generated Triton kernel.
 
 
 # %% [markdown]
@@ -216,14 +212,14 @@ def run_rows(rows: list, **flags) -> torch.Tensor:
     return y
 
 
-def trace() -> dict:
+def trace() -> None:
     torch.set_printoptions(precision=4, sci_mode=False)
     print("Row [1, 2, 3, 4, 5], N = 5 -> BLOCK_N = 8: three lanes padded with -inf")
-    y1 = run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
+    run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
 
     print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7).")
     print("  without subtracting the max (STABLE=False):")
-    y_unstable = run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
+    run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
     print("  with it: [1000, 1001, 1002] - 1002 = [-2, -1, 0]")
     y_stable = run_rows([[1000.0, 1001, 1002]], TRACE=True)
     print(f"  -> {y_stable[0].tolist()}: the softmax of [1, 2, 3] too; a constant shift cancels")
@@ -243,12 +239,8 @@ def trace() -> dict:
     x = torch.tensor([[1.0, 5, 2, 8, 3, 7, 4, 6, 0, 9]], device=DEVICE)
     y = torch.empty_like(x)
     softmax_online_kernel[(1,)](x, y, 10, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=4, TRACE=True)
-    ref = torch.softmax(x, dim=1)
     print(f"  final m = 9, l = {torch.exp(x - 9).sum().item():.4f}; same as the one-pass softmax: "
-          f"max |difference| = {(y - ref).abs().max().item():.1e}")
-    return {"row": y1[0].tolist(), "stable": y_stable[0].tolist(), "unstable": y_unstable[0].tolist(),
-            "pad_zero": y_zero[0].tolist(), "pad_inf": y_inf[0].tolist(), "online": y[0].tolist(),
-            "online_ref": ref[0].tolist()}
+          f"max |difference| = {(y - torch.softmax(x, dim=1)).abs().max().item():.1e}")
 
 
 # %% [markdown]
@@ -256,21 +248,23 @@ def trace() -> dict:
 
 
 # %%
-def check() -> list:
+def check() -> bench.Table:
+    """Max error against torch.softmax in float32. The outputs are at most 1, so the error is
+    absolute: float16 / bfloat16 round them to 11 / 8 significant bits."""
+    tolerance = {torch.float32: 1e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}
     rows = []
-    shapes = [(1, 1), (3, 5), (64, 1000), (7, 4097), (2, 40000)]
-    for dtype in FLOATS:
-        for M, N in shapes:
-            x = 5 * torch.randn(M, N, device=DEVICE, dtype=dtype)
-            ref = torch.softmax(x.float(), dim=1)
-            for long_rows in (False, True):
-                err = (softmax(x, long_rows=long_rows).float() - ref).abs().max().item()
-                rows.append((str(dtype)[6:], f"{M} x {N}", "online" if long_rows else "one pass", err))
-    x = 5 * torch.randn(300, 200, device=DEVICE)
-    rows.append(("float32", "x.t(): strided", "auto",
-                 (softmax(x.t()) - torch.softmax(x.t(), dim=1)).abs().max().item()))
-    bench.print_table(rows, ["dtype", "shape", "kernel", "max |err| vs fp32 torch"], floatfmt=".1e")
-    return rows
+    cases = [(dtype, 5 * torch.randn(M, N, device=DEVICE, dtype=dtype))
+             for dtype in DTYPES for M, N in [(1, 1), (3, 5), (64, 1000), (7, 4097), (2, 40000)]]
+    cases.append((torch.float32, (5 * torch.randn(300, 200, device=DEVICE)).t()))  # a strided view
+    for dtype, x in cases:
+        ref = torch.softmax(x.float(), dim=1)
+        for long_rows in (False, True):
+            err = (softmax(x, long_rows=long_rows).float() - ref).abs().max().item()
+            shape = f"{x.shape[0]} x {x.shape[1]}" + ("" if x.is_contiguous() else ", x.t()")
+            rows.append((dtype_name(dtype), shape, "online" if long_rows else "one pass", err,
+                         err <= tolerance[dtype]))
+    return bench.print_table(rows, ["dtype", "shape", "kernel", "max |err| vs fp32 torch", "ok"], floatfmt=".1e",
+                             title="Check: softmax against torch.softmax")
 
 
 # %% [markdown]
@@ -283,17 +277,18 @@ def fusion(M: int, N: int, use_compile: bool) -> list:
     moved = traffic(M, N)
     tables = [bench.print_table([(k, v / (M * N), v * 4 / 1e6) for k, v in moved.items()],
                                 ["implementation", "elements moved / MN", "MB (fp32)"],
-                                title=f"Memory traffic at M = {M}, N = {N}")]
+                                title=f"Memory traffic, M = {M}, N = {N}")]
     impls = {"naive (5 steps)": softmax_naive, "torch.softmax": lambda t: torch.softmax(t, dim=1)}
     if use_compile:
-        impls["torch.compile(naive)"] = softmax_compiled
+        impls["torch.compile(naive)"] = bench.compiled(softmax_naive)
     if not INTERPRET:
         impls["Triton softmax"] = softmax
     for name, fn in impls.items():
         rows = profile.kernels_launched(lambda: fn(x))
+        print()
         tables.append(bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
                                         ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
-                                        title=f"\nKernels launched: {name}, M = {M}, N = {N}"))
+                                        title=f"Kernels launched: {name}, M = {M}, N = {N}"))
     return tables
 
 
@@ -304,7 +299,7 @@ def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True
         x = torch.randn(M, N, device=DEVICE, dtype=dtype)
         cases = {"naive (5 steps)": lambda: softmax_naive(x), "torch.softmax": lambda: torch.softmax(x, dim=1)}
         if use_compile:
-            cases["torch.compile"] = lambda: softmax_compiled(x)
+            cases["torch.compile"] = lambda: bench.compiled(softmax_naive)(x)
         if N <= MAX_ONE_PASS_N:
             cases["Triton one pass"] = lambda: softmax(x, long_rows=False)
         if N >= 4096:
@@ -314,46 +309,42 @@ def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True
             bw = bench.gbps(2 * x.numel() * x.element_size(), ms)
             rows.append((N, name, ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling),
                          times["torch.softmax"][0] / ms))
-    title = (f"Timing, {str(dtype)[6:]}, M = {M}: {stamp()}\n{bench.TIMING_NOTE} Copy bandwidth measured: "
-             f"{ceiling:.0f} GB/s. GB/s (from the kernel time) counts one read and one write of x (2MN "
-             f"elements) for every implementation. softmax() picks one pass up to N = {MAX_ONE_PASS_N}, online above.")
+    note = (f"{bench.stamp()}. {bench.TIMING_NOTE} Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the "
+            f"kernel time) counts one read and one write of x (2MN elements) for every implementation. softmax() "
+            f"picks one pass up to N = {MAX_ONE_PASS_N}, online above.")
     return bench.print_table(rows, ["N", "implementation", "kernel µs", "µs with launch", "GB/s", "% of copy",
-                                    "x torch.softmax"], title=title)
-
-
-def results() -> list:
-    """What common/results.py writes to RESULTS.md (on a GPU)."""
-    ceiling = bench.copy_bandwidth()
-    plot_args = dict(x="N", y="GB/s", series=["implementation"], ceiling=ceiling,
-                     ceiling_label="device copy (measured)")
-    sections = [(bench_all(4096, [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072]), plot_args),
-                (bench_all(4096, [1024, 4096, 16384, 32768, 131072], torch.bfloat16, use_compile=False),
-                 plot_args)]
-    sections += [(t, None) for t in fusion(4096, 4096, use_compile=True)]
-    return sections
+                                    "x torch.softmax"], title=f"Timing, {dtype_name(dtype)}, M = {M}", note=note,
+                             plot=dict(x="N", y="GB/s", series=["implementation"], ceiling=ceiling,
+                                       ceiling_label="device copy (measured)"))
 
 
 # %% The script
 def main(argv=None) -> None:
     p = lesson_parser(__doc__, ["trace", "check", "fusion", "bench"])
-    p.add_argument("--rows", type=int, help="M for the bench (default 4096 on a GPU, 64 on the interpreter)")
-    p.add_argument("--sizes", type=int, nargs="+", metavar="N",
-                   help="row lengths for the bench (default 256 ... 131072 on a GPU; 256 1024 4096 interpreted)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--rows", type=positive_int,
+                   help=f"M for the bench (default {SIZES['cpu'][0]} interpreted, {SIZES['gpu'][0]} on a GPU)")
+    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                   help=f"row lengths for the bench (default {SIZES['cpu'][1]} interpreted, {SIZES['gpu'][1]} on a "
+                        f"GPU, {SIZES['full'][1]} with --full)")
+    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
-    args = start(p, argv, trace, __file__, "Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)")
+    args = start(p, argv)
+    if "trace" in args.sections:
+        trace_section(trace, __file__, args.child, "Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)")
     if "check" in args.sections:
         print("\n=== Check: Triton against torch.softmax in float32 ===")
         check()
     if "fusion" in args.sections:
         print("\n=== Fusion: traffic and kernels launched ===")
-        fusion(4096 if not INTERPRET else 64, 4096, use_compile=not args.no_compile)
+        fusion(64 if INTERPRET else 4096, 4096, use_compile=not args.no_compile)
     if "bench" in args.sections:
         print("\n=== Timing ===")
-        M = args.rows or (64 if INTERPRET else 4096)
-        sizes = args.sizes or ([256, 1024, 4096] if INTERPRET else
-                               [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072])
-        bench_all(M, sizes, getattr(torch, args.dtype), use_compile=not args.no_compile)
+        M, default_sizes = sizes(args, SIZES)
+        dtypes = ["float32", "bfloat16"] if args.full else [args.dtype]
+        for dtype in dtypes:
+            bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=not args.no_compile)
+        if INTERPRET:
+            print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("1024", "4096", "32768"))
 
 
 if __name__ == "__main__":

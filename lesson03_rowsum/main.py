@@ -14,23 +14,28 @@ Without a CUDA GPU the kernel runs under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson03_rowsum/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import functools
+import argparse
 import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
 
-from common.device import DEVICE, INTERPRET, check_tensor, sm_count, stamp
+from common.device import DEVICE, INTERPRET, sm_count
 
 import torch
 import triton
 import triton.language as tl
 
 from common import bench
-from common.cli import lesson_parser, start
+from common.checks import check_tensors, dtype_name
+from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.results import print_recorded
 from common.trace import show
 
-FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+SIZES = {"cpu": [(64, 1024), (4, 1 << 16)], "gpu": [(4096, 16384), (1 << 20, 32), (4, 1 << 24)],  # (M, N)
+         "full": [(4096, 1024), (4096, 16384), (4096, 65536), (1 << 18, 256), (1 << 20, 32), (4, 1 << 24)]}
+WAVES_SHAPES = [(4096, 16384), (4, 1 << 24), (160, 65536)]
 
 # %% [markdown]
 # ## 1. The tiled kernel
@@ -38,7 +43,8 @@ FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 # BLOCK_N at a time. `acc` is a [BLOCK_M, BLOCK_N] block of fp32 partial sums: lane j of it adds
 # up columns j, j + BLOCK_N, j + 2 BLOCK_N, ... of its row. Adding tile to tile lane-wise needs no
 # communication between threads; the one reduction across lanes happens once, after the loop.
-# The second grid axis splits a row between programs (section 4); with one split it is unused.
+# The second grid axis splits a row between programs (section 4); with one program per row, pid_n
+# is always 0.
 
 
 # %%
@@ -47,17 +53,17 @@ def row_sum_kernel(
     x_ptr, y_ptr,               # input (M, N); output (M, splits)
     M, N,
     stride_xm, stride_xn,       # strides of x, in elements: any 2-D view works without a copy
-    COLS_PER_SPLIT,             # columns each program walks: N, or a multiple of BLOCK_N when split
+    COLS_PER_PROGRAM,           # columns each program walks: N, or a multiple of BLOCK_N when split
     BLOCK_M: tl.constexpr,      # rows per program
     BLOCK_N: tl.constexpr,      # tile width
     TRACE: tl.constexpr = False,
 ):
     pid_m = tl.program_id(axis=0)       # which rows
-    split = tl.program_id(axis=1)       # which stretch of those rows (always 0 when not split)
+    pid_n = tl.program_id(axis=1)       # which stretch of those rows
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # on chip for the whole loop
-    for start in range(0, COLS_PER_SPLIT, BLOCK_N):        # the tiles, one after another
-        cols = split * COLS_PER_SPLIT + start + tl.arange(0, BLOCK_N)
+    for start in range(0, COLS_PER_PROGRAM, BLOCK_N):      # the tiles, one after another
+        cols = pid_n * COLS_PER_PROGRAM + start + tl.arange(0, BLOCK_N)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn,
                     mask=mask, other=0.0)  # 0 is the padding that leaves a sum unchanged
@@ -68,54 +74,43 @@ def row_sum_kernel(
     total = tl.sum(acc, axis=1)         # the one reduction across lanes
     if TRACE:
         show("tl.sum(acc)", total)
-    tl.store(y_ptr + rows * tl.num_programs(axis=1) + split, total.to(y_ptr.dtype.element_ty),
-             mask=rows < M)
+    # y has one column per program along the row: y[rows, pid_n]
+    tl.store(y_ptr + rows * tl.num_programs(axis=1) + pid_n, total.to(y_ptr.dtype.element_ty), mask=rows < M)
 
 
 # %% [markdown]
 # ## 2. The launcher: tile sizes, and whether to split rows
-# The tile settings come from a one-off sweep on an H200: tiles of up to 4096 columns, short
-# rows packed until a program holds about 2048 elements, about 8-16 elements per thread.
+# The rule for the tiles: up to 4096 columns at a time, short rows packed until a program holds
+# 2048 elements, about 8 elements per thread (4 to 16 warps). It comes from a one-off sweep on an
+# H200; the timing table (RESULTS.md) shows where it lands against torch.sum.
 
 
 # %%
-@functools.cache  # the launcher runs on the host before every launch: keep it cheap (memoised)
 def tile_config(N: int) -> tuple[int, int, int]:
-    """BLOCK_M, BLOCK_N, num_warps."""
+    """BLOCK_M, BLOCK_N, num_warps for rows of N columns."""
     BLOCK_N = min(triton.next_power_of_2(N), 4096)
-    BLOCK_M = max(1, 2048 // BLOCK_N)                       # short rows: several to a program
+    BLOCK_M = max(1, 2048 // BLOCK_N)
     num_warps = max(4, min(16, BLOCK_M * BLOCK_N // 256))
     return BLOCK_M, BLOCK_N, num_warps
 
 
-@functools.cache
 def choose_splits(M: int, N: int) -> int:
-    """How many programs share a row. The source documents' rule of thumb: launch at least 4x as
-    many programs as there are SMs, so that no SM idles and the last wave is a small part of the
-    work. Split only when the rows alone give fewer, and keep at least 2 tiles per program."""
+    """How many programs share a row (section 4). The source documents' rule of thumb: launch at
+    least 4 programs per SM, so that no SM idles and the last wave is a small part of the work.
+    Split only when the rows alone give fewer, and keep at least 2 tiles per program."""
     BLOCK_M, BLOCK_N, _ = tile_config(N)
-    programs = triton.cdiv(M, BLOCK_M)
-    target = 4 * sm_count()
-    if programs >= target:
-        return 1
-    return max(1, min(triton.cdiv(target, programs), N // (2 * BLOCK_N)))
+    programs, target = triton.cdiv(M, BLOCK_M), 4 * sm_count()
+    return 1 if programs >= target else max(1, min(triton.cdiv(target, programs), N // (2 * BLOCK_N)))
 
 
-@functools.cache
-def cols_per_split(N: int, splits: int) -> int:
-    """Columns each program walks: N, or (split rows) a whole number of tiles, rounded down so
-    that at least `splits` programs share the row."""
+def columns_per_program(N: int, splits: int) -> int:
+    """All N columns, or (a split row) whole tiles, rounded down so that >= `splits` programs share it."""
     BLOCK_N = tile_config(N)[1]
     return N if splits == 1 else max(BLOCK_N, N // splits // BLOCK_N * BLOCK_N)
 
 
-def split_count(N: int, splits: int) -> int:
-    """Programs per row actually launched."""
-    return triton.cdiv(N, cols_per_split(N, splits))
-
-
-def _launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
-    """One launch: each program sums `cols` columns of BLOCK_M rows into y (M, cdiv(N, cols))."""
+def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
+    """One launch: each program sums `cols` columns of BLOCK_M rows into y, of shape (M, cdiv(N, cols))."""
     M, N = x.shape
     BLOCK_M, BLOCK_N, num_warps = tile_config(N)
     grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, cols))
@@ -128,20 +123,20 @@ def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
 
     splits: programs per row; None chooses (1 unless there are too few rows to fill the GPU).
     """
-    check_tensor(x, "x", FLOATS, ndim=2)
+    check_tensors({"x": x}, DTYPES, ndim=2)
+    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
+        raise ValueError(f"splits must be a whole number >= 1 (or None), got {splits!r}")
     M, N = x.shape
-    if splits is not None and splits < 1:
-        raise ValueError(f"splits must be >= 1, got {splits}")
     y = torch.empty(M, device=x.device, dtype=x.dtype)  # as (M, 1): one partial sum per row
     if M == 0 or N == 0:
         return y.zero_()
-    cols = cols_per_split(N, splits or choose_splits(M, N))
+    cols = columns_per_program(N, splits or choose_splits(M, N))
     if cols == N:
-        _launch(x, y, N)
-    else:  # stage 1: partial sums (M, splits) in fp32; stage 2: sum those rows, the same kernel
+        launch(x, y, N)
+    else:  # stage 1: partial sums (M, programs per row) in fp32; stage 2: sum those rows, the same kernel
         partial = torch.empty((M, triton.cdiv(N, cols)), device=x.device, dtype=torch.float32)
-        _launch(x, partial, cols)
-        _launch(partial, y, partial.shape[1])
+        launch(x, partial, cols)
+        launch(partial, y, partial.shape[1])
     return y
 
 
@@ -150,7 +145,7 @@ def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
 
 
 # %%
-def trace() -> dict:
+def trace() -> None:
     x = torch.tensor([[3.0, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8]], device=DEVICE)
     y = torch.empty((1, 1), device=DEVICE)
     print("One row of 12, BLOCK_N = 4: one program (one block), three tiles walked in order.")
@@ -162,8 +157,8 @@ def trace() -> dict:
     print("its own block, with one tile; their partial sums are added by a second launch.")
     partial = torch.empty((1, 3), device=DEVICE)
     row_sum_kernel[(1, 3)](x, partial, 1, 12, x.stride(0), x.stride(1), 4, BLOCK_M=1, BLOCK_N=4, TRACE=True)
-    print(f"partial sums = {partial[0].tolist()} -> {partial.sum().item():g}")
-    return {"total": y.item(), "partial": partial[0].tolist()}
+    show("partial sums", partial[0], indent=0)
+    print(f"-> {partial.sum().item():g}")
 
 
 # %% [markdown]
@@ -175,9 +170,9 @@ def waves_table(shapes) -> bench.Table:
     """Programs launched against the GPU's SMs, one per row and split."""
     sms, rows = sm_count(), []
     for M, N in shapes:
-        BLOCK_M, _, _ = tile_config(N)
+        BLOCK_M = tile_config(N)[0]
         for label, splits in (("one program per row", 1), ("split rows", choose_splits(M, N))):
-            programs = triton.cdiv(M, BLOCK_M) * split_count(N, splits)
+            programs = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, columns_per_program(N, splits))
             rows.append((f"{M} x {N}", label, programs, f"{programs / sms:.2f}",
                          f"{min(programs, sms)} of {sms}"))
     table = bench.print_table(rows, ["shape", "launch", "programs", "programs per SM", "SMs with work"],
@@ -195,22 +190,25 @@ def waves_table(shapes) -> bench.Table:
 
 
 # %%
-def check() -> list:
+def check() -> bench.Table:
+    """Error against a float64 sum, relative to the sum of |x| (the size of the numbers added): fp32
+    accumulation keeps it near 1e-7; float16 / bfloat16 outputs add their rounding (11 / 8 bits)."""
+    tolerance = {torch.float32: 1e-6, torch.float16: 2**-10, torch.bfloat16: 2**-7}
     rows = []
-    for dtype in FLOATS:
-        for M, N in [(1, 1), (3, 7), (64, 1000), (5, 12345), (3, 70000), (1000, 33)]:
-            x = torch.randn(M, N, device=DEVICE, dtype=dtype)
-            ref = x.double().sum(dim=1)
-            for splits in (1, 4):
-                out = row_sum(x, splits=splits)
-                rel = ((out.double() - ref).abs().max() / ref.abs().max().clamp_min(1e-30)).item()
-                rows.append((str(dtype)[6:], f"{M} x {N}", split_count(N, splits), rel))
-    x = torch.randn(500, 300, device=DEVICE)
-    rows.append(("float32", "x.t(): strided", 1,
-                 ((row_sum(x.t()).double() - x.t().double().sum(1)).abs().max() / 300).item()))
-    bench.print_table(rows, ["dtype", "shape", "programs per row", "max error / max |sum|"], floatfmt=".1e")
-    print("float16/bfloat16 errors are the rounding of the output; the sums themselves are fp32.")
-    return rows
+    cases = [(dtype, torch.randn(M, N, device=DEVICE, dtype=dtype))
+             for dtype in DTYPES for M, N in [(1, 1), (3, 7), (64, 1000), (5, 12345), (3, 70000)]]
+    cases.append((torch.float32, torch.randn(500, 300, device=DEVICE).t()))  # a strided view
+    for dtype, x in cases:
+        size = x.double().abs().sum(dim=1).clamp_min(1.0)
+        for splits in (1, 4):
+            programs = triton.cdiv(x.shape[1], columns_per_program(x.shape[1], splits))
+            if splits > 1 and programs == 1:
+                continue  # a row this short is not split
+            err = ((row_sum(x, splits=splits).double() - x.double().sum(dim=1)).abs() / size).max().item()
+            shape = f"{x.shape[0]} x {x.shape[1]}" + ("" if x.is_contiguous() else ", x.t()")
+            rows.append((dtype_name(dtype), shape, programs, err, err <= tolerance[dtype]))
+    return bench.print_table(rows, ["dtype", "shape", "programs per row", "max error / sum |x|", "ok"],
+                             floatfmt=".1e", title="Check: row_sum against a float64 sum")
 
 
 # %% [markdown]
@@ -231,45 +229,42 @@ def bench_all(shapes, dtype=torch.float32) -> bench.Table:
             bw = bench.gbps(x.numel() * x.element_size(), ms)
             rows.append((f"{M} x {N}", name, ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling),
                          times["torch.sum(dim=1)"][0] / ms))
-    title = (f"Timing, {str(dtype)[6:]}: {stamp()}\n{bench.TIMING_NOTE} Copy bandwidth measured: "
-             f"{ceiling:.0f} GB/s. GB/s (from the kernel time) counts one read of x.")
+    note = (f"{bench.stamp()}. {bench.TIMING_NOTE} Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the "
+            "kernel time) counts one read of x.")
     return bench.print_table(rows, ["shape", "implementation", "kernel µs", "µs with launch", "GB/s", "% of copy",
-                                    "x torch"], title=title)
+                                    "x torch"], title=f"Timing, {dtype_name(dtype)}", note=note,
+                             plot=dict(x="shape", y="GB/s", series=["implementation"], ceiling=ceiling,
+                                       ceiling_label="device copy (measured)"))
 
 
-BENCH_SHAPES = [(4096, 1024), (4096, 16384), (4096, 65536), (1 << 18, 256), (1 << 20, 32), (4, 1 << 24)]
-
-
-def results() -> list:
-    """What common/results.py writes to RESULTS.md (on a GPU)."""
-    timing = bench_all(BENCH_SHAPES)
-    return [(timing, dict(x="shape", y="GB/s", series=["implementation"], ceiling=bench.copy_bandwidth(),
-                          ceiling_label="device copy (measured)")),
-            (waves_table([(4096, 16384), (4, 1 << 24), (160, 65536)]), None)]
+def shape_arg(text: str) -> tuple[int, int]:
+    """An argparse type: 'MxN', two whole numbers >= 1."""
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: write rows x columns, e.g. 4096x16384")
+    return tuple(positive_int(part) for part in parts)
 
 
 # %% The script
 def main(argv=None) -> None:
     p = lesson_parser(__doc__, ["trace", "waves", "check", "bench"])
-    p.add_argument("--shapes", nargs="+", metavar="MxN",
+    p.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",
                    help="bench shapes, e.g. 4096x16384 (default: wide, tall and 4-row shapes)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    args = start(p, argv, trace, __file__, "Trace: row_sum_kernel, tile by tile (interpreter)")
+    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
+    args = start(p, argv)
+    if "trace" in args.sections:
+        trace_section(trace, __file__, args.child, "Trace: row_sum_kernel, tile by tile (interpreter)")
     if "waves" in args.sections:
         print(f"\n=== Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''}) ===")
-        waves_table([(4096, 16384), (4, 1 << 24), (160, 65536)])
+        waves_table(WAVES_SHAPES)
     if "check" in args.sections:
         print("\n=== Check: Triton against a float64 sum ===")
         check()
     if "bench" in args.sections:
         print("\n=== Timing ===")
-        if args.shapes:
-            shapes = [tuple(int(v) for v in s.lower().split("x")) for s in args.shapes]
-        elif INTERPRET:
-            shapes = [(64, 1024), (4, 1 << 16)]
-        else:
-            shapes = BENCH_SHAPES
-        bench_all(shapes, getattr(torch, args.dtype))
+        bench_all(args.shapes or sizes(args, SIZES), getattr(torch, args.dtype))
+        if INTERPRET:
+            print_recorded(__file__, "Timing, float32")
 
 
 if __name__ == "__main__":

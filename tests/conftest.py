@@ -17,8 +17,8 @@ def assert_matches(out: torch.Tensor, ref: torch.Tensor) -> None:
     torch.testing.assert_close(out, ref)
 
 
-def run_trace(module: str) -> tuple[dict, dict]:
-    """Run `module.trace()` under the interpreter; return (its result, every value it showed).
+def run_trace(module: str) -> dict:
+    """Run `module.trace()` under the interpreter; return every value it showed, by label, in order.
 
     Here when this process is the interpreter; on a GPU machine in a child process with
     TRITON_INTERPRET=1 (the mode cannot change once triton is imported).
@@ -26,17 +26,15 @@ def run_trace(module: str) -> tuple[dict, dict]:
     code = (
         "import json, importlib, numpy as np\n"
         "from common import trace as t\n"
-        f"m = importlib.import_module({module!r})\n"
-        "result = m.trace()\n"
+        f"importlib.import_module({module!r}).trace()\n"
         "log = {}\n"
         "for k, v in t.LOG: log.setdefault(k, []).append(np.asarray(v).tolist())\n"
-        "print('@@JSON@@' + json.dumps([result, log], default=lambda o: np.asarray(o).tolist()))\n"
+        "print('@@JSON@@' + json.dumps(log))\n"
     )
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=ROOT)
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
-    result, log = json.loads(out.stdout.split("@@JSON@@")[-1])
-    return result, log
+    return json.loads(out.stdout.split("@@JSON@@")[-1])
 
 
 @pytest.fixture(autouse=True)

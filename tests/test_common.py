@@ -1,18 +1,55 @@
-"""The shared helpers: arithmetic, PTX parsing, profiler table, trace formatting, input checks."""
+"""The shared helpers: input checks, the command line, PTX parsing, the profiler table, trace
+formatting, the results pages."""
+import argparse
+
 import pytest
 import torch
 
 from conftest import DEVICE, INTERPRET
 from common import bench, profile, ptx
-from common.device import check_same, check_tensor, stamp
+from common.checks import check_tensors, dtype_name
+from common.cli import lesson_parser, positive_int, start
 from common.trace import fmt, value_of
 
 
-def test_bandwidth_and_rate_arithmetic():
-    assert bench.gbps(3e9, 1.0) == pytest.approx(3000.0)  # 3 GB in 1 ms = 3 TB/s
-    assert bench.gbps(4 * 2**26 * 3, 0.2) == pytest.approx(4026.5318, rel=1e-6)
-    assert bench.tflops(2 * 4096**3, 1.0) == pytest.approx(137.438953472)
-    assert bench.percent(2150.0, 4300.0) == pytest.approx(50.0)
+def test_check_tensors_names_the_problem():
+    x = torch.ones(2, 3, device=DEVICE)
+    check_tensors({"x": x, "y": x.t().t()}, (torch.float32,), ndim=2, same_shape=True)
+    cases = [
+        (({"x": x}, (torch.float32,), 3), ValueError, r"x must be 3-D, got shape \(2, 3\)"),
+        (({"x": x}, (torch.float16, torch.bfloat16)), TypeError, "x has dtype float32; supported: float16, bfloat16"),
+        (({"x": [1.0]}, (torch.float32,)), TypeError, "x must be a torch.Tensor, got list"),
+        (({"x": torch.ones(2, device="meta")}, (torch.float32,)), ValueError, "is on meta: a meta tensor has"),
+        (({"x": x.to_sparse()}, (torch.float32,)), ValueError, "sparse_coo tensor; .* use x.to_dense()"),
+        (({"a": x, "b": x.half()}, (torch.float32, torch.float16)), TypeError,
+         r"a, b have different dtypes \(float32, float16\): cast one"),
+    ]
+    for args, error, message in cases:
+        with pytest.raises(error, match=message):
+            check_tensors(*args)
+    with pytest.raises(ValueError, match=r"x, y have different shapes: \(2, 3\), \(3, 2\)"):
+        check_tensors({"x": x, "y": x.t()}, (torch.float32,), same_shape=True)
+    assert dtype_name(torch.bfloat16) == "bfloat16"
+
+
+@pytest.mark.skipif(not INTERPRET, reason="on a GPU machine, CPU tensors are the wrong device")
+def test_check_tensors_never_suggests_moving_a_meta_tensor():
+    with pytest.raises(ValueError) as error:
+        check_tensors({"x": torch.ones(2, device="meta")}, (torch.float32,))
+    assert ".to(" not in str(error.value)
+
+
+def test_command_line_sizes_and_sections(capsys):
+    assert positive_int("12") == 12
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            positive_int(bad)
+    parser = lesson_parser("Lesson 9: a test.\nMore.", ["trace", "check", "bench"])
+    args = start(parser, ["--skip", "trace", "bench"])
+    assert args.sections == ["check"] and not args.full
+    assert capsys.readouterr().out.startswith("Mode: ")
+    with pytest.raises(SystemExit):
+        start(parser, ["--sections", "plot"])
 
 
 def test_ptx_parsing():
@@ -36,29 +73,21 @@ def test_profiler_counts_the_kernels_of_each_implementation():
     assert sum(calls for _, calls, _ in many) == 4
 
 
-def test_print_table_and_stamp(capsys):
-    table = bench.print_table([("a", 1.234)], ["name", "value"], title="T")
+def test_print_table_records_titled_tables(capsys):
+    before = len(bench.TABLES)
+    table = bench.print_table([("a", 1.234)], ["name", "value"], title="T", note="A note.")
+    bench.print_table([("b", 2.0)], ["name", "value"])  # no title: printed, not recorded
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "T" and "1.2" in out and "name" in out
+    assert out.splitlines()[0] == "T" and "1.2" in out and out.splitlines()[4] == "A note."
+    assert bench.TABLES[before:] == [table]
     assert table.column("value") == [1.234] and "| a " in table.markdown()
-    assert "torch" in stamp() and "triton" in stamp()
+    assert "torch" in bench.stamp() and "triton" in bench.stamp()
 
 
 def test_trace_formatting():
     assert fmt(torch.tensor([1.0, 2.5])) == "[1. , 2.5]"
     assert fmt(0.123456789) == "0.1235"
     assert value_of(torch.tensor(3)) == 3
-
-
-def test_check_tensor_messages():
-    x = torch.ones(2, 3, device=DEVICE)
-    check_tensor(x, "x", (torch.float32,), ndim=2)
-    with pytest.raises(ValueError, match="must be 3-D, got shape \\(2, 3\\)"):
-        check_tensor(x, "x", (torch.float32,), ndim=3)
-    with pytest.raises(TypeError, match="x has dtype float32; supported: float16"):
-        check_tensor(x, "x", (torch.float16,))
-    with pytest.raises(ValueError, match="different shapes"):
-        check_same(x, x.t(), "f(a, b)")
 
 
 @pytest.mark.skipif(INTERPRET, reason="needs a GPU: the interpreter launches no CUDA kernels")
@@ -69,28 +98,35 @@ def test_gpu_kernel_names_in_profile():
     assert [name for name, _, _ in rows] == ["gelu_kernel"]
 
 
-def test_results_writer(tmp_path):
+def test_results_page_written_and_read_back(tmp_path, capsys):
     from common import results
 
     table = bench.Table(["N", "implementation", "GB/s"], [[256, "torch", 1000.0], [256, "Triton", 1500.25],
                                                            [1024, "torch", 2000.0], [1024, "Triton", 3000.5]],
-                        title="Timing, float32\nGB/s counts one read and one write.")
+                        title="Timing, float32", note="GB/s counts one read and one write.",
+                        plot=dict(x="N", y="GB/s", series=["implementation"], ceiling=4228.0, ceiling_label="copy"))
+    other = bench.Table(["a"], [[1]], title="Another table")
     stamp = {"GPU": "NVIDIA H200", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0",
              "triton": "3.6.0", "date": "2026-11-29", "copy bandwidth (measured)": "4228 GB/s"}
-    plot = dict(x="N", y="GB/s", series=["implementation"], ceiling=4228.0, ceiling_label="copy")
-    text = results.write_results(str(tmp_path), "Lesson 9: results", stamp, [(table, plot)])
+    text = results.write_results(str(tmp_path), "Lesson 9: results", stamp, [table, other])
     assert (tmp_path / "RESULTS.md").read_text() == text
     lines = text.splitlines()
     assert lines[0] == "# Lesson 9: results"
     assert "| GPU | driver | CUDA | torch | triton | date | copy bandwidth (measured) |" in lines
     assert "| NVIDIA H200 | 580.159.04 | 13.0 | 2.11.0 | 3.6.0 | 2026-11-29 | 4228 GB/s |" in lines
-    assert "## Timing, float32" in lines and "GB/s counts one read and one write." in lines
-    assert "| 1024 | Triton           | 3000.5 |" in lines and "| 256 | torch " not in text
+    assert lines[lines.index("## Timing, float32") + 2] == "GB/s counts one read and one write."
+    assert "| 1024 | Triton           | 3000.5 |" in lines and "## Another table" in lines
     try:
         import matplotlib  # noqa: F401
         assert (tmp_path / "results_1.png").exists() and "![Timing, float32](results_1.png)" in lines
     except ImportError:  # no plot without matplotlib; the tables are still written
         assert not (tmp_path / "results_1.png").exists() and "results_1.png" not in text
+    # and read back beside the interpreter's numbers: the stamp, then the rows asked for
+    results.print_recorded(str(tmp_path / "main.py"), "Timing", keep=lambda row: row["N"] == "1024")
+    out = capsys.readouterr().out
+    assert "| NVIDIA H200 | 580.159.04 |" in out and "3000.5" in out and "1500.25" not in out
+    results.print_recorded(str(tmp_path / "main.py"), "No such table")
+    assert "no table 'No such table'" in capsys.readouterr().out
 
 
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU the command would run every benchmark")
@@ -111,7 +147,7 @@ def test_side_by_side_takes_turns_and_keeps_the_median(monkeypatch):
         return next(drift)
 
     monkeypatch.setattr(bench, "INTERPRET", False)
-    monkeypatch.setattr(profile, "kernel_time_ms", fake_kernel_time_ms)
+    monkeypatch.setattr(bench, "kernel_time_ms", fake_kernel_time_ms)
     times = bench.side_by_side({"a": lambda: "a", "b": lambda: "b"}, rounds=3)
     assert calls == ["a", "b"] * 3
     assert times == {"a": 1.1, "b": 2.1}

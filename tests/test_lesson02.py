@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from conftest import DEVICE, assert_matches, run_trace
-from lesson02_softmax.main import MAX_ONE_PASS_N, main, softmax, softmax_naive, traffic
+from lesson02_softmax.main import MAX_ONE_PASS_N, check, main, softmax, softmax_naive, traffic
 
 SHAPES = [(1, 1), (1, 7), (3, 5), (17, 1000), (4, 4097), (2, 40000)]
 
@@ -77,18 +77,29 @@ def traced():
 
 
 def test_trace_numbers(traced):
-    result, log = traced
+    log = traced
     assert log["loaded row"][0] == [[1.0, 2.0, 3.0, 4.0, 5.0] + [float("-inf")] * 3]
-    assert result["stable"] == pytest.approx([0.0900, 0.2447, 0.6652], abs=1e-4)
-    assert all(v != v for v in result["unstable"])  # NaN without subtracting the max
-    assert sum(result["pad_zero"]) == pytest.approx(0.1616, abs=1e-4)  # 0-padding: wrong
-    assert result["pad_inf"] == pytest.approx([0.0861, 0.2341, 0.0117, 0.6364, 0.0317], abs=1e-4)
+    # the kernel's results, in the trace's order: [1..5], unstable, stable, padded with 0, with -inf
+    row, unstable, stable, pad_zero, pad_inf = (r[0] for r in log["result"])
+    assert stable[:3] == pytest.approx([0.0900, 0.2447, 0.6652], abs=1e-4)
+    assert all(v != v for v in unstable[:3])  # NaN without subtracting the max
+    assert sum(pad_zero[:5]) == pytest.approx(0.1616, abs=1e-4)  # 0-padding: wrong
+    assert pad_inf[:5] == pytest.approx([0.0861, 0.2341, 0.0117, 0.6364, 0.0317], abs=1e-4)
     assert log["m"] == [8.0, 8.0, 9.0]  # running max after each tile of the online walk
     assert log["alpha"][0] == 0.0 and log["alpha"][2] == pytest.approx(0.3679, abs=1e-4)
-    assert result["online"] == pytest.approx(result["online_ref"], abs=1e-6)
+    online = [v for tile in log["output tile"] for v in tile][:10]
+    x = torch.tensor([1.0, 5, 2, 8, 3, 7, 4, 6, 0, 9])
+    assert online == pytest.approx(torch.softmax(x, dim=0).tolist(), abs=1e-6)
+
+
+def test_check_passes():
+    assert all(check().column("ok"))
 
 
 def test_script_sections(capsys):
     main(["--sections", "bench", "--rows", "4", "--sizes", "64", "--no-compile"])
     out = capsys.readouterr().out
     assert "Triton one pass" in out and "x torch.softmax" in out
+    with pytest.raises(SystemExit):
+        main(["--sections", "bench", "--rows", "0"])
+    assert "must be at least 1" in capsys.readouterr().err

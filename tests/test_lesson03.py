@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from conftest import DEVICE, run_trace
-from lesson03_rowsum.main import choose_splits, main, row_sum, split_count
+from common.device import sm_count
+from lesson03_rowsum.main import check, choose_splits, columns_per_program, main, row_sum, tile_config
 
 SHAPES = [(1, 1), (3, 7), (64, 1000), (5, 12345), (3, 70000), (1000, 33)]
 
@@ -41,8 +42,10 @@ def test_strided_views_and_empty():
 
 def test_split_rule_fills_the_gpu():
     assert choose_splits(4096, 16384) == 1          # 4096 programs already
-    splits = split_count(1 << 24, choose_splits(4, 1 << 24))
-    assert 4 * splits >= 4 * 132                     # >= 4 programs per SM (132 SMs assumed here)
+    M, N = 4, 1 << 24                                # 4 rows: split, to >= 4 programs per SM
+    programs_per_row = -(-N // columns_per_program(N, choose_splits(M, N)))
+    assert M * programs_per_row >= 4 * sm_count()
+    assert columns_per_program(N, choose_splits(M, N)) % tile_config(N)[1] == 0  # whole tiles
 
 
 @pytest.mark.parametrize(
@@ -60,9 +63,10 @@ def test_bad_input(x, error, message):
         row_sum(x)
 
 
-def test_bad_split_count():
-    with pytest.raises(ValueError, match="splits must be >= 1"):
-        row_sum(torch.ones(2, 3, device=DEVICE), splits=0)
+@pytest.mark.parametrize("splits", [0, -2, "4", 2.5, True])
+def test_bad_split_count(splits):
+    with pytest.raises(ValueError, match="splits must be a whole number >= 1"):
+        row_sum(torch.ones(2, 3, device=DEVICE), splits=splits)
 
 
 @pytest.fixture(scope="module")
@@ -71,14 +75,22 @@ def traced():
 
 
 def test_trace_reproduces_the_worked_example(traced):
-    result, log = traced
+    log = traced
     accs = log["acc"][:3]  # the unsplit walk: lane accumulators after each tile
     assert accs == [[[3.0, 1.0, 4.0, 1.0]], [[8.0, 10.0, 6.0, 7.0]], [[13.0, 13.0, 11.0, 15.0]]]
-    assert log["tl.sum(acc)"][0] == [52.0] and result["total"] == 52.0
-    assert result["partial"] == [9.0, 22.0, 21.0]
+    assert log["tl.sum(acc)"][0] == [52.0]
+    assert log["partial sums"] == [[9.0, 22.0, 21.0]]
+
+
+def test_check_passes():
+    assert all(check().column("ok"))
 
 
 def test_script_sections(capsys):
     main(["--sections", "waves", "bench", "--shapes", "8x64"])
     out = capsys.readouterr().out
     assert "programs per SM" in out and "torch.sum(dim=1)" in out
+    for bad in ("4x", "4x5x6", "0x100"):
+        with pytest.raises(SystemExit):
+            main(["--sections", "bench", "--shapes", bad])
+        assert "--shapes" in capsys.readouterr().err

@@ -4,10 +4,9 @@ import pytest
 import torch
 
 from conftest import DEVICE, INTERPRET, run_trace
-from lesson04_matmul.main import (A4, B4, HOPPER, copy_instructions, main, matmul, matmul_plan, matmul_tiny_tiles,
-                                  reference, rel_error, tile_order, tiles_loaded)
-
-TOL = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
+from lesson04_matmul.hopper import HOPPER, copy_instructions, matmul_tma
+from lesson04_matmul.main import (A4, B4, TOLERANCE as TOL, check, main, matmul, matmul_plan, reference, rel_error,
+                                  order_demo, tile_order, tiles_loaded, tiny_tiles)
 SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
 
 
@@ -27,7 +26,7 @@ def test_bfloat16_dot_is_not_garbage():
     # Regression for the interpreter's tl.dot on raw bf16 bits (about 1e10 on unit normals).
     a = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
     b = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
-    for out in (matmul(a, b), matmul_tiny_tiles(a, b)):
+    for out in (matmul(a, b), tiny_tiles(a, b)):
         assert out.float().abs().max() < 100
         assert rel_error(out, a.double() @ b.double()) < 1e-2
 
@@ -51,6 +50,7 @@ def test_empty_and_k_zero():
         (torch.ones(3, 4), torch.ones(5, 2), {}, ValueError, "inner dimensions differ"),
         (torch.ones(3), torch.ones(3, 2), {}, ValueError, "must be 2-D"),
         (torch.ones(3, 4), torch.ones(4, 2, dtype=torch.float16), {}, TypeError, "cast one"),
+        (torch.ones(3, 4), torch.ones(4, 2), {"tma": "yes"}, TypeError, "tma must be None, True or False"),
         (torch.ones(3, 4, dtype=torch.int32), torch.ones(4, 2, dtype=torch.int32), {}, TypeError, "dtype int32"),
         (torch.ones(3, 4, device="meta"), torch.ones(4, 2, device="meta"), {}, ValueError, "is on meta"),
         (torch.ones(3, 4), torch.ones(4, 2), {"activation": "tanh"}, ValueError, "activation must be"),
@@ -78,45 +78,65 @@ def test_grouped_order_reads_fewer_tiles():
         assert sorted(tile_order(m, n, g)) == [(i, j) for i in range(m) for j in range(n)]
 
 
+def test_relu_keeps_nan_like_torch():
+    a = torch.tensor([[float("nan"), 1.0], [1.0, -1.0]], device=DEVICE)
+    b = torch.eye(2, device=DEVICE)
+    out = matmul(a, b, "relu")
+    assert torch.isnan(out[0, 0]) and torch.isnan(torch.relu(a @ b)[0, 0])
+    assert out[1].tolist() == [1.0, 0.0]
+
+
 @pytest.fixture(scope="module")
 def traced():
     return run_trace("lesson04_matmul.main")
 
 
 def test_trace_reproduces_the_worked_example(traced):
-    result, log = traced
-    assert result["grid"] == [2, 2]
-    assert result["C"] == [[7, 10, 4, 6], [19, 22, 12, 14], [31, 34, 20, 22], [43, 46, 28, 30]]
+    log = traced
+    assert log["C"][0] == [[7, 10, 4, 6], [19, 22, 12, 14], [31, 34, 20, 22], [43, 46, 28, 30]]
     programs = log["program (pid_m, pid_n)"]
-    accs = log["acc"]
-    first = programs.index([0, 0])
-    assert accs[2 * first] == [[1, 2], [5, 6]] and accs[2 * first + 1] == [[7, 10], [19, 22]]
-    p10 = programs.index([1, 0])
-    assert log["a offsets"][2 * p10] == [[8, 9], [12, 13]]   # program (1, 0), round 1
-    assert result["grid_70x45x50"] == [3, 2]
-    assert sorted(log["rows kept"]) == [6, 6, 32, 32, 32, 32]
-    assert sorted(log["cols kept"]) == [18, 18, 18, 32, 32, 32]
-    assert log["ks kept"] == [32, 13] * 6
+    assert programs[:4] == [[0, 0], [0, 1], [1, 0], [1, 1]]  # GROUP_M = 1: row-major
+    accs = log["acc"]  # two rounds per program of the 4 x 4
+    assert accs[0] == [[1, 2], [5, 6]] and accs[1] == [[7, 10], [19, 22]]
+    assert log["a offsets"][2 * 2] == [[8, 9], [12, 13]]   # program (1, 0), round 1
+    # the 70 x 45 @ 45 x 50 with 32-blocks: 3 x 2 programs, masks on every edge
+    assert sorted(map(tuple, programs[4:])) == [(m, n) for m in range(3) for n in range(2)]
+    assert sorted(log["rows kept"][4:]) == [6, 6, 32, 32, 32, 32]
+    assert sorted(log["cols kept"][4:]) == [18, 18, 18, 32, 32, 32]
+    assert log["ks kept"] == [2, 2] * 4 + [32, 13] * 6
+
+
+def test_order_demo_prints_the_tile_counts():
+    from common import trace
+
+    before = len(trace.LOG)
+    order_demo()  # the first wave of 9 programs reads 90 input tiles row-major, 54 grouped
+    assert [v for label, v in trace.LOG[before:] if label == "input tiles read by the first wave"] == [90, 54]
+
+
+def test_check_passes():
+    assert all(check().column("ok"))
 
 
 def test_script_sections(capsys):
-    main(["--sections", "order", "bench", "--sizes", "32"])
+    main(["--sections", "tiles", "bench", "--sizes", "32"])
     out = capsys.readouterr().out
-    assert "read 90 input tiles" in out and "read 54 input tiles" in out and "TFLOP/s" in out
+    assert "16 x 16 tiles" in out and "TFLOP/s" in out
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("shape", [(100, 72, 40), (64, 96, 200), (8, 8, 8)])  # ragged tiles: TMA pads and clips
 def test_tma_kernel(shape, dtype):
-    # Under the interpreter: 3 persistent programs loop over all the tiles (12 of them for 100 x 72).
+    # 3 persistent programs loop over all the tiles (12 of them for 100 x 72 in 32 x 32 tiles).
     if not INTERPRET and not HOPPER:
         pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
     M, N, K = shape
     a = torch.randn(M, K, device=DEVICE, dtype=dtype)
     b = torch.randn(K, N, device=DEVICE, dtype=dtype)
     for act in (None, "gelu"):
-        out = matmul(a, b, act, tma=True)
+        out = matmul_tma(a, b, act, programs=3)
         assert rel_error(out, reference(a.double(), b.double(), act)) < TOL[dtype]
+    assert rel_error(matmul(a, b, tma=True), a.double() @ b.double()) < TOL[dtype]
 
 
 def test_tma_refuses_what_it_cannot_address():
@@ -130,7 +150,7 @@ def test_tma_refuses_what_it_cannot_address():
 
 
 def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
-    # Section 5's claim, checked in the compiled code for sm_90: Triton pipelines the pointer loads
+    # hopper.py's claim, checked in the compiled code for sm_90: Triton pipelines the pointer loads
     # with per-thread asynchronous copies; the descriptor loads become TMA bulk copies.
     pointers, descriptors = copy_instructions().values()
     assert pointers["cp.async"] > 0 and pointers["cp.async.bulk.tensor"] == 0
@@ -143,8 +163,8 @@ def test_matmul_picks_tma_where_it_can():
     from common.profile import kernels_launched
 
     a = torch.randn(2048, 2048, device=DEVICE, dtype=torch.float16)  # TMA_FROM: 2048^3
-    names = lambda fn: " ".join(name for name, _, _ in kernels_launched(fn))
-    assert "matmul_kernel_tma" in names(lambda: matmul(a, a))
-    assert "matmul_kernel_grouped" in names(lambda: matmul(a.t(), a))  # a column-major A: pointer loads
-    assert "matmul_kernel_grouped" in names(lambda: matmul(a[:1024], a[:, :1024]))  # smaller: pointer loads
+    names = lambda fn: [name for name, _, _ in kernels_launched(fn)]
+    assert names(lambda: matmul(a, a)) == ["matmul_kernel_tma"]
+    assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel"]  # a column-major A: pointer loads
+    assert names(lambda: matmul(a[:1024], a[:, :1024])) == ["matmul_kernel"]  # smaller: pointer loads
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOL[torch.float16]

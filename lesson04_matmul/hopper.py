@@ -1,0 +1,208 @@
+"""Lesson 4, part 2: Hopper's TMA engine and a persistent grid, the last few percent of a matmul.
+
+cuBLAS on Hopper (H100, H200) feeds its tensor cores with two things main.py's kernel does not use:
+- TMA, the tensor memory accelerator. A tensor descriptor holds a matrix's base, shape, strides
+  and tile shape; desc.load([row, col]) asks the copy engine for a whole tile. One thread issues
+  it, the hardware computes every address, fills what falls outside the shape with zeros (no
+  masks), and lands the tile in shared memory already in the swizzled layout the tensor cores
+  read; desc.store clips at the edges. The rules: the last stride is 1, the other strides and the
+  base are multiples of 16 bytes. The host builds the descriptors (TensorDescriptor) and passes
+  them as arguments, so programs start with them ready.
+- A persistent grid: one program per SM (132 on an H200), each looping over output tiles
+  tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
+  the compiler pipelines across the tile boundary: the next tile's first loads are in flight
+  while this tile's epilogue computes and stores.
+Triton's pipeliner already turns main.py's pointer loads into asynchronous copies (cp.async: the
+PTX counts of copy_instructions() show it), so the gains here are the last few percent.
+bench_steps() times each step side by side (RESULTS.md, "What each step bought"); matmul() runs
+this kernel where it can and where that table says it pays: a Hopper GPU, float16 or bfloat16,
+rows TMA can address, and M * N * K >= 2048^3 (below that main.py's kernel was as fast or faster).
+
+This file is the last section of `python lesson04_matmul/main.py`; it imports main.py's pieces.
+"""
+from common.device import DEVICE, INTERPRET, interpretable, sm_count
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from common import bench, ptx
+from common.checks import dtype_name
+from common.results import print_recorded
+from lesson04_matmul.main import gelu_tanh, grouped_pid, launch, matmul_kernel
+
+HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
+TMA_FROM = 2048**3  # M * N * K from which this kernel was as fast or faster on the H200 (RESULTS.md)
+
+
+# %% The kernel: main.py's, with descriptor loads and a loop over tiles
+@triton.jit
+def matmul_kernel_tma(
+    a_desc, b_desc, c_desc,             # tensor descriptors of A, B, C (their tile shapes: below)
+    M, N, K,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+    FLATTEN: tl.constexpr,              # pipeline across tiles (a persistent grid)
+    ACTIVATION: tl.constexpr = "",
+):
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    # A grid of one program per tile runs this loop once; a smaller grid makes it persistent:
+    # program p takes tiles p, p + programs, p + 2 programs, ...
+    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+        pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for step in range(0, tl.cdiv(K, BLOCK_K)):
+            a = a_desc.load([pid_m * BLOCK_M, step * BLOCK_K])   # the tile A[rows, ks], zero-padded
+            b = b_desc.load([step * BLOCK_K, pid_n * BLOCK_N])   # B[ks, cols]
+            acc = tl.dot(a, b, acc)
+        if ACTIVATION == "relu":
+            acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        if ACTIVATION == "gelu":
+            acc = gelu_tanh(acc)
+        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
+
+
+# %% Descriptors and autotuning
+def tile_shapes(BLOCK_M, BLOCK_N, BLOCK_K):
+    """The tiles the kernel loads from A and B and stores to C."""
+    return [BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N], [BLOCK_M, BLOCK_N]
+
+
+def tma_descriptors(a, b, c, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64):
+    """The descriptors of A, B and C (for autotuned launches the hook below sets each config's tiles)."""
+    shapes = tile_shapes(BLOCK_M, BLOCK_N, BLOCK_K)
+    return tuple(TensorDescriptor.from_tensor(t, shape) for t, shape in zip((a, b, c), shapes))
+
+
+def tile_shapes_hook(nargs):
+    """Autotune pre-hook: before each configuration runs, its tile shapes go into the descriptors."""
+    shapes = tile_shapes(nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"])
+    for name, shape in zip(("a_desc", "b_desc", "c_desc"), shapes):
+        nargs[name].block_shape = shape
+
+
+# The large tiles of main.py's CONFIGS, persistent and flattened (bench_steps: each step paid).
+TMA_CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True},
+                  num_stages=stages, num_warps=8, pre_hook=tile_shapes_hook)
+    for bm, bn, stages in ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 4))
+] if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True},
+                                       pre_hook=tile_shapes_hook)]
+matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"])(matmul_kernel_tma)
+
+
+# %% The launcher, which main.matmul() calls
+def tma_ok(a, b, N) -> bool:
+    """Can the TMA engine address A, B and an (M, N) C? Rows contiguous, rows and base 16-byte aligned."""
+    rows_ok = all(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
+                  for t in (a, b))
+    return rows_ok and (N * a.element_size()) % 16 == 0
+
+
+def pays(a, b) -> bool:
+    """Does main.matmul() run this kernel for a @ b? Where it can run, from TMA_FROM up."""
+    M, K = a.shape
+    N = b.shape[1]
+    return HOPPER and a.dtype != torch.float32 and tma_ok(a, b, N) and M * N * K >= TMA_FROM
+
+
+def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tensor:
+    """activation(a @ b) by the TMA kernel, on `programs` persistent programs (default: one per SM,
+    or one per tile where there are fewer tiles). Inputs as main.matmul() checked them."""
+    M, K = a.shape
+    N = b.shape[1]
+    if a.dtype == torch.float32:
+        raise TypeError("the TMA kernel takes float16 or bfloat16 inputs, got float32")
+    if not tma_ok(a, b, N):
+        raise ValueError(f"the TMA kernel needs rows that are contiguous and 16-byte aligned: a.stride() = "
+                         f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
+    if not INTERPRET and not HOPPER:
+        raise ValueError("the TMA kernel needs a Hopper GPU or newer (compute capability 9.0)")
+    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    a, b = interpretable(a), interpretable(b)
+
+    def grid(meta):
+        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        return (min(programs or sm_count(), tiles),)
+
+    matmul_kernel_tma_tuned[grid](*tma_descriptors(a, b, c), M, N, K, ACTIVATION=activation or "")
+    return c
+
+
+# %% Under the hood: which instructions move the tiles
+def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
+    """Compile both kernels for sm_90 (no GPU needed: common/ptx.py) and count, in the PTX, the
+    instructions that move tiles (cp.async: per-thread asynchronous copies; cp.async.bulk.tensor:
+    TMA) and the Hopper tensor-core instruction (wgmma.mma_async)."""
+    BM, BN, BK = BLOCK
+    tile = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8, ACTIVATION="")
+    sizes = {"M": "i32", "N": "i32", "K": "i32"}
+    jobs = {
+        "matmul_kernel (main.py, pointer loads)": dict(
+            module="lesson04_matmul.main", kernel="matmul_kernel",
+            signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
+                       "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr", "stride_cm": "i32",
+                       "stride_cn": "constexpr", **dict.fromkeys(tile, "constexpr"),
+                       "INPUT_PRECISION": "constexpr", "TRACE": "constexpr"},
+            constexprs=dict(stride_ak=1, stride_bn=1, stride_cn=1, **tile, INPUT_PRECISION="tf32", TRACE=False),
+            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
+        "matmul_kernel_tma (descriptors)": dict(
+            module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
+            signature={"a_desc": f"tensordesc<fp16[{BM},{BK}]>", "b_desc": f"tensordesc<fp16[{BK},{BN}]>",
+                       "c_desc": f"tensordesc<fp16[{BM},{BN}]>", **sizes, **dict.fromkeys(tile, "constexpr"),
+                       "FLATTEN": "constexpr"},
+            constexprs=dict(**tile, FLATTEN=True), divisible_by_16=("M", "N", "K")),
+    }
+    counts = {}
+    for name, asm in zip(jobs, ptx.compile_kernels([dict(job, num_warps=8) for job in jobs.values()])):
+        code = asm["ptx"]
+        counts[name] = {"cp.async": code.count("cp.async.cg") + code.count("cp.async.ca"),
+                        "cp.async.bulk.tensor": code.count("cp.async.bulk.tensor"),
+                        "wgmma.mma_async": code.count("wgmma.mma_async")}
+    bench.print_table([(name, *c.values()) for name, c in counts.items()],
+                      ["kernel", "cp.async", "cp.async.bulk.tensor (TMA)", "wgmma.mma_async"])
+    return counts
+
+
+# %% What each step bought
+def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
+    """main.py's kernel, then TMA, a persistent grid and flatten, one tile shape throughout."""
+    tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
+    rows = []
+    for n in sizes:
+        a = torch.randn(n, n, device=DEVICE, dtype=dtype)
+        b = torch.randn(n, n, device=DEVICE, dtype=dtype)
+        c = torch.empty(n, n, device=DEVICE, dtype=dtype)
+        tiles = triton.cdiv(n, tile["BLOCK_M"]) * triton.cdiv(n, tile["BLOCK_N"])
+        descriptors = tma_descriptors(a, b, c, tile["BLOCK_M"], tile["BLOCK_N"], tile["BLOCK_K"])
+
+        def tma(programs, flatten):
+            matmul_kernel_tma[(programs,)](*descriptors, n, n, n, **tile, FLATTEN=flatten)
+
+        cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
+                 "tl.dot tiles, pointer loads (main.py)": lambda: launch(matmul_kernel, a, b, **tile),
+                 "+ TMA loads and stores, one program per tile": lambda: tma(tiles, False),
+                 "+ persistent: one program per SM": lambda: tma(min(sm_count(), tiles), False),
+                 "+ flatten: pipelined across tiles": lambda: tma(min(sm_count(), tiles), True)}
+        times = bench.side_by_side(cases)
+        for name, ms in times.items():
+            rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms),
+                         100 * times["cuBLAS (torch.matmul)"] / ms))
+    return bench.print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
+                             title=f"What each step bought, {dtype_name(dtype)}",
+                             note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order." + bench.SIDE_BY_SIDE_NOTE)
+
+
+def section(args) -> None:
+    """main.py's last section: the PTX of both kernels, then what each step bought."""
+    print("\n=== Hopper: TMA copies and a persistent grid (hopper.py) ===")
+    print("The PTX of both kernels for an H100/H200 (sm_90), 128 x 128 x 64 tiles:")
+    copy_instructions()
+    if HOPPER:
+        bench_steps((4096, 8192) if args.full else (4096,))
+    elif INTERPRET:  # the interpreter imitates TMA (the tests use that) but cannot time it
+        print_recorded(__file__, "What each step bought")
+    else:
+        print("This GPU has no TMA engine (it came with Hopper, compute capability 9.0): nothing to time.")
+    print("(matmul() takes this kernel from M * N * K = 2048^3 up, on Hopper, in float16 and bfloat16.)")
