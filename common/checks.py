@@ -1,4 +1,5 @@
-"""Reject bad input with a message that names the problem, before any kernel sees it.
+"""Checking tensors: bad input rejected with a message that names the problem, and results
+measured against a reference.
 
 A kernel trusts its pointers: handed a tensor on the wrong device, of the wrong dtype or shape, it
 reads the wrong bytes or crashes deep inside Triton. The launchers call `check_tensors` first.
@@ -11,6 +12,11 @@ from common.device import DEVICE, INTERPRET
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> 'bfloat16'."""
     return str(dtype).removeprefix("torch.")
+
+
+def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """||out - ref|| / ||ref||, in float64: the error of a whole result, relative to its size."""
+    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
 
 
 def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_shape: bool = False) -> None:

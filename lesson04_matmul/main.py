@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from common import bench
-from common.checks import check_tensors, dtype_name
+from common.checks import check_tensors, dtype_name, rel_error
 from common.cli import lesson_parser, positive_int, sizes, start, trace_section
 from common.results import print_recorded
 from common.trace import show
@@ -168,8 +168,7 @@ def matmul_kernel(
 
 
 def launch(kernel, a, b, activation=None, precision="tf32", **meta) -> torch.Tensor:
-    """C = activation(a @ b) by `kernel`: matmul_kernel with its block sizes in `meta`, or the
-    autotuned one (section 6), which brings its own. One program per tile of C."""
+    """activation(a @ b) by `kernel`: matmul_kernel with block sizes in `meta`, or the autotuned one."""
     M, K = a.shape
     N = b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
@@ -204,8 +203,7 @@ def trace() -> None:
     show("C", C, indent=0)
     print(f"(torch: {(A @ B).tolist()})")
 
-    print("\n70 x 45 @ 45 x 50 with 32-blocks: cdiv(70, 32) x cdiv(50, 32) = 3 x 2 = 6 programs; "
-          "K = 45 -> 2 rounds.")
+    print("\n70 x 45 @ 45 x 50 with 32-blocks: cdiv(70, 32) x cdiv(50, 32) = 3 x 2 = 6 programs; K = 45: 2 rounds.")
     a = torch.randn(70, 45, device=DEVICE, dtype=torch.float16)
     b = torch.randn(45, 50, device=DEVICE, dtype=torch.float16)
     c = launch(matmul_kernel, a, b, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, TRACE=True)
@@ -216,11 +214,10 @@ def trace() -> None:
 
 # %% [markdown]
 # ## 5. Grouped ordering: which tiles run at the same time
-# Programs start in pid order, about one wave of (number of SMs x programs per SM) at a time. In
-# row-major order a wave covers a strip of C: it needs few rows of A but ALL of B. Grouping
-# GROUP_M tile rows together makes a wave cover a squarer block of C: fewer A and B tiles per
-# wave, more of them shared through the L2 cache. Whether that shows up as time depends on the
-# GPU, its L2 and the tile: bench_order() times both orders (RESULTS.md, "Tile order").
+# Programs start in pid order, about one wave of (SMs x programs per SM) at a time. In row-major
+# order a wave covers a strip of C: few rows of A but ALL of B. GROUP_M tile rows together make a
+# wave cover a squarer block of C: fewer A and B tiles per wave, more of them shared through the
+# L2 cache. How much time that saves depends on the GPU and the tile: bench_order() times it.
 
 
 # %%
@@ -232,8 +229,7 @@ def tile_order(num_pid_m: int, num_pid_n: int, GROUP_M: int) -> list[tuple[int, 
 
 def tiles_loaded(order: list, wave: int, k_tiles: int) -> int:
     """Distinct input tiles the first `wave` programs read: A tiles (pid_m, k), B tiles (k, pid_n)."""
-    first = order[:wave]
-    return len({m for m, _ in first}) * k_tiles + len({n for _, n in first}) * k_tiles
+    return (len({m for m, _ in order[:wave]}) + len({n for _, n in order[:wave]})) * k_tiles
 
 
 def order_demo(tiles: int = 9, GROUP_M: int = 3) -> None:
@@ -255,23 +251,15 @@ def order_demo(tiles: int = 9, GROUP_M: int = 3) -> None:
 # pipeline stages: num_stages is how many K tiles are in flight, loaded asynchronously, while the
 # tensor cores work on an earlier one). The rule for small problems: below 512^3 the tuning would
 # cost more than it can save, so the smallest tile (the last) runs untimed. Under the interpreter
-# there is nothing to tune: one small configuration runs.
-# Autotune times each configuration once, briefly, one after the other, while a GPU's clock
-# drifts; configurations within a few percent of each other can swap places from run to run. The
-# timing tables below do not trust one-shot timings: they time implementations in turns.
+# there is nothing to tune: one small configuration runs. (Autotune times each configuration once,
+# briefly, while the GPU's clock drifts: near-equal ones can swap places from run to run.)
 
 
 # %%
-CONFIGS = [
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-    triton.Config({"BLOCK_M": 256, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=3, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=8),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=4, num_warps=4),
-] if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4})]
+CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=stages, num_warps=warps)
+           for bm, bn, stages, warps in [(128, 256, 3, 8), (256, 128, 3, 8), (128, 256, 4, 8), (128, 128, 4, 8),
+                                         (128, 128, 4, 4), (64, 128, 4, 4), (128, 64, 4, 4), (64, 64, 4, 4)]
+           ] if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4})]
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
@@ -290,13 +278,10 @@ matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"],
 # %%
 def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
            precision: str = "tf32", tma: bool | None = None) -> torch.Tensor:
-    """C = activation(a @ b) for 2-D a (M, K) and b (K, N): float16, bfloat16 or float32, any
-    strides; fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu"
-    (tanh form). precision (float32 inputs on a GPU): "tf32", the tensor cores' 10-bit-mantissa
-    mode (fast, about 1e-3 relative error), or "ieee" (exact fp32 arithmetic, several times slower).
-    tma: None runs hopper.py's TMA kernel wherever it can and pays (hopper.pays), the kernel above
-    elsewhere; True insists on it (an error says why it cannot), False keeps the kernel above.
-    """
+    """C = activation(a @ b) for 2-D a (M, K), b (K, N): float16, bfloat16 or float32, any strides;
+    fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
+    precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (exact, slower).
+    tma: None runs hopper.py's kernel where it can and pays, True insists on it, False never."""
     check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
@@ -333,26 +318,18 @@ def reference(a, b, activation=None):
 
 
 # %%
-def rel_error(out, ref) -> float:
-    return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
-
-
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
 
 
 def check() -> bench.Table:
     """Relative error ||C - C_ref|| / ||C_ref|| against float64, every dtype and activation."""
-    rows = []
-    for dtype in DTYPES:
-        for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255), (16, 24, 700)]:
-            a = torch.randn(M, K, device=DEVICE, dtype=dtype)
-            b = torch.randn(K, N, device=DEVICE, dtype=dtype)
-            for act in ACTIVATIONS:
-                err = rel_error(matmul(a, b, act), reference(a.double(), b.double(), act))
-                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", act or "-", err, err < TOLERANCE[dtype]))
-    x, y = torch.randn(64, 96, device=DEVICE), torch.randn(80, 64, device=DEVICE)
-    err = rel_error(matmul(x.t(), y.t()), x.double().t() @ y.double().t())
-    rows.append(("float32", "x.t() @ y.t()", "-", err, err < TOLERANCE[torch.float32]))
+    rows, x, y = [], torch.randn(64, 96, device=DEVICE), torch.randn(80, 64, device=DEVICE)
+    cases = [(f"{M} x {N} x {K}", torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype))
+             for dtype in DTYPES for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255), (16, 24, 700)]]
+    for label, a, b in cases + [("x.t() @ y.t(): views", x.t(), y.t())]:
+        for act in ACTIVATIONS:
+            err = rel_error(matmul(a, b, act), reference(a.double(), b.double(), act))
+            rows.append((dtype_name(a.dtype), label, act or "-", err, err < TOLERANCE[a.dtype]))
     if not INTERPRET:  # float32 on the tensor cores: TF32 against full precision
         a, b = torch.randn(384, 384, device=DEVICE), torch.randn(384, 384, device=DEVICE)
         for precision, tolerance in (("tf32", 2e-3), ("ieee", 1e-6)):
@@ -413,10 +390,9 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
 def bench_epilogue(n: int = 4096, dtype=torch.float16) -> bench.Table:
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    cases = {(act, name): fn for act in ("relu", "gelu") for name, fn in (
+    times = bench.side_by_side({(act, name): fn for act in ("relu", "gelu") for name, fn in (
         ("torch.matmul, then the activation", lambda act=act: reference(a, b, act)),
-        ("Triton, activation fused", lambda act=act: matmul(a, b, act)))}
-    times = bench.side_by_side(cases)
+        ("Triton, activation fused", lambda act=act: matmul(a, b, act)))})
     rows = [(act, name, ms * 1e3, bench.tflops(2 * n**3, ms)) for (act, name), ms in times.items()]
     saved = 2 * n * n * a.element_size() / 1e6
     return bench.print_table(rows, ["activation", "implementation", "kernel µs", "TFLOP/s"],
@@ -428,8 +404,7 @@ def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
     """The same kernel and tile, launched in row-major and in grouped order."""
     a = torch.randn(n, n, device=DEVICE, dtype=dtype)
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    tile = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32) if INTERPRET else dict(
-        BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
+    tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
     times = bench.side_by_side({f"GROUP_M = {group}" + (" (row-major)" if group == 1 else ""):
                                 (lambda group=group: launch(matmul_kernel, a, b, GROUP_M=group, **tile))
                                 for group in (1, 8)})
@@ -443,9 +418,8 @@ def main(argv=None) -> None:
     from lesson04_matmul import hopper
 
     p = lesson_parser(__doc__, ["tiles", "trace", "order", "check", "bench", "hopper"])
-    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
-                   help="square sizes for the bench (default 64 128 interpreted, 4096 on a GPU; with --full "
-                        "512 ... 8192 and two MLP shapes)")
+    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N", help=f"square sizes for the bench "
+                   f"(default {SIZES['cpu']} interpreted, {SIZES['gpu']} on a GPU, more with --full)")
     args = start(p, argv)
     if "tiles" in args.sections:
         print("\n=== Why tiles ===")

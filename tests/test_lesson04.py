@@ -5,7 +5,8 @@ import torch
 
 from conftest import DEVICE, INTERPRET, run_trace
 from lesson04_matmul.hopper import HOPPER, copy_instructions, matmul_tma
-from lesson04_matmul.main import (A4, B4, TOLERANCE as TOL, check, main, matmul, matmul_plan, reference, rel_error,
+from common.checks import rel_error
+from lesson04_matmul.main import (A4, B4, TOLERANCE as TOL, check, main, matmul, matmul_plan, reference,
                                   order_demo, tile_order, tiles_loaded, tiny_tiles)
 SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
 
