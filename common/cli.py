@@ -50,8 +50,7 @@ def lesson_parser(doc: str, sections: list) -> argparse.ArgumentParser:
 
 
 def start(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
-    """Parse the arguments and print the banner; the lesson runs its sections, the trace with
-    trace_section."""
+    """Parse the arguments and print the banner (then the lesson calls run_sections)."""
     args = parser.parse_args(argv)
     args.sections = [s for s in args.sections if s not in args.skip]
     if not args.child:
@@ -59,21 +58,34 @@ def start(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     return args
 
 
+def sizes_help(what: str, table: dict) -> str:
+    """--help text for a lesson's sizes option, from its SIZES table."""
+    return f"{what} (default {table['cpu']} interpreted, {table['gpu']} on a GPU, {table['full']} with --full)"
+
+
 def sizes(args: argparse.Namespace, table: dict):
     """The lesson's sizes for this run: table["full"] with --full, else "cpu" or "gpu"."""
     return table["full" if args.full else "cpu" if INTERPRET else "gpu"]
 
 
-def trace_section(trace, script: str, child: bool, title: str) -> None:
-    """Run a lesson's trace under the interpreter, with its heading.
+def run_sections(args: argparse.Namespace, sections: dict) -> None:
+    """Run the sections asked for, in the lesson's order, each under its heading.
+    sections: {name: (heading, function of no arguments)}, the same names as lesson_parser's."""
+    for name, (heading, run) in sections.items():
+        if name in args.sections:
+            if not args.child:
+                print(f"\n=== {heading} ===")
+            run()
+
+
+def trace_section(trace, script: str, child: bool) -> None:
+    """Run a lesson's trace under the interpreter.
 
     Traces print from inside the kernel, one program after another, which only the interpreter
     does. On a GPU machine this process has triton in compiled mode already, and the mode cannot
     be switched once triton is imported, so the lesson runs again, in a child process with
     TRITON_INTERPRET=1, with `--sections trace --child` (the child prints no banner or heading).
     """
-    if not child:
-        print(f"\n=== {title} ===")
     if INTERPRET:
         trace()
         return

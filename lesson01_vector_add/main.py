@@ -27,7 +27,7 @@ import triton.language as tl
 
 from common import bench, profile, ptx
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.cli import lesson_parser, positive_int, run_sections, sizes, sizes_help, start, trace_section
 from common.results import print_recorded
 from common.trace import show
 
@@ -336,38 +336,33 @@ def block_size_sweep(n: int = 1 << 26) -> bench.Table:
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "check", "fusion", "ptx", "bench", "blocks"])
-    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
-                   help=f"bench sizes in elements (default {SIZES['cpu']} interpreted, {SIZES['gpu']} on a GPU, "
-                        f"{SIZES['full']} with --full)")
-    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
-                   help="dtype for the bench (default float32)")
-    p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
-    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
-    args = start(p, argv)
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: add_kernel, program by program (interpreter)")
-    if "check" in args.sections:
-        print("\n=== Check: Triton against PyTorch ===")
-        check()
-    if "fusion" in args.sections:
-        print("\n=== Fusion: kernels launched per GELU implementation ===")
-        fusion(use_compile=not args.no_compile)
-    if "ptx" in args.sections:
-        print("\n=== Under the hood: add_kernel's global loads and stores on sm_90 ===")
-        look_at_ptx(args.ir)
-    if "bench" in args.sections:
-        print("\n=== Timing ===")
+    def timing():
         bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), use_compile=not args.no_compile)
-        if INTERPRET:
+        if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("2^12", "2^20", "2^26"))
-    if "blocks" in args.sections:
-        print("\n=== BLOCK_SIZE against num_warps ===")
+
+    def blocks():
         if INTERPRET:  # the interpreter ignores num_warps: only a GPU can answer this
             print_recorded(__file__, "BLOCK_SIZE against num_warps")
         else:
             block_size_sweep(1 << 26 if args.full else 1 << 24)
 
+    sections = {
+        "trace": ("Trace: add_kernel, program by program (interpreter)", lambda: trace_section(trace, __file__, args.child)),
+        "check": ("Check: Triton against PyTorch", check),
+        "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=not args.no_compile)),
+        "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
+        "bench": ("Timing", timing),
+        "blocks": ("BLOCK_SIZE against num_warps", blocks),
+    }
+    p = lesson_parser(__doc__, list(sections))
+    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N", help=sizes_help("bench sizes", SIZES))
+    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
+                   help="dtype for the bench (default float32)")
+    p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
+    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
+    args = start(p, argv)
+    run_sections(args, sections)
 
 if __name__ == "__main__":
     main()

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from common import bench, profile
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.cli import lesson_parser, positive_int, run_sections, sizes, start, trace_section
 from common.results import print_recorded
 from common.trace import show
 
@@ -320,7 +320,22 @@ def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "check", "fusion", "bench"])
+    def timing():
+        M, default_sizes = sizes(args, SIZES)
+        for dtype in ["float32", "bfloat16"] if args.full else [args.dtype]:
+            bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=not args.no_compile)
+        if INTERPRET:  # beside the interpreter's numbers, the H200's
+            print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("1024", "4096", "32768"))
+
+    sections = {
+        "trace": ("Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)",
+                  lambda: trace_section(trace, __file__, args.child)),
+        "check": ("Check: Triton against torch.softmax in float32", check),
+        "fusion": ("Fusion: traffic and kernels launched",
+                   lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=not args.no_compile)),
+        "bench": ("Timing", timing),
+    }
+    p = lesson_parser(__doc__, list(sections))
     p.add_argument("--rows", type=positive_int,
                    help=f"M for the bench (default {SIZES['cpu'][0]} interpreted, {SIZES['gpu'][0]} on a GPU)")
     p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
@@ -329,23 +344,7 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
     p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
     args = start(p, argv)
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)")
-    if "check" in args.sections:
-        print("\n=== Check: Triton against torch.softmax in float32 ===")
-        check()
-    if "fusion" in args.sections:
-        print("\n=== Fusion: traffic and kernels launched ===")
-        fusion(64 if INTERPRET else 4096, 4096, use_compile=not args.no_compile)
-    if "bench" in args.sections:
-        print("\n=== Timing ===")
-        M, default_sizes = sizes(args, SIZES)
-        dtypes = ["float32", "bfloat16"] if args.full else [args.dtype]
-        for dtype in dtypes:
-            bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=not args.no_compile)
-        if INTERPRET:
-            print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("1024", "4096", "32768"))
-
+    run_sections(args, sections)
 
 if __name__ == "__main__":
     main()

@@ -28,7 +28,7 @@ import triton.language as tl
 
 from common import bench
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.cli import lesson_parser, positive_int, run_sections, sizes, start, trace_section
 from common.results import print_recorded
 from common.trace import show
 
@@ -247,25 +247,24 @@ def shape_arg(text: str) -> tuple[int, int]:
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "waves", "check", "bench"])
+    def timing():
+        bench_all(args.shapes or sizes(args, SIZES), getattr(torch, args.dtype))
+        if INTERPRET:  # beside the interpreter's numbers, the H200's
+            print_recorded(__file__, "Timing, float32")
+
+    sections = {
+        "trace": ("Trace: row_sum_kernel, tile by tile (interpreter)", lambda: trace_section(trace, __file__, args.child)),
+        "waves": (f"Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''})",
+                  lambda: waves_table(WAVES_SHAPES)),
+        "check": ("Check: Triton against a float64 sum", check),
+        "bench": ("Timing", timing),
+    }
+    p = lesson_parser(__doc__, list(sections))
     p.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",
                    help="bench shapes, e.g. 4096x16384 (default: wide, tall and 4-row shapes)")
     p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
     args = start(p, argv)
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: row_sum_kernel, tile by tile (interpreter)")
-    if "waves" in args.sections:
-        print(f"\n=== Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''}) ===")
-        waves_table(WAVES_SHAPES)
-    if "check" in args.sections:
-        print("\n=== Check: Triton against a float64 sum ===")
-        check()
-    if "bench" in args.sections:
-        print("\n=== Timing ===")
-        bench_all(args.shapes or sizes(args, SIZES), getattr(torch, args.dtype))
-        if INTERPRET:
-            print_recorded(__file__, "Timing, float32")
-
+    run_sections(args, sections)
 
 if __name__ == "__main__":
     main()

@@ -194,13 +194,12 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
                              note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order." + bench.SIDE_BY_SIDE_NOTE)
 
 
-def section(args) -> None:
+def section(full: bool = False) -> None:
     """main.py's last section: the PTX of both kernels, then what each step bought."""
-    print("\n=== Hopper: TMA copies and a persistent grid (hopper.py) ===")
     print("The PTX of both kernels for an H100/H200 (sm_90), 128 x 128 x 64 tiles:")
     copy_instructions()
     if HOPPER:
-        bench_steps((4096, 8192) if args.full else (4096,))
+        bench_steps((4096, 8192) if full else (4096,))
     elif INTERPRET:  # the interpreter imitates TMA (the tests use that) but cannot time it
         print_recorded(__file__, "What each step bought")
     else:

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from common import bench
 from common.checks import check_tensors, dtype_name, rel_error
-from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.cli import lesson_parser, positive_int, run_sections, sizes, sizes_help, start, trace_section
 from common.results import print_recorded
 from common.trace import show
 from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
@@ -417,34 +417,30 @@ def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
 def main(argv=None) -> None:
     from lesson04_matmul import hopper
 
-    p = lesson_parser(__doc__, ["tiles", "trace", "order", "check", "bench", "hopper"])
-    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N", help=f"square sizes for the bench "
-                   f"(default {SIZES['cpu']} interpreted, {SIZES['gpu']} on a GPU, more with --full)")
-    args = start(p, argv)
-    if "tiles" in args.sections:
-        print("\n=== Why tiles ===")
-        reuse_table([(n, n, n) for n in (1024, 4096, 8192)])
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: matmul_kernel, program by program, round by round")
-    if "order" in args.sections:
-        print("\n=== The order of the tiles ===")
-        order_demo()
-    if "check" in args.sections:
-        print("\n=== Check: against float64 ===")
-        check()
-    if "bench" in args.sections:
-        print("\n=== Timing ===")
-        shapes = [(n, n, n) for n in args.sizes] if args.sizes else sizes(args, SIZES)
-        bench_all(shapes, dtypes=(torch.float16, torch.bfloat16) if args.full else (torch.float16,))
-        if INTERPRET:
+    def timing():
+        bench_all([(n, n, n) for n in args.sizes] if args.sizes else sizes(args, SIZES),
+                  dtypes=(torch.float16, torch.bfloat16) if args.full else (torch.float16,))
+        if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing against torch.matmul",
                            keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")
         else:
             bench_epilogue()
             bench_order(8192 if args.full else 4096)
-    if "hopper" in args.sections:
-        hopper.section(args)
 
+    sections = {
+        "tiles": ("Why tiles", lambda: reuse_table([(n, n, n) for n in (1024, 4096, 8192)])),
+        "trace": ("Trace: matmul_kernel, program by program, round by round (interpreter)",
+                  lambda: trace_section(trace, __file__, args.child)),
+        "order": ("The order of the tiles", order_demo),
+        "check": ("Check: against float64", check),
+        "bench": ("Timing", timing),
+        "hopper": ("Hopper: TMA copies and a persistent grid (hopper.py)", lambda: hopper.section(args.full)),
+    }
+    p = lesson_parser(__doc__, list(sections))
+    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                   help=sizes_help("M = N = K for the bench, instead of the (M, N, K) shapes", SIZES))
+    args = start(p, argv)
+    run_sections(args, sections)
 
 if __name__ == "__main__":
     main()

@@ -29,7 +29,7 @@ import triton.language as tl
 
 from common import bench
 from common.checks import check_tensors, dtype_name, rel_error
-from common.cli import lesson_parser, positive_int, sizes, start, trace_section
+from common.cli import lesson_parser, positive_int, run_sections, sizes, sizes_help, start, trace_section
 from common.results import print_recorded
 from common.trace import show
 
@@ -443,34 +443,32 @@ def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, t
 
 # %% The script
 def main(argv=None) -> None:
-    p = lesson_parser(__doc__, ["trace", "memory", "check", "configs", "bench"])
-    p.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
-                   help=f"sequence lengths for the bench (default {SIZES['cpu']} interpreted, {SIZES['gpu']} on a "
-                        f"GPU, {SIZES['full']} with --full)")
-    args = start(p, argv)
-    if "trace" in args.sections:
-        trace_section(trace, __file__, args.child, "Trace: online softmax, then attention_kernel block by block")
-    if "memory" in args.sections:
-        print("\n=== Memory ===")
-        memory_table([1024, 4096, 8192, 16384, 32768] if args.full else [1024, 4096, 16384])
-    if "check" in args.sections:
-        print("\n=== Check: against float64 standard attention ===")
-        check()
-    if "configs" in args.sections:
-        print("\n=== Block sizes, side by side ===")
+    def configs():
         if args.full:
             bench_configs()
         else:  # a sweep of minutes on a GPU; the interpreter ignores num_warps and num_stages
             print_recorded(__file__, "Block sizes", keep=lambda row: row["causal"] == "False")
-    if "bench" in args.sections:
-        print("\n=== Timing ===")
+
+    def timing():
         bench_all(args.seqs or sizes(args, SIZES), shapes=sizes(args, SHAPES),
                   dtypes=(torch.float32,) if INTERPRET else (torch.float16, torch.bfloat16) if args.full
                   else (torch.float16,))
-        if INTERPRET:
+        if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing", keep=lambda row: row["dtype"] == "float16" and row["seq"] == "4096"
                            and row["causal"] == "True")
 
+    sections = {
+        "trace": ("Trace: online softmax, then attention_kernel block by block (interpreter)",
+                  lambda: trace_section(trace, __file__, args.child)),
+        "memory": ("Memory", lambda: memory_table([1024, 4096, 8192, 16384, 32768] if args.full else [1024, 4096, 16384])),
+        "check": ("Check: against float64 standard attention", check),
+        "configs": ("Block sizes, side by side", configs),
+        "bench": ("Timing", timing),
+    }
+    p = lesson_parser(__doc__, list(sections))
+    p.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ", help=sizes_help("sequence lengths", SIZES))
+    args = start(p, argv)
+    run_sections(args, sections)
 
 if __name__ == "__main__":
     main()
