@@ -58,6 +58,14 @@ def start(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     return args
 
 
+def add_compile_option(parser: argparse.ArgumentParser) -> None:
+    """--compile / --no-compile: include torch.compile in the comparisons. On by default on a GPU,
+    where it generates a Triton kernel worth comparing; off on the CPU, where it generates C++ and
+    compiling it takes longer than the rest of the lesson."""
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=not INTERPRET,
+                        help="include torch.compile (default: on a GPU yes, on the CPU no)")
+
+
 def sizes_help(what: str, table: dict) -> str:
     """--help text for a lesson's sizes option, from its SIZES table."""
     return f"{what} (default {table['cpu']} interpreted, {table['gpu']} on a GPU, {table['full']} with --full)"

@@ -27,7 +27,8 @@ import triton.language as tl
 
 from common import bench, profile, ptx
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, run_sections, sizes, sizes_help, start, trace_section
+from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
+                        sizes, sizes_help, start, trace_section)
 from common.results import print_recorded
 from common.trace import show
 
@@ -234,6 +235,9 @@ def fusion(n: int = 1 << 20, use_compile: bool = True) -> list:
     impls = {"naive formula": gelu_naive, "F.gelu": gelu_torch, "Triton gelu": gelu}
     if use_compile:
         impls["torch.compile(naive)"] = bench.compiled(gelu_naive)
+    else:
+        print("(torch.compile left out: --compile includes it. On a GPU it launches one generated Triton "
+              "kernel:\nRESULTS.md, 'Kernels launched: torch.compile(naive)'.)")
     tables = []
     for name, fn in impls.items():
         moved = NAIVE_TRAFFIC if name == "naive formula" else FUSED_TRAFFIC
@@ -337,7 +341,7 @@ def block_size_sweep(n: int = 1 << 26) -> bench.Table:
 # %% The script
 def main(argv=None) -> None:
     def timing():
-        bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), use_compile=not args.no_compile)
+        bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), use_compile=args.compile)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("2^12", "2^20", "2^26"))
 
@@ -350,7 +354,7 @@ def main(argv=None) -> None:
     sections = {
         "trace": ("Trace: add_kernel, program by program (interpreter)", lambda: trace_section(trace, __file__, args.child)),
         "check": ("Check: Triton against PyTorch", check),
-        "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=not args.no_compile)),
+        "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=args.compile)),
         "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
         "bench": ("Timing", timing),
         "blocks": ("BLOCK_SIZE against num_warps", blocks),
@@ -360,7 +364,7 @@ def main(argv=None) -> None:
     p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
                    help="dtype for the bench (default float32)")
     p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
-    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
+    add_compile_option(p)
     args = start(p, argv)
     run_sections(args, sections)
 

@@ -27,7 +27,8 @@ import triton.language as tl
 
 from common import bench, profile
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, run_sections, sizes, start, trace_section
+from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
+                        sizes, start, trace_section)
 from common.results import print_recorded
 from common.trace import show
 
@@ -281,6 +282,9 @@ def fusion(M: int, N: int, use_compile: bool) -> list:
     impls = {"naive (5 steps)": softmax_naive, "torch.softmax": lambda t: torch.softmax(t, dim=1)}
     if use_compile:
         impls["torch.compile(naive)"] = bench.compiled(softmax_naive)
+    else:
+        print("\n(torch.compile left out: --compile includes it. On a GPU it launches one generated Triton "
+              "kernel:\nRESULTS.md, 'Kernels launched: torch.compile(naive)'.)")
     if not INTERPRET:
         impls["Triton softmax"] = softmax
     for name, fn in impls.items():
@@ -323,7 +327,7 @@ def main(argv=None) -> None:
     def timing():
         M, default_sizes = sizes(args, SIZES)
         for dtype in ["float32", "bfloat16"] if args.full else [args.dtype]:
-            bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=not args.no_compile)
+            bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=args.compile)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("1024", "4096", "32768"))
 
@@ -332,7 +336,7 @@ def main(argv=None) -> None:
                   lambda: trace_section(trace, __file__, args.child)),
         "check": ("Check: Triton against torch.softmax in float32", check),
         "fusion": ("Fusion: traffic and kernels launched",
-                   lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=not args.no_compile)),
+                   lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=args.compile)),
         "bench": ("Timing", timing),
     }
     p = lesson_parser(__doc__, list(sections))
@@ -342,7 +346,7 @@ def main(argv=None) -> None:
                    help=f"row lengths for the bench (default {SIZES['cpu'][1]} interpreted, {SIZES['gpu'][1]} on a "
                         f"GPU, {SIZES['full'][1]} with --full)")
     p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
-    p.add_argument("--no-compile", action="store_true", help="leave out torch.compile (slow to compile on a CPU)")
+    add_compile_option(p)
     args = start(p, argv)
     run_sections(args, sections)
 
