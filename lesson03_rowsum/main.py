@@ -61,6 +61,8 @@ def row_sum_kernel(
     pid_m = tl.program_id(axis=0)       # which rows
     pid_n = tl.program_id(axis=1)       # which stretch of those rows
     rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    if TRACE:
+        show("program (pid_m, pid_n)", (pid_m, pid_n), indent=0)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # on chip for the whole loop
     for start in range(0, COLS_PER_PROGRAM, BLOCK_N):      # the tiles, one after another
         cols = pid_n * COLS_PER_PROGRAM + start + tl.arange(0, BLOCK_N)
@@ -81,8 +83,9 @@ def row_sum_kernel(
 # %% [markdown]
 # ## 2. The launcher: tile sizes, and whether to split rows
 # The rule for the tiles: up to 4096 columns at a time, short rows packed until a program holds
-# 2048 elements, about 8 elements per thread (4 to 16 warps). It comes from a one-off sweep on an
-# H200; the timing table (RESULTS.md) shows where it lands against torch.sum.
+# 2048 elements, 8 elements per thread (8 or 16 warps). It comes from a sweep on an H200 that
+# RESULTS.md does not record; its timing table shows where the rule lands against torch.sum.
+# (Triton's convention names a tile's sides BLOCK_M and BLOCK_N, so here BLOCK_N is a tile width.)
 
 
 # %%
@@ -154,11 +157,12 @@ def trace() -> None:
     print(f"row_sum = {y.item():g} (torch.sum: {x.sum().item():g})")
 
     print("\nThe same row split between 3 programs (grid (1, 3)), 4 columns each: every program is")
-    print("its own block, with one tile; their partial sums are added by a second launch.")
+    print("its own block, with one tile; a second launch, one program, adds their partial sums.")
     partial = torch.empty((1, 3), device=DEVICE)
     row_sum_kernel[(1, 3)](x, partial, 1, 12, x.stride(0), x.stride(1), 4, BLOCK_M=1, BLOCK_N=4, TRACE=True)
     show("partial sums", partial[0], indent=0)
-    print(f"-> {partial.sum().item():g}")
+    row_sum_kernel[(1, 1)](partial, y, 1, 3, partial.stride(0), partial.stride(1), 3, BLOCK_M=1, BLOCK_N=4)
+    show("row_sum", y[0, 0], indent=0)
 
 
 # %% [markdown]
@@ -173,10 +177,10 @@ def waves_table(shapes) -> bench.Table:
         BLOCK_M = tile_config(N)[0]
         for label, splits in (("one program per row", 1), ("split rows", choose_splits(M, N))):
             programs = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, columns_per_program(N, splits))
-            rows.append((f"{M} x {N}", label, programs, f"{programs / sms:.2f}",
+            rows.append((f"{M} x {N}", label, programs, programs / sms,
                          f"{min(programs, sms)} of {sms}"))
     table = bench.print_table(rows, ["shape", "launch", "programs", "programs per SM", "SMs with work"],
-                              title=f"Programs against SMs ({sms} SMs)")
+                              title=f"Programs against SMs ({sms} SMs)", floatfmt=".2f")
     print(f"With 4 rows, 4 programs: {sms - 4} of the {sms} SMs have nothing to do, however fast each one is.\n"
           "Rule of thumb (source documents): at least 4 programs per SM, so the scheduler can balance\n"
           f"the work and a last, partial wave is a small part of the whole: 160 programs on {sms} SMs\n"

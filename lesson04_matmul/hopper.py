@@ -16,7 +16,9 @@ Triton's pipeliner already turns main.py's pointer loads into asynchronous copie
 PTX counts of copy_instructions() show it), so the gains here are the last few percent.
 bench_steps() times each step side by side (RESULTS.md, "What each step bought"); matmul() runs
 this kernel where it can and where that table says it pays: a Hopper GPU, float16 or bfloat16,
-rows TMA can address, and M * N * K >= 2048^3 (below that main.py's kernel was as fast or faster).
+rows TMA can address, and M * N * K >= 2048^3: from there up this kernel won at every shape in
+RESULTS.md, while below it neither kernel won reliably (small problems leave SMs idle, and the
+autotuner's one-shot timings of them are noisy).
 
 This file is the last section of `python lesson04_matmul/main.py`; it imports main.py's pieces.
 """
@@ -33,7 +35,7 @@ from common.results import print_recorded
 from lesson04_matmul.main import gelu_tanh, grouped_pid, launch, matmul_kernel
 
 HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
-TMA_FROM = 2048**3  # M * N * K from which this kernel was as fast or faster on the H200 (RESULTS.md)
+TMA_FROM = 2048**3  # M * N * K from which this kernel won at every shape on the H200 (RESULTS.md)
 
 
 # %% The kernel: main.py's, with descriptor loads and a loop over tiles
@@ -204,4 +206,5 @@ def section(full: bool = False) -> None:
         print_recorded(__file__, "What each step bought")
     else:
         print("This GPU has no TMA engine (it came with Hopper, compute capability 9.0): nothing to time.")
-    print("(matmul() takes this kernel from M * N * K = 2048^3 up, on Hopper, in float16 and bfloat16.)")
+    print(f"(matmul() takes this kernel from M * N * K = {round(TMA_FROM ** (1 / 3))}^3 up, on Hopper, "
+          "in float16 and bfloat16.)")

@@ -82,7 +82,7 @@ def reuse_table(shapes) -> bench.Table:
     for M, N, K in shapes:
         naive = 2 * M * N * K  # every output reads a row of A and a column of B: 2K elements
         rows.append((f"{M} x {N} x {K}", naive * 2 / 1e9, *(naive / T * 2 / 1e9 for T in (16, 128))))
-    return bench.print_table(rows, ["M x N x K", "GB read, no reuse", "16 x 16 tiles", "128 x 128 tiles"],
+    return bench.print_table(rows, ["M x N x K", "GB read, no reuse", "16 x 16 tiles", "128 x 128 tiles"], floatfmt=".2f",
                              title="Reads of A and B (fp16), without reuse and with tiles",
                              note="No reuse: 2MNK elements. T x T tiles: 2MNK / T.")
 
@@ -197,7 +197,7 @@ def trace() -> None:
     print("The plan (plain PyTorch): program (0, 0) computes C[0:2, 0:2] in two K rounds")
     matmul_plan(A.cpu(), B.cpu(), verbose=True)
 
-    print("\nThe kernel: A = 1..16, B as above, BLOCK_M = BLOCK_N = BLOCK_K = 2 -> 2 x 2 = 4 programs, "
+    print(f"\nThe kernel: A = 1..16, B = {B4}, BLOCK_M = BLOCK_N = BLOCK_K = 2 -> 2 x 2 = 4 programs, "
           "2 rounds each.\nA is contiguous: stride_am = 4, stride_ak = 1, so A[i, j] is at offset 4i + j.")
     C = launch(matmul_kernel, A, B, BLOCK_M=2, BLOCK_N=2, BLOCK_K=2, GROUP_M=1, TRACE=True)
     show("C", C, indent=0)
@@ -280,7 +280,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
            precision: str = "tf32", tma: bool | None = None) -> torch.Tensor:
     """C = activation(a @ b) for 2-D a (M, K), b (K, N): float16, bfloat16 or float32, any strides;
     fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
-    precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (exact, slower).
+    precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
     tma: None runs hopper.py's kernel where it can and pays, True insists on it, False never."""
     check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:
@@ -381,7 +381,7 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
                              100 * times["torch.matmul"] / ms, bench.percent(tf, ceiling)))
     where = "torch.matmul on the CPU, 256^3" if INTERPRET else "cuBLAS, bf16, 8192^3"
     note = (f"{bench.stamp()}. {bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE} Matmul ceiling measured ({where}): "
-            f"{ceiling:.0f} TFLOP/s. TFLOP/s = 2MNK / kernel time. matmul() runs the TMA kernel from 2048^3 up on "
+            f"{ceiling:.3g} TFLOP/s. TFLOP/s = 2MNK / kernel time. matmul() runs the TMA kernel from 2048^3 up on "
             "Hopper (hopper.pays).")
     return bench.print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s", "% of torch",
                                     "% of ceiling"], title="Timing against torch.matmul", note=note)
@@ -392,7 +392,7 @@ def bench_epilogue(n: int = 4096, dtype=torch.float16) -> bench.Table:
     b = torch.randn(n, n, device=DEVICE, dtype=dtype)
     times = bench.side_by_side({(act, name): fn for act in ("relu", "gelu") for name, fn in (
         ("torch.matmul, then the activation", lambda act=act: reference(a, b, act)),
-        ("Triton, activation fused", lambda act=act: matmul(a, b, act)))})
+        ("Triton matmul(), activation fused", lambda act=act: matmul(a, b, act)))})
     rows = [(act, name, ms * 1e3, bench.tflops(2 * n**3, ms)) for (act, name), ms in times.items()]
     saved = 2 * n * n * a.element_size() / 1e6
     return bench.print_table(rows, ["activation", "implementation", "kernel µs", "TFLOP/s"],
@@ -423,6 +423,8 @@ def main(argv=None) -> None:
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing against torch.matmul",
                            keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")
+            print_recorded(__file__, "Fused epilogue")
+            print_recorded(__file__, "Tile order")
         else:
             bench_epilogue()
             bench_order(8192 if args.full else 4096)

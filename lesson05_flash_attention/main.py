@@ -45,7 +45,7 @@ SIZES = {"cpu": [64, 128], "gpu": [4096], "full": [512, 1024, 2048, 4096, 8192, 
 
 # %%
 def attention_standard(q, k, v, causal=False, sm_scale=None):
-    """The textbook version. It writes the whole (B, H, seq, seq) score matrix, twice."""
+    """The textbook version. It writes the whole (B, H, seq, seq) score matrix, several times over."""
     sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     s = (q @ k.transpose(-2, -1)).float() * sm_scale          # (B, H, seq, seq): write seq^2 per head
     if causal:
@@ -297,7 +297,7 @@ def trace() -> None:
     online_softmax_demo(scores, values, 4)
 
     print("\nThe kernel: batch 1, 1 head, seq 8, head_dim 2, blocks of 4 queries x 4 keys, sm_scale 1.")
-    print("Query 0 is [1, 0] and key j is [scores_j, 0]: so row 0 of the scores is the row above.")
+    print("Query 0 is [1, 0] and key j is [scores_j, ...]: so row 0 of the scores is the row above.")
     q = torch.zeros(1, 1, 8, 2, device=DEVICE)
     q[0, 0, :, 0] = torch.tensor([1.0, 0.5, 0, 1, 0, 0.5, 1, 0])
     q[0, 0, :, 1] = torch.tensor([0.0, 1, 1, 0, 0.5, 0, 1, 1])
@@ -371,7 +371,9 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
     return bench.print_table(rows, ["seq", "q, k, v, o (GiB)", "scores s and p (GiB)",
                                     "standard: peak extra GiB", "flash: peak extra GiB"], floatfmt=".2f",
                              title=f"Memory, batch {B}, {H} heads, head_dim {D}, {dtype_name(dtype)}",
-                             note="The scores grow as seq^2, everything else as seq.")
+                             note="The scores grow as seq^2, everything else as seq. Standard attention's peak holds "
+                                  "more than s and p: q k^T in the input dtype, its float32 copy, the float32 "
+                                  "softmax and p.")
 
 
 # %% [markdown]

@@ -80,6 +80,8 @@ def test_trace_reproduces_the_worked_example(traced):
     assert accs == [[[3.0, 1.0, 4.0, 1.0]], [[8.0, 10.0, 6.0, 7.0]], [[13.0, 13.0, 11.0, 15.0]]]
     assert log["tl.sum(acc)"][0] == [52.0]
     assert log["partial sums"] == [[9.0, 22.0, 21.0]]
+    assert log["row_sum"] == [52.0]  # the second launch: the kernel again, on the partial sums
+    assert log["program (pid_m, pid_n)"] == [[0, 0], [0, 0], [0, 1], [0, 2]]
 
 
 def test_check_passes():
