@@ -49,7 +49,7 @@ def lesson_parser(doc: str, sections: list) -> argparse.ArgumentParser:
     return p
 
 
-def start(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+def start_lesson(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Parse the arguments and print the banner (then the lesson calls run_sections)."""
     args = parser.parse_args(argv)
     args.sections = [s for s in args.sections if s not in args.skip]

@@ -28,7 +28,7 @@ import triton.language as tl
 from common import bench, profile, ptx
 from common.checks import check_tensors, dtype_name
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
-                        sizes, sizes_help, start, trace_section)
+                        sizes, sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
 
@@ -365,7 +365,7 @@ def main(argv=None) -> None:
                    help="dtype for the bench (default float32)")
     p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
     add_compile_option(p)
-    args = start(p, argv)
+    args = start_lesson(p, argv)
     run_sections(args, sections)
 
 if __name__ == "__main__":

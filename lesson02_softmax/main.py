@@ -28,7 +28,7 @@ import triton.language as tl
 from common import bench, profile
 from common.checks import check_tensors, dtype_name
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
-                        sizes, start, trace_section)
+                        sizes, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
 
@@ -348,7 +348,7 @@ def main(argv=None) -> None:
                         f"GPU, {SIZES['full'][1]} with --full)")
     p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
     add_compile_option(p)
-    args = start(p, argv)
+    args = start_lesson(p, argv)
     run_sections(args, sections)
 
 if __name__ == "__main__":

@@ -28,7 +28,8 @@ import triton.language as tl
 
 from common import bench
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, run_sections, sizes, start, trace_section
+from common.cli import (lesson_parser, positive_int, run_sections, sizes,
+                        start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
 
@@ -267,7 +268,7 @@ def main(argv=None) -> None:
     p.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",
                    help="bench shapes, e.g. 4096x16384 (default: wide, tall and 4-row shapes)")
     p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
-    args = start(p, argv)
+    args = start_lesson(p, argv)
     run_sections(args, sections)
 
 if __name__ == "__main__":

@@ -30,7 +30,8 @@ import triton.language as tl
 
 from common import bench
 from common.checks import check_tensors, dtype_name, rel_error
-from common.cli import lesson_parser, positive_int, run_sections, sizes, sizes_help, start, trace_section
+from common.cli import (lesson_parser, positive_int, run_sections, sizes,
+                        sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
 from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
@@ -441,7 +442,7 @@ def main(argv=None) -> None:
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                    help=sizes_help("M = N = K for the bench, instead of the (M, N, K) shapes", SIZES))
-    args = start(p, argv)
+    args = start_lesson(p, argv)
     run_sections(args, sections)
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import torch
 from conftest import DEVICE, INTERPRET
 from common import bench, profile, ptx
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, start
+from common.cli import lesson_parser, positive_int, start_lesson
 from common.trace import fmt, value_of
 
 
@@ -45,11 +45,11 @@ def test_command_line_sizes_and_sections(capsys):
         with pytest.raises(argparse.ArgumentTypeError):
             positive_int(bad)
     parser = lesson_parser("Lesson 9: a test.\nMore.", ["trace", "check", "bench"])
-    args = start(parser, ["--skip", "trace", "bench"])
+    args = start_lesson(parser, ["--skip", "trace", "bench"])
     assert args.sections == ["check"] and not args.full
     assert capsys.readouterr().out.startswith("Mode: ")
     with pytest.raises(SystemExit):
-        start(parser, ["--sections", "plot"])
+        start_lesson(parser, ["--sections", "plot"])
 
 
 def test_ptx_parsing():
