@@ -78,6 +78,31 @@ def side_by_side(cases: dict, rounds: int = 3) -> dict:
     return {name: statistics.median(ms) for name, ms in turns.items()}
 
 
+def offsets_cost(cases: dict, title: str = "64-bit offsets: what they cost") -> "Table":
+    """Kernel µs of each call in {label: fn}, run with the offsets its launcher computes in int32
+    (what it picks for every tensor below 2**31 elements) and in int64 (what it picks past that):
+    common.checks.index_type forced one way, then the other, side by side."""
+    import triton.language as tl
+
+    from common import checks
+
+    def forced(fn, offsets):
+        def run():
+            checks.FORCED_INDEX_TYPE = offsets
+            try:
+                fn()
+            finally:
+                checks.FORCED_INDEX_TYPE = None
+        return run
+
+    ms = side_by_side({(label, bits): forced(fn, offsets) for label, fn in cases.items()
+                       for bits, offsets in ((32, tl.int32), (64, tl.int64))})
+    rows = [(label, ms[label, 32] * 1e3, ms[label, 64] * 1e3, ms[label, 64] / ms[label, 32]) for label in cases]
+    return print_table(rows, ["case", "kernel µs, int32 offsets", "int64 offsets", "int64 / int32"], title=title,
+                       floatfmt=".3f", note=f"{stamp()}. Kernel time of the same call with 32-bit and 64-bit element "
+                       f"offsets (common.checks.index_type forced).{SIDE_BY_SIDE_NOTE}")
+
+
 SIDE_BY_SIDE_NOTE = "" if INTERPRET else (
     " The implementations of each row group were timed in turns, 3 rounds, median (bench.side_by_side).")
 
@@ -118,6 +143,17 @@ def copy_bandwidth() -> float:
     bandwidth = gbps(2 * src.numel() * src.element_size(), ms)
     CEILINGS["copy bandwidth (measured)"] = f"{bandwidth:.0f} GB/s"
     return bandwidth
+
+
+@functools.cache
+def matmul_rate() -> float:
+    """The machine's compute ceiling, measured: torch.matmul (cuBLAS) of bf16 8192^3, in TFLOP/s
+    (float32 256^3 on the CPU). Measured once per process, by kernel time as in the tables."""
+    n, dtype = (8192, torch.bfloat16) if not INTERPRET else (256, torch.float32)
+    a, b = torch.randn(n, n, device=DEVICE, dtype=dtype), torch.randn(n, n, device=DEVICE, dtype=dtype)
+    rate = tflops(2 * n**3, measure(lambda: a @ b)[0])
+    CEILINGS[f"matmul rate (cuBLAS {str(dtype).removeprefix('torch.')} {n}^3, measured)"] = f"{rate:.0f} TFLOP/s"
+    return rate
 
 
 def stamp() -> str:

@@ -2,11 +2,16 @@
 measured against a reference.
 
 A kernel trusts its pointers: handed a tensor on the wrong device, of the wrong dtype or shape, it
-reads the wrong bytes or crashes deep inside Triton. The launchers call `check_tensors` first.
+reads the wrong bytes or crashes deep inside Triton. The launchers call `check_tensors` first. It
+also stops what PyTorch allows but a raw pointer cannot honour: a tensor that requires grad (these
+kernels have no backward pass, so autograd would silently lose the path), and a view with the
+negative bit (`z.conj().imag`), whose memory holds -x: that one is resolved by a copy, as PyTorch's
+own operators do.
 """
 import torch
 
-from common.device import DEVICE, INTERPRET
+from common.device import DEVICE, INTERPRET  # first: it decides how triton is imported
+import triton.language as tl  # noqa: E402
 
 
 def dtype_name(dtype: torch.dtype) -> str:
@@ -19,10 +24,11 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
 
 
-def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_shape: bool = False) -> None:
+def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_shape: bool = False) -> list:
     """tensors: {name: tensor}, the inputs a kernel reads side by side. Each must be a dense tensor
     on the device the kernels run on, of one of `dtypes`, with `ndim` dimensions (if given); all of
-    them on one device and of one dtype, and of one shape if `same_shape`."""
+    them on one device and of one dtype, and of one shape if `same_shape`. Returns the tensors, in
+    order, as the kernel can read them (a negative-bit view resolved)."""
     for name, x in tensors.items():
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -32,14 +38,21 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
             where = "the CPU (Triton interpreter)" if INTERPRET else "the GPU"
             raise ValueError(f"{name} is on {x.device}, but kernels here run on {where}: "
                              f"move it with {name}.to('{DEVICE}')")
-        if x.layout != torch.strided:
-            raise ValueError(f"{name} is a {x.layout} tensor; the kernels read dense tensors: "
-                             f"use {name}.to_dense()")
+        if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+            raise ValueError(f"{name} is on {x.device}, but kernels launch on the current device, "
+                             f"cuda:{torch.cuda.current_device()}: wrap the call in `with torch.cuda.device({name}.device):`")
+        if x.layout != torch.strided or x.is_nested:
+            kind = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
+            raise ValueError(f"{name} is a {kind} tensor; the kernels read dense tensors: use {name}.to_dense()")
         if x.dtype not in dtypes:
             supported = ", ".join(dtype_name(d) for d in dtypes)
             raise TypeError(f"{name} has dtype {dtype_name(x.dtype)}; supported: {supported}")
         if ndim is not None and x.ndim != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+        if x.requires_grad and torch.is_grad_enabled():
+            raise RuntimeError(f"{name} requires grad, but these kernels have no backward pass: the result would "
+                               f"have no grad_fn and gradients would silently miss this step. Call it under "
+                               f"torch.no_grad(), or pass {name}.detach()")
     names = ", ".join(tensors)
     first, *rest = tensors.values()
     if any(x.device != first.device for x in rest):
@@ -49,3 +62,30 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
                         "cast one so all match")
     if same_shape and any(x.shape != first.shape for x in rest):
         raise ValueError(f"{names} have different shapes: {', '.join(str(tuple(x.shape)) for x in tensors.values())}")
+    # x.is_neg(): a lazy negation. x.resolve_neg() writes -x into new memory (x itself if the bit is off).
+    return [x.resolve_neg() for x in tensors.values()]
+
+
+FORCED_INDEX_TYPE = None  # set only by bench.offsets_cost, to time one launch with both types
+
+
+def index_type(*tensors: torch.Tensor):
+    """tl.int32 or tl.int64: the integer type a kernel needs for element offsets into these tensors.
+
+    A kernel computes an address as base + row * stride_row + col * stride_col. Triton does that
+    arithmetic in int32 unless an operand is already 64-bit, and int32 wraps past 2**31 - 1: a
+    softmax over a 65544 x 32768 fp16 tensor (a vocabulary-sized batch) reaches offset 65543 *
+    32768 > 2**31, wraps negative and reads, or writes, memory that is not the tensor's. 64-bit
+    offsets are always right and cost a little (wider registers, more instructions per address);
+    like PyTorch's own generated kernels, we pay it only where a tensor needs it: where the offset
+    of its farthest element is past 2**31 - 1, or where an index (a row, a column) is within 2**16
+    of it. Indices run a block past the tensor's edge, where the mask stops them (rows < M); an
+    index that wrapped to a negative number would pass that mask. (2**16: the widest block here.)
+    """
+    if FORCED_INDEX_TYPE is not None:
+        return FORCED_INDEX_TYPE
+    for t in tensors:
+        farthest = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
+        if farthest >= 2**31 or max(t.shape, default=0) + 2**16 >= 2**31:
+            return tl.int64
+    return tl.int32

@@ -53,13 +53,22 @@ def _compile(job: dict) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
 
+    import triton.language as tl
+
     fn = getattr(importlib.import_module(job["module"]), job["kernel"])
+    signature, constexprs = {}, {}
+    for param in fn.params:  # constexprs not given take their defaults; a dtype travels as its name
+        name = param.name
+        if param.is_constexpr:
+            value = job["constexprs"].get(name, param.default)
+            constexprs[name] = getattr(tl, value) if isinstance(param.default, tl.dtype) and isinstance(value, str) else value
+        signature[name] = "constexpr" if param.is_constexpr or name in job["constexprs"] else job["signature"][name]
+    constexprs.update((k, v) for k, v in job["constexprs"].items() if k not in constexprs)
     attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in job["divisible_by_16"]}
-    src = triton.compiler.ASTSource(fn=fn, signature=job["signature"], constexprs=job["constexprs"],
-                                    attrs=attrs)
-    compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32),
-                              options={"num_warps": job["num_warps"]})
-    return {k: compiled.asm[k] for k in ("ttir", "ttgir", "ptx")}
+    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    options = {"num_warps": job["num_warps"], **({"num_stages": job["num_stages"]} if "num_stages" in job else {})}
+    compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=options)
+    return {**{k: compiled.asm[k] for k in ("ttir", "ttgir", "ptx")}, "shared": compiled.metadata.shared}
 
 
 def memory_ops(ptx: str) -> collections.Counter:

@@ -26,7 +26,7 @@ import triton
 import triton.language as tl
 
 from common import bench, profile
-from common.checks import check_tensors, dtype_name
+from common.checks import check_tensors, dtype_name, index_type
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, start_lesson, trace_section)
 from common.results import print_recorded
@@ -76,11 +76,12 @@ def softmax_kernel(
     BLOCK_N: tl.constexpr,      # next power of two >= N: a whole row at once
     PAD: tl.constexpr = float("-inf"),  # what masked-off lanes hold (the trace tries 0.0)
     STABLE: tl.constexpr = True,        # subtract the row max first (the trace tries without)
+    INDEX_TYPE: tl.constexpr = tl.int32,  # of the offsets: tl.int64 past 2**31 elements (section 4)
     TRACE: tl.constexpr = False,
 ):
     pid = tl.program_id(axis=0)
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # the rows this program owns
-    cols = tl.arange(0, BLOCK_N)                  # every column of them
+    rows = pid.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # the rows this program owns
+    cols = tl.arange(0, BLOCK_N).to(INDEX_TYPE)                  # every column of them
     # [:, None] makes a column, [None, :] a row; combined, they broadcast to [BLOCK_M, BLOCK_N]
     mask = (rows[:, None] < M) & (cols[None, :] < N)
     x_ptrs = x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn
@@ -120,15 +121,15 @@ def softmax_kernel(
 
 # %%
 @triton.jit
-def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
-                          BLOCK_N: tl.constexpr, TRACE: tl.constexpr = False):
-    row = tl.program_id(axis=0)           # one program per row
+def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym, BLOCK_N: tl.constexpr,
+                          INDEX_TYPE: tl.constexpr = tl.int32, TRACE: tl.constexpr = False):
+    row = tl.program_id(axis=0).to(INDEX_TYPE)   # one program per row
     x_row = x_ptr + row * stride_xm
     y_row = y_ptr + row * stride_ym
     m = tl.full([], float("-inf"), tl.float32)   # running max
     l = tl.zeros([], dtype=tl.float32)           # running sum of exp(x - m)
     for start in range(0, N, BLOCK_N):           # walk 1: the max and the sum
-        cols = start + tl.arange(0, BLOCK_N)
+        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf")).to(tl.float32)
         m_new = tl.maximum(m, tl.max(x, axis=0))
         # A row that is all -inf so far has m_new = -inf, and -inf - (-inf) is NaN: subtract 0.
@@ -142,7 +143,7 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
             show("alpha", alpha)
             show("l", l)
     for start in range(0, N, BLOCK_N):           # walk 2: normalise and write
-        cols = start + tl.arange(0, BLOCK_N)
+        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
         x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf")).to(tl.float32)
         y = tl.exp(x - m) / l
         tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < N)
@@ -158,6 +159,14 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym,
 # not in RESULTS.md) found better settings for four row lengths; they are kept in TUNED. The
 # one-pass kernel holds a whole row in registers; past 64K columns it would spill to memory, and
 # the online kernel takes over. RESULTS.md times both kernels from 4096 columns up.
+#
+# Offsets past 2^31. The kernels compute addresses as x_ptr + rows * stride_xm + cols * stride_xn,
+# in 32-bit integers unless told otherwise: Triton types an integer argument i32 when its value
+# fits. A 65544 x 32768 softmax (a batch over a large vocabulary; 4 GB in fp16) has its last row
+# at offset 65543 x 32768 = 2,147,713,024, past int32's 2,147,483,647: the product wraps negative
+# and the kernel reads (and writes!) memory that is not the tensor's. So the launcher asks
+# common.checks.index_type for int64 where a tensor needs it, int32 everywhere else: 64-bit
+# arithmetic costs registers and instructions (RESULTS.md: "64-bit offsets: what they cost").
 
 
 # %%
@@ -178,21 +187,24 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
 
     long_rows: None picks the kernel by row length; True / False forces the online / one-pass one.
     """
-    check_tensors({"x": x}, DTYPES, ndim=2)
+    (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
+    if long_rows not in (None, True, False):  # a string such as "no" would be truthy
+        raise TypeError(f"long_rows must be None, True or False, got {long_rows!r}")
     M, N = x.shape
     y = torch.empty((M, N), device=x.device, dtype=x.dtype)
     if M == 0 or N == 0:
         return y
     if long_rows is None:
         long_rows = N > MAX_ONE_PASS_N
+    INDEX_TYPE = index_type(x, y)
     if long_rows:
         # tiles of 8192 columns, 16 per thread: long enough to keep the loads streaming
         softmax_online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
-                                    BLOCK_N=8192, num_warps=16)
+                                    BLOCK_N=8192, INDEX_TYPE=INDEX_TYPE, num_warps=16)
     else:
         BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-        softmax_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
-                                                   BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps)
+        softmax_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_M=BLOCK_M,
+                                                   BLOCK_N=BLOCK_N, INDEX_TYPE=INDEX_TYPE, num_warps=num_warps)
     return y
 
 
@@ -243,6 +255,12 @@ def trace() -> None:
     softmax_online_kernel[(1,)](x, y, 10, x.stride(0), x.stride(1), y.stride(0), BLOCK_N=4, TRACE=True)
     print(f"  final m = 9, l = {torch.exp(x - 9).sum().item():.4f}; same as the one-pass softmax: "
           f"max |difference| = {(y - torch.softmax(x, dim=1)).abs().max().item():.1e}")
+
+    print("\nOffsets (section 4): where the last row of a 65544 x 32768 tensor starts, in int32 arithmetic")
+    show("rows * stride_xm = 65543 * 32768", torch.tensor(65543, dtype=torch.int32) * 32768)
+    big = torch.empty(65544, 32768, device="meta", dtype=torch.float16)  # a shape, no memory
+    show("index_type(x) for that x", str(index_type(big)))
+    show("index_type(x) for 4096 x 32768", str(index_type(big[:4096])))
 
 
 # %% [markdown]
@@ -331,6 +349,12 @@ def main(argv=None) -> None:
             bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=args.compile)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("256", "1024", "4096"))
+        if args.full and not INTERPRET:  # section 4: what int64 offsets would cost at these sizes
+            xs = {N: torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]}
+            bench.offsets_cost({f"softmax(x), x {M} x {N} float32": lambda x=x: softmax(x) for N, x in xs.items()
+                                for M in [x.shape[0]]})
+        else:
+            print_recorded(__file__, "64-bit offsets")
 
     sections = {
         "trace": ("Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)",

@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from common import bench
-from common.checks import check_tensors, dtype_name
+from common.checks import check_tensors, dtype_name, index_type
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         start_lesson, trace_section)
 from common.results import print_recorded
@@ -44,8 +44,10 @@ WAVES_SHAPES = [(4096, 16384), (4, 1 << 24), (160, 65536)]
 # BLOCK_N at a time. `acc` is a [BLOCK_M, BLOCK_N] block of fp32 partial sums: lane j of it adds
 # up columns j, j + BLOCK_N, j + 2 BLOCK_N, ... of its row. Adding tile to tile lane-wise needs no
 # communication between threads; the one reduction across lanes happens once, after the loop.
-# The second grid axis splits a row between programs (section 4); with one program per row, pid_n
-# is always 0.
+# Several programs can share a row (section 4): pid_n says which stretch of it is theirs; with one
+# program per row, pid_n is always 0. The grid has one axis, numbered down the row blocks first:
+# CUDA allows 2^31 - 1 programs along axis 0 but only 65535 along axes 1 and 2. INDEX_TYPE makes
+# the offsets 64-bit for tensors past 2^31 elements (lesson 2, section 4, says why).
 
 
 # %%
@@ -57,16 +59,19 @@ def row_sum_kernel(
     COLS_PER_PROGRAM,           # columns each program walks: N, or a multiple of BLOCK_N when split
     BLOCK_M: tl.constexpr,      # rows per program
     BLOCK_N: tl.constexpr,      # tile width
+    INDEX_TYPE: tl.constexpr = tl.int32,  # of the offsets: int64 past 2**31 elements
     TRACE: tl.constexpr = False,
 ):
-    pid_m = tl.program_id(axis=0)       # which rows
-    pid_n = tl.program_id(axis=1)       # which stretch of those rows
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    pid_m = pid % num_pid_m             # which rows
+    pid_n = pid // num_pid_m            # which stretch of those rows
+    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
     if TRACE:
         show("program (pid_m, pid_n)", (pid_m, pid_n), indent=0)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # on chip for the whole loop
     for start in range(0, COLS_PER_PROGRAM, BLOCK_N):      # the tiles, one after another
-        cols = pid_n * COLS_PER_PROGRAM + start + tl.arange(0, BLOCK_N)
+        cols = pid_n.to(INDEX_TYPE) * COLS_PER_PROGRAM + start + tl.arange(0, BLOCK_N)
         mask = (rows[:, None] < M) & (cols[None, :] < N)
         x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn,
                     mask=mask, other=0.0)  # 0 is the padding that leaves a sum unchanged
@@ -78,7 +83,8 @@ def row_sum_kernel(
     if TRACE:
         show("tl.sum(acc)", total)
     # y has one column per program along the row: y[rows, pid_n]
-    tl.store(y_ptr + rows * tl.num_programs(axis=1) + pid_n, total.to(y_ptr.dtype.element_ty), mask=rows < M)
+    splits = tl.cdiv(N, COLS_PER_PROGRAM)
+    tl.store(y_ptr + rows * splits + pid_n, total.to(y_ptr.dtype.element_ty), mask=rows < M)
 
 
 # %% [markdown]
@@ -117,9 +123,9 @@ def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
     """One launch: each program sums `cols` columns of BLOCK_M rows into y, of shape (M, cdiv(N, cols))."""
     M, N = x.shape
     BLOCK_M, BLOCK_N, num_warps = tile_config(N)
-    grid = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, cols))
-    row_sum_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), cols,
-                         BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, num_warps=num_warps)
+    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, cols),)
+    row_sum_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                         INDEX_TYPE=index_type(x, y), num_warps=num_warps)
 
 
 def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
@@ -127,7 +133,7 @@ def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
 
     splits: programs per row; None chooses (1 unless there are too few rows to fill the GPU).
     """
-    check_tensors({"x": x}, DTYPES, ndim=2)
+    (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
         raise ValueError(f"splits must be a whole number >= 1 (or None), got {splits!r}")
     M, N = x.shape
@@ -154,15 +160,15 @@ def trace() -> None:
     y = torch.empty((1, 1), device=DEVICE)
     print("One row of 12, BLOCK_N = 4: one program (one block), three tiles walked in order.")
     print("Lane j of acc adds columns j, j + 4, j + 8.")
-    row_sum_kernel[(1, 1)](x, y, 1, 12, x.stride(0), x.stride(1), 12, BLOCK_M=1, BLOCK_N=4, TRACE=True)
+    row_sum_kernel[(1,)](x, y, 1, 12, x.stride(0), x.stride(1), 12, BLOCK_M=1, BLOCK_N=4, TRACE=True)
     print(f"row_sum = {y.item():g} (torch.sum: {x.sum().item():g})")
 
-    print("\nThe same row split between 3 programs (grid (1, 3)), 4 columns each: every program is")
+    print("\nThe same row split between 3 programs (grid (3,)), 4 columns each: every program is")
     print("its own block, with one tile; a second launch, one program, adds their partial sums.")
     partial = torch.empty((1, 3), device=DEVICE)
-    row_sum_kernel[(1, 3)](x, partial, 1, 12, x.stride(0), x.stride(1), 4, BLOCK_M=1, BLOCK_N=4, TRACE=True)
+    row_sum_kernel[(3,)](x, partial, 1, 12, x.stride(0), x.stride(1), 4, BLOCK_M=1, BLOCK_N=4, TRACE=True)
     show("partial sums", partial[0], indent=0)
-    row_sum_kernel[(1, 1)](partial, y, 1, 3, partial.stride(0), partial.stride(1), 3, BLOCK_M=1, BLOCK_N=4)
+    row_sum_kernel[(1,)](partial, y, 1, 3, partial.stride(0), partial.stride(1), 3, BLOCK_M=1, BLOCK_N=4)
     show("row_sum", y[0, 0], indent=0)
 
 
@@ -256,6 +262,12 @@ def main(argv=None) -> None:
         bench_all(args.shapes or sizes(args, SIZES), getattr(torch, args.dtype))
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32")
+        if args.full and not INTERPRET:  # what int64 offsets (lesson 2, section 4) would cost here
+            xs = [torch.randn(M, N, device=DEVICE) for M, N in SIZES["gpu"]]
+            bench.offsets_cost({f"row_sum(x), x {M} x {N} float32": lambda x=x: row_sum(x)
+                                for x in xs for M, N in [x.shape]})
+        else:
+            print_recorded(__file__, "64-bit offsets")
 
     sections = {
         "trace": ("Trace: row_sum_kernel, tile by tile (interpreter)", lambda: trace_section(trace, __file__, args.child)),

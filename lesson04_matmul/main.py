@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from common import bench
-from common.checks import check_tensors, dtype_name, rel_error
+from common.checks import check_tensors, dtype_name, index_type, rel_error
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
@@ -127,13 +127,14 @@ def matmul_kernel(
     GROUP_M: tl.constexpr,          # tile rows per group (section 5); 1 is row-major order
     ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: "tf32" (tensor cores) or "ieee"
+    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (lesson 2)
     TRACE: tl.constexpr = False,
 ):
     # Which tile of C is mine?
     pid = tl.program_id(axis=0)
     pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # its rows of C (and of A)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # its columns of C (and of B)
+    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # its rows of C (and of A)
+    cols = pid_n.to(INDEX_TYPE) * BLOCK_N + tl.arange(0, BLOCK_N)  # its columns of C (and of B)
     if TRACE:
         show("program (pid_m, pid_n)", (pid_m, pid_n), indent=0)
         show("rows kept", tl.sum((rows < M).to(tl.int32), axis=0))
@@ -141,7 +142,7 @@ def matmul_kernel(
     # The K loop: one tile of A and one of B per step, multiplied and added into acc.
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for step in range(0, tl.cdiv(K, BLOCK_K)):
-        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
+        ks = (step * BLOCK_K + tl.arange(0, BLOCK_K)).to(INDEX_TYPE)
         a_offsets = rows[:, None] * stride_am + ks[None, :] * stride_ak   # A[rows, ks]
         b_offsets = ks[:, None] * stride_bk + cols[None, :] * stride_bn   # B[ks, cols]
         a_mask = (rows[:, None] < M) & (ks[None, :] < K)
@@ -178,6 +179,7 @@ def launch(kernel, a, b, activation=None, precision="tf32", **meta) -> torch.Ten
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
         return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
 
+    meta.setdefault("INDEX_TYPE", index_type(a, b, c))
     kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                  ACTIVATION=activation or "", INPUT_PRECISION=precision, **meta)
     return c
@@ -283,7 +285,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
     fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
     precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
     tma: None runs hopper.py's kernel where it can and pays, True insists on it, False never."""
-    check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
+    a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
                          f"({a.shape[1]} != {b.shape[0]})")
@@ -347,15 +349,6 @@ def check() -> bench.Table:
 
 
 # %%
-def matmul_rate(dtype=torch.bfloat16) -> float:
-    """The machine's matmul ceiling, measured: cuBLAS on 8192^3 (TFLOP/s)."""
-    n = 8192 if not INTERPRET else 256
-    a, b = torch.randn(n, n, device=DEVICE, dtype=dtype), torch.randn(n, n, device=DEVICE, dtype=dtype)
-    rate = bench.tflops(2 * n**3, bench.measure(lambda: a @ b)[0])  # kernel time, as in the tables
-    bench.CEILINGS[f"matmul rate (cuBLAS {dtype_name(dtype)} {n}^3, measured)"] = f"{rate:.0f} TFLOP/s"
-    return rate
-
-
 def tiny_tiles(a, b):
     """The kernel with 16 x 16 x 16 tiles, tl.dot's smallest: for contrast."""
     return launch(matmul_kernel, a, b, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)
@@ -364,7 +357,7 @@ def tiny_tiles(a, b):
 def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
     from lesson04_matmul import hopper
 
-    ceiling = matmul_rate()
+    ceiling = bench.matmul_rate()
     rows = []
     for dtype in dtypes:
         for M, N, K in shapes:
@@ -424,11 +417,18 @@ def main(argv=None) -> None:
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing against torch.matmul",
                            keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")
-            print_recorded(__file__, "Fused epilogue")
-            print_recorded(__file__, "Tile order")
+            for heading in ("Fused epilogue", "Tile order", "64-bit offsets"):
+                print_recorded(__file__, heading)
+            return
+        bench_epilogue()
+        bench_order(8192 if args.full else 4096)
+        if args.full:  # what int64 offsets (lesson 2, section 4) would cost; the TMA path needs none
+            ab = {(n, t): [torch.randn(n, n, device=DEVICE, dtype=t) for _ in "ab"] for n, t in
+                  [(1024, torch.float16), (4096, torch.float16), (4096, torch.float32)]}
+            bench.offsets_cost({f"matmul(a, b, tma=False), {n}^3 {dtype_name(t)}": lambda a=a, b=b: matmul(a, b, tma=False)
+                                for (n, t), (a, b) in ab.items()})
         else:
-            bench_epilogue()
-            bench_order(8192 if args.full else 4096)
+            print_recorded(__file__, "64-bit offsets")
 
     sections = {
         "tiles": ("Why tiles", lambda: reuse_table([(n, n, n) for n in (1024, 4096, 8192)])),

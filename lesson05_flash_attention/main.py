@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 
 from common import bench
-from common.checks import check_tensors, dtype_name, rel_error
+from common.checks import check_tensors, dtype_name, index_type, rel_error
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
@@ -123,17 +123,18 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 @triton.jit
 def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len, qk_scale, lo, hi,
            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-           INPUT_PRECISION: tl.constexpr, TRACE: tl.constexpr):
+           INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
     """Fold the key/value blocks lo..hi into the running softmax (m_i, l_i) and the output acc.
     k_ptrs, v_ptrs address key/value block 0: k^T as [HEAD_DIM, BLOCK_N], v as [BLOCK_N, HEAD_DIM]."""
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)             # the keys of this block
+        start = tl.cast(start_n, INDEX_TYPE)               # 64-bit if start * stride can pass 2^31
         if MASKED:  # only the last block can run past the end of the keys
-            kT = tl.load(k_ptrs + start_n * stride_kn, mask=cols[None, :] < seq_len, other=0.0)
-            v = tl.load(v_ptrs + start_n * stride_vn, mask=cols[:, None] < seq_len, other=0.0)
+            kT = tl.load(k_ptrs + start * stride_kn, mask=cols[None, :] < seq_len, other=0.0)
+            v = tl.load(v_ptrs + start * stride_vn, mask=cols[:, None] < seq_len, other=0.0)
         else:
-            kT = tl.load(k_ptrs + start_n * stride_kn)
-            v = tl.load(v_ptrs + start_n * stride_vn)
+            kT = tl.load(k_ptrs + start * stride_kn)
+            v = tl.load(v_ptrs + start * stride_vn)
         qk = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # [BLOCK_M, BLOCK_N]: q . k, not yet scaled
         if MASKED:
             # Keys past the end, and (causal) keys after the query, get -inf: exp2 turns them into 0.
@@ -173,6 +174,7 @@ def attention_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr,
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: the launcher asks for "ieee"
+    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (lesson 2)
     TRACE: tl.constexpr = False,
 ):
     tl.static_assert(BLOCK_M % BLOCK_N == 0)  # so the causal stages split at a key-block boundary
@@ -182,9 +184,9 @@ def attention_kernel(
     num_pid_m = tl.cdiv(seq_len, BLOCK_M)
     pid_m = pid % num_pid_m                    # which block of query rows
     pid_bh = pid // num_pid_m                  # which (batch, head)
-    b = (pid_bh // H).to(tl.int64)             # 64-bit: b * stride_qb can pass 2^31 elements
-    h = (pid_bh % H).to(tl.int64)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)   # query rows (and, causal, the last key each sees)
+    b = (pid_bh // H).to(INDEX_TYPE)           # which batch
+    h = (pid_bh % H).to(INDEX_TYPE)            # which head
+    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows (causal: the last key each sees)
     dims = tl.arange(0, HEAD_DIM)
     keys = tl.arange(0, BLOCK_N)
     # The queries, once: [BLOCK_M, HEAD_DIM]. The keys as k^T, [HEAD_DIM, BLOCK_N] (dims down, keys
@@ -209,10 +211,10 @@ def attention_kernel(
         show("program (query block, batch x head)", (pid_m, pid_bh), indent=0)
     acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len, qk_scale,
                            0, full_end, BLOCK_N=BLOCK_N, MASKED=False, CAUSAL=CAUSAL,
-                           INPUT_PRECISION=INPUT_PRECISION, TRACE=TRACE)
+                           INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
     acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len, qk_scale,
                            full_end, masked_end, BLOCK_N=BLOCK_N, MASKED=True, CAUSAL=CAUSAL,
-                           INPUT_PRECISION=INPUT_PRECISION, TRACE=TRACE)
+                           INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
     out = acc / l_i[:, None]                    # the normalisation, once, at the end
     if TRACE:
         show("output", out)
@@ -255,6 +257,7 @@ def launch(kernel, q, k, v, causal, sm_scale, **meta) -> torch.Tensor:
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     q, k, v = interpretable(q), interpretable(k), interpretable(v)
+    meta.setdefault("INDEX_TYPE", index_type(q, k, v, o))
 
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
         return (triton.cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
@@ -271,7 +274,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     float16, bfloat16 or float32 (fp32 softmax and accumulation inside; output in the input dtype);
     head_dim 16, 32, 64 or 128; any sequence length; sm_scale defaults to 1/sqrt(head_dim).
     """
-    check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4, same_shape=True)
+    q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4, same_shape=True)
     B, H, seq_len, D = q.shape
     if D not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {D}")
