@@ -38,6 +38,30 @@ def sm_count() -> int:
     return 132 if INTERPRET else torch.cuda.get_device_properties(0).multi_processor_count
 
 
+# The GPUs learners run this course on, by compute capability (major x 10 + minor): an example of
+# each, and the most shared memory one program may use there (CUDA C++ Programming Guide,
+# "Technical Specifications per Compute Capability"). A kernel whose tiles need more than that
+# cannot launch: Triton raises OutOfResources, which the autotuner takes as "skip this config".
+GPUS = {75: ("T4, RTX 20xx", 64 << 10), 80: ("A100", 163 << 10), 86: ("RTX 30xx, A10", 99 << 10),
+        89: ("L4, RTX 40xx", 99 << 10), 90: ("H100, H200", 227 << 10), 100: ("B200", 227 << 10),
+        120: ("RTX 50xx", 99 << 10)}
+
+
+@functools.cache
+def capability() -> int:
+    """This GPU's compute capability as one number (90 for 9.0); an H200's under the interpreter."""
+    if INTERPRET:
+        return 90
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
+@functools.cache
+def shared_memory() -> int:
+    """The most shared memory one program may use on this GPU, in bytes (an H200's under the interpreter)."""
+    return GPUS[90][1] if INTERPRET else torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+
+
 def gpu_name() -> str:
     return "CPU (Triton interpreter)" if INTERPRET else torch.cuda.get_device_name()
 

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from common.device import INTERPRET, ROOT
 
@@ -31,20 +32,38 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
                                  divisible_by_16=divisible_by_16, arch=arch, num_warps=num_warps)])[0]
 
 
-def compile_kernels(jobs: list) -> list:
-    """Several compilations at once, each job a dict of compile_kernel's arguments (one child
-    process for all of them under the interpreter: starting one takes seconds)."""
-    jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4), **job) for job in jobs]
+def compile_kernels(jobs: list, processes: int = 1) -> list:
+    """Several compilations at once, each job a dict of compile_kernel's arguments, optionally with
+    num_stages and `asm` (the IRs to return; default ttir, ttgir and ptx). Each result also holds
+    "shared": the bytes of shared memory the kernel needs. Under the interpreter (or with
+    processes > 1) they run in child processes, `processes` of them side by side (starting one
+    takes seconds)."""
+    jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
     for job in jobs:
-        job["divisible_by_16"] = list(job["divisible_by_16"])
-    if not INTERPRET:
+        job["divisible_by_16"], job["asm"] = list(job["divisible_by_16"]), list(job["asm"])
+    if not INTERPRET and processes == 1:
         return [_compile(job) for job in jobs]
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
-    out = subprocess.run([sys.executable, "-m", "common.ptx"], input=json.dumps(jobs), env=env,
-                         cwd=ROOT, capture_output=True, text=True)
-    if out.returncode != 0:
-        raise RuntimeError(f"compiling {', '.join(job['kernel'] for job in jobs)} failed:\n{out.stderr}")
-    return json.loads(out.stdout)
+    shares = [jobs[i::processes] for i in range(processes)]
+    with tempfile.TemporaryDirectory() as tmp:  # each child reads its jobs from a file: all start at once
+        children = []
+        for i, share in enumerate(shares):
+            path = os.path.join(tmp, f"jobs{i}.json")
+            with open(path, "w") as f:
+                json.dump(share, f)
+            children.append(subprocess.Popen([sys.executable, "-m", "common.ptx", path], stdout=subprocess.PIPE,
+                                             stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True))
+        results = [None] * len(jobs)
+        for i, (child, share) in enumerate(zip(children, shares)):
+            out, err = child.communicate()
+            if child.returncode != 0:
+                raise RuntimeError(f"compiling {', '.join(job['kernel'] for job in share)} failed:\n{err}")
+            results[i::processes] = json.loads(out)
+    failed = [f"{job['kernel']} for sm_{job['arch']}: {result['error']}" for job, result in zip(jobs, results)
+              if "error" in result]
+    if failed:
+        raise RuntimeError("compilation failed:\n" + "\n".join(failed))
+    return results
 
 
 def _compile(job: dict) -> dict:
@@ -68,7 +87,7 @@ def _compile(job: dict) -> dict:
     src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": job["num_warps"], **({"num_stages": job["num_stages"]} if "num_stages" in job else {})}
     compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=options)
-    return {**{k: compiled.asm[k] for k in ("ttir", "ttgir", "ptx")}, "shared": compiled.metadata.shared}
+    return {**{k: compiled.asm[k] for k in job["asm"]}, "shared": compiled.metadata.shared}
 
 
 def memory_ops(ptx: str) -> collections.Counter:
@@ -85,5 +104,16 @@ def access_bits(op: str) -> int:
     return (int(vec.group(1)) if vec else 1) * int(bits.group(1))
 
 
-if __name__ == "__main__":  # the child process of compile_kernel
-    print(json.dumps([_compile(job) for job in json.load(sys.stdin)]))
+def _compile_or_error(job: dict) -> dict:
+    import time
+
+    start = time.perf_counter()
+    try:
+        return dict(_compile(job), seconds=time.perf_counter() - start)
+    except Exception as error:  # noqa: BLE001  (reported per job by the parent)
+        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:500]}"}
+
+
+if __name__ == "__main__":  # the child process of compile_kernels: python -m common.ptx JOBS.json
+    with open(sys.argv[1]) as f:
+        print(json.dumps([_compile_or_error(job) for job in json.load(f)]))

@@ -87,15 +87,19 @@ def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tenso
     so a strided view (x[::2], x.t()) is copied into a contiguous one first: correct, at the cost
     of one extra pass over memory.
     """
-    check_tensors(inputs, DTYPES, same_shape=True)
-    first = next(iter(inputs.values()))
-    if first.numel() >= 2**31:  # offsets are 32-bit integers in the kernel
-        raise ValueError(f"{first.numel()} elements: this kernel's int32 offsets stop at 2**31")
-    output = torch.empty_like(first, memory_format=torch.contiguous_format)
+    tensors = check_tensors(inputs, DTYPES, same_shape=True)
+    for name, value, most in (("BLOCK_SIZE", BLOCK_SIZE, 2**16), ("num_warps", num_warps, 32)):
+        # tl.arange needs a power of two; a program has at most 32 warps (1024 threads)
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two from 1 to {most}, got {value!r}")
+    if tensors[0].numel() + BLOCK_SIZE > 2**31:  # the offsets are int32, up to a block past the end
+        raise ValueError(f"{tensors[0].numel()} elements: this kernel's int32 offsets stop near 2**31 "
+                         "(lesson 2, section 4: 64-bit offsets)")
+    output = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
     N = output.numel()
     if N:
         grid = (triton.cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
-        args = [interpretable(t.contiguous()) for t in inputs.values()]
+        args = [interpretable(t.contiguous()) for t in tensors]
         kernel[grid](*args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return output
 

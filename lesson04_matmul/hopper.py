@@ -22,7 +22,7 @@ autotuner's one-shot timings of them are noisy).
 
 This file is the last section of `python lesson04_matmul/main.py`; it imports main.py's pieces.
 """
-from common.device import DEVICE, INTERPRET, interpretable, sm_count
+from common.device import DEVICE, INTERPRET, capability, interpretable, shared_memory, sm_count
 
 import torch
 import triton
@@ -34,7 +34,6 @@ from common.checks import dtype_name
 from common.results import print_recorded
 from lesson04_matmul.main import gelu_tanh, grouped_pid, launch, matmul_kernel
 
-HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability()[0] >= 9
 TMA_FROM = 2048**3  # M * N * K from which this kernel won at every shape on the H200 (RESULTS.md)
 
 
@@ -85,12 +84,30 @@ def tile_shapes_hook(nargs):
 
 
 # The large tiles of main.py's CONFIGS, persistent and flattened (bench_steps: each step paid).
-TMA_CONFIGS = [
+GPU_TMA_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True},
                   num_stages=stages, num_warps=8, pre_hook=tile_shapes_hook)
     for bm, bn, stages in ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 4))
-] if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True},
-                                       pre_hook=tile_shapes_hook)]
+]
+TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True}, pre_hook=tile_shapes_hook)]
+
+
+def shared_bytes(config, itemsize: int = 2) -> int:
+    """Shared memory a TMA configuration needs: num_stages tiles of A and B in flight, and C's tile
+    on its way out (fp16 / bf16: 2 bytes each). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB."""
+    BM, BN, BK = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
+    return (config.num_stages * (BM * BK + BK * BN) + BM * BN) * itemsize
+
+
+def tma_gpu(cc: int, shared: int) -> bool:
+    """Does a GPU of compute capability `cc` (90 for 9.0) with `shared` bytes of shared memory per
+    program run this kernel? TMA came with Hopper (9.0); these tiles also need the shared memory of
+    the data-centre parts: an H100 or B200 (227 KB) has it, an RTX 5090 (12.0, 99 KB) does not."""
+    return cc >= 90 and shared >= min(shared_bytes(config) for config in GPU_TMA_CONFIGS)
+
+
+HOPPER = not INTERPRET and torch.cuda.is_available() and tma_gpu(capability(), shared_memory())  # the TMA path here?
 matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"])(matmul_kernel_tma)
 
 
@@ -120,7 +137,9 @@ def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tens
         raise ValueError(f"the TMA kernel needs rows that are contiguous and 16-byte aligned: a.stride() = "
                          f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
     if not INTERPRET and not HOPPER:
-        raise ValueError("the TMA kernel needs a Hopper GPU or newer (compute capability 9.0)")
+        raise ValueError(f"the TMA kernel needs a GPU of compute capability 9.0 or newer with 160 KB of shared memory "
+                         f"per program (H100, H200, B200); this one: {capability() / 10:.1f}, "
+                         f"{shared_memory() >> 10} KB")
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     a, b = interpretable(a), interpretable(b)
 
@@ -205,6 +224,7 @@ def section(full: bool = False) -> None:
     elif INTERPRET:  # the interpreter imitates TMA (the tests use that) but cannot time it
         print_recorded(__file__, "What each step bought")
     else:
-        print("This GPU has no TMA engine (it came with Hopper, compute capability 9.0): nothing to time.")
+        print("This GPU cannot run the TMA kernel (tma_gpu: compute capability >= 9.0, and 160 KB of shared\n"
+              "memory per program): nothing to time.")
     print(f"(matmul() takes this kernel from M * N * K = {round(TMA_FROM ** (1 / 3))}^3 up, on Hopper, "
           "in float16 and bfloat16.)")

@@ -252,17 +252,18 @@ def order_demo(tiles: int = 9, GROUP_M: int = 3) -> None:
 # triton.autotune times each configuration the first time it meets a new (M, N, K) and keeps the
 # fastest. The list holds tile shapes that do well on Hopper (tensor-core tiles of 64-256, 3-4
 # pipeline stages: num_stages is how many K tiles are in flight, loaded asynchronously, while the
-# tensor cores work on an earlier one). The rule for small problems: below 512^3 the tuning would
-# cost more than it can save, so the smallest tile (the last) runs untimed. Under the interpreter
-# there is nothing to tune: one small configuration runs. (Autotune times each configuration once,
-# briefly, while the GPU's clock drifts: near-equal ones can swap places from run to run.)
+# tensor cores work on an earlier one; they wait in shared memory, so a GPU with less of it skips
+# the largest). Small problems: below 512^3 tuning costs more than it saves; the smallest tile
+# (the last, which fits every GPU) runs untimed. The interpreter runs one small configuration.
+# (Autotune times each configuration once, briefly: near-equal ones can swap from run to run.)
 
 
 # %%
-CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=stages, num_warps=warps)
-           for bm, bn, stages, warps in [(128, 256, 3, 8), (256, 128, 3, 8), (128, 256, 4, 8), (128, 128, 4, 8),
-                                         (128, 128, 4, 4), (64, 128, 4, 4), (128, 64, 4, 4), (64, 64, 4, 4)]
-           ] if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4})]
+GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=stages,
+                             num_warps=warps) for bm, bn, stages, warps in [
+    (128, 256, 3, 8), (256, 128, 3, 8), (128, 256, 4, 8), (128, 128, 4, 8), (128, 128, 4, 4), (64, 128, 4, 4),
+    (128, 64, 4, 4), (64, 64, 4, 4)]]  # the last fits every GPU from a T4 up, even in float32 (96 KB)
+CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4})]
 
 
 def small_problems_untuned(configs, named_args, **kwargs):

@@ -1,0 +1,188 @@
+"""Inputs real users pass, tried on all six public functions: tensors that require grad, views with
+PyTorch's negative bit, offsets past 2^31, grids past 65535 programs, flags that are not booleans,
+block sizes that are not powers of two, and command lines with bad sizes.
+
+The tensors past 2^31 elements need a GPU's memory (4 to 13 GB each): those tests run on a GPU
+only, one at a time (`pytest -m big`). Under the interpreter, views whose row stride is 2^30 take
+the same 64-bit path while touching a few pages of a large virtual allocation."""
+import pytest
+import torch
+import torch.nn.functional as F
+import triton.language as tl
+
+from conftest import DEVICE, INTERPRET
+from common.checks import index_type, rel_error
+from lesson01_vector_add.main import add, gelu
+from lesson01_vector_add.main import main as main01
+from lesson02_softmax.main import softmax
+from lesson02_softmax.main import main as main02
+from lesson03_rowsum.main import row_sum
+from lesson03_rowsum.main import main as main03
+from lesson04_matmul.main import matmul
+from lesson04_matmul.main import main as main04
+from lesson05_flash_attention.main import attention
+from lesson05_flash_attention.main import main as main05
+
+
+def sdpa(q, k, v, causal=False):
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=causal)
+
+
+# name: (function, shapes of its inputs, a float64 reference)
+FUNCTIONS = {
+    "add": (add, [(5, 7), (5, 7)], torch.add),
+    "gelu": (gelu, [(5, 7)], lambda x: F.gelu(x, approximate="tanh")),
+    "softmax": (softmax, [(5, 7)], lambda x: torch.softmax(x, dim=1)),
+    "row_sum": (row_sum, [(5, 7)], lambda x: x.sum(dim=1)),
+    "matmul": (matmul, [(5, 7), (7, 3)], torch.matmul),
+    "attention": (attention, [(1, 2, 5, 16)] * 3, sdpa),
+}
+TOLERANCE = 2e-3  # float32; matmul on a GPU multiplies in TF32
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_inputs_that_require_grad_are_refused_in_grad_mode(name):
+    fn, shapes, reference = FUNCTIONS[name]
+    inputs = [torch.randn(shape, device=DEVICE) for shape in shapes]
+    inputs[-1].requires_grad_()
+    with pytest.raises(RuntimeError, match=r"requires grad, but these kernels have no backward pass.*no_grad"):
+        fn(*inputs)
+    with torch.no_grad():  # inference: the same call works
+        out = fn(*inputs)
+        assert out.grad_fn is None and rel_error(out, reference(*(x.double() for x in inputs))) < TOLERANCE
+
+
+@pytest.mark.parametrize("name", FUNCTIONS)
+def test_negative_bit_views_are_read_as_their_values(name):
+    fn, shapes, reference = FUNCTIONS[name]
+    inputs = [torch.randn(shape, dtype=torch.complex64, device=DEVICE).conj().imag for shape in shapes]
+    assert all(x.is_neg() for x in inputs)  # the memory holds -x; PyTorch negates lazily
+    assert rel_error(fn(*inputs), reference(*(x.resolve_neg().double() for x in inputs))) < TOLERANCE
+
+
+def test_index_type_is_64_bit_only_where_needed():
+    meta = dict(device="meta", dtype=torch.float16)  # shapes and strides, no memory
+    assert index_type(torch.empty(4096, 32768, **meta)) == tl.int32
+    assert index_type(torch.empty(65544, 32768, **meta)) == tl.int64             # last row at 2^31 + 229376
+    assert index_type(torch.empty(65544, 32768, **meta).t()) == tl.int64         # a view: the same memory
+    assert index_type(torch.empty_strided((2, 4), (2**30, 1), **meta)) == tl.int32  # offset 2^30 + 3
+    assert index_type(torch.empty_strided((3, 4), (2**30, 1), **meta)) == tl.int64  # 2^31 + 3
+    assert index_type(torch.empty(1, 2**31 - 2**15, **meta)) == tl.int64           # indices near 2^31
+    assert index_type(torch.empty(0, 2**20, **meta), torch.empty(5, **meta)) == tl.int32
+
+
+def far_apart(rows, cols, dtype=torch.float32):
+    """A (rows, cols) view whose rows are 2^30 elements apart: offsets past 2^31 from the third row on,
+    in a virtual allocation of which only the view's pages are touched."""
+    x = torch.empty_strided((rows, cols), (2**30, 1), device=DEVICE, dtype=dtype)
+    return x.normal_()
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the GPU versions of these cases are test_past_2_31_on_a_gpu")
+def test_offsets_past_2_31_under_the_interpreter():
+    x = far_apart(3, 20)
+    for long_rows in (False, True):
+        assert rel_error(softmax(x, long_rows=long_rows), torch.softmax(x.double(), dim=1)) < 1e-6
+    for splits in (1, 2):
+        assert rel_error(row_sum(x, splits=splits), x.double().sum(dim=1)) < 1e-6
+    w = torch.randn(20, 8, device=DEVICE)
+    assert rel_error(matmul(x, w), x.double() @ w.double()) < 1e-6
+    assert rel_error(matmul(w.t(), x.t()), w.t().double() @ x.t().double()) < 1e-6  # B's columns 2^30 apart
+    q = far_apart(3, 16).view(1, 1, 3, 16)
+    k, v = torch.randn(2, 1, 1, 3, 16, device=DEVICE)
+    for causal in (False, True):
+        assert rel_error(attention(q, k, v, causal), sdpa(q, k, v, causal)) < 1e-6
+
+
+@pytest.mark.big
+@pytest.mark.skipif(INTERPRET, reason="needs a GPU with 16 GB free: tensors past 2^31 elements")
+def test_past_2_31_on_a_gpu():
+    # softmax of a vocabulary-sized batch: 65544 x 32768 float16 (4.3 GB); the last rows are past 2^31
+    x = torch.randn(65544, 32768, device=DEVICE, dtype=torch.float16)
+    ref = torch.softmax(x[-4:].float(), dim=1)
+    for long_rows in (False, True):
+        assert (softmax(x, long_rows=long_rows)[-4:].float() - ref).abs().max() < 2**-11
+    del x
+    # row_sum of 3 rows of 2^30 + 16 floats (12.9 GB): rows 2 and 3 start past 2^31
+    x = torch.randn(3, 2**30 + 16, device=DEVICE)
+    ref = x.sum(dim=1, dtype=torch.float64)
+    for splits in (None, 1):
+        assert ((row_sum(x, splits=splits) - ref).abs() / x.abs().sum(dim=1)).max() < 1e-6
+    del x
+    # matmul of (2^21 + 32) x 1024 by 1024 x 64: float32 (8.6 GB) takes the pointer kernel; float16
+    # takes TMA on Hopper (coordinates, not offsets) unless told otherwise
+    for dtype, tma in ((torch.float32, None), (torch.float16, False), (torch.float16, None)):
+        a = torch.randn(2**21 + 32, 1024, device=DEVICE, dtype=dtype)
+        b = torch.randn(1024, 64, device=DEVICE, dtype=dtype)
+        c = matmul(a, b, tma=tma)
+        assert rel_error(c[-100:], a[-100:].double() @ b.double()) < 2e-3
+        del a, b, c
+    # attention over a (batch, seq, heads, head_dim) tensor read as (batch, heads, seq, head_dim):
+    # 8192 heads x 64 dims between two rows, so row 4096 of a head is at offset 2^31
+    base = torch.randn(3, 1, 4608, 8192, 64, device=DEVICE, dtype=torch.float16)  # 14.5 GB
+    q, k, v = base[:, :, :, :2].transpose(2, 3)  # (1, 2, 4608, 64) each, row stride 2^19
+    for causal in (False, True):
+        assert rel_error(attention(q, k, v, causal), sdpa(q, k, v, causal)) < 2e-3
+    del base, q, k, v
+    # attention with 129 x 1024 (batch, head) pairs of 256 x 64 (4.3 GB each): the last batch starts past 2^31
+    q, k, v = torch.randn(3, 129, 1024, 256, 64, device=DEVICE, dtype=torch.float16)
+    o = attention(q, k, v)
+    assert rel_error(o[-1, -4:], sdpa(q[-1:, -4:], k[-1:, -4:], v[-1:, -4:])[0]) < 2e-3
+
+
+@pytest.mark.big
+@pytest.mark.skipif(INTERPRET, reason="70000 programs per launch: minutes under the interpreter")
+def test_grids_past_65535_programs():
+    # CUDA allows 65535 programs along grid axes 1 and 2: both kernels number theirs along axis 0
+    q, k, v = torch.randn(3, 7, 10000, 16, 16, device=DEVICE, dtype=torch.float16)  # 70000 heads
+    assert rel_error(attention(q, k, v), sdpa(q, k, v)) < 2e-3
+    x = torch.randn(2, 70000 * 4096, device=DEVICE)  # 70000 programs per row
+    assert ((row_sum(x, splits=70000) - x.sum(dim=1, dtype=torch.float64)).abs() / x.abs().sum(dim=1)).max() < 1e-6
+
+
+def test_flags_and_block_sizes_are_checked():
+    x = torch.randn(4, 8, device=DEVICE)
+    q = torch.randn(1, 1, 4, 16, device=DEVICE)
+    cases = [
+        (lambda: softmax(x, long_rows="no"), TypeError, "long_rows must be None, True or False, got 'no'"),
+        (lambda: attention(q, q, q, causal="False"), TypeError, "causal must be True or False, got 'False'"),
+        (lambda: row_sum(x, splits="4"), ValueError, "splits must be a whole number >= 1"),
+        (lambda: matmul(x, x.t(), tma="no"), TypeError, "tma must be None, True or False"),
+        (lambda: add(x, x, BLOCK_SIZE=0), ValueError, "BLOCK_SIZE must be a power of two from 1 to 65536, got 0"),
+        (lambda: add(x, x, BLOCK_SIZE=1000), ValueError, "BLOCK_SIZE must be a power of two .* got 1000"),
+        (lambda: gelu(x, BLOCK_SIZE="1024"), ValueError, "BLOCK_SIZE must be a power of two .* got '1024'"),
+        (lambda: gelu(x, num_warps=3), ValueError, "num_warps must be a power of two from 1 to 32, got 3"),
+    ]
+    for call, error, message in cases:
+        with pytest.raises(error, match=message):
+            call()
+    assert torch.equal(add(x, x, BLOCK_SIZE=1, num_warps=1), x + x)
+
+
+def test_lesson_one_refuses_past_2_31_elements():
+    x = torch.zeros(1, device=DEVICE).expand(2**31)  # 2^31 elements, one float of memory
+    with pytest.raises(ValueError, match="2147483648 elements: this kernel's int32 offsets stop near 2"):
+        add(x, x)
+
+
+@pytest.mark.filterwarnings("ignore:Sparse CSR tensor support is in beta")
+def test_other_layouts_get_one_message_style():
+    x = torch.randn(4, 8, device=DEVICE)
+    nested = torch.nested.nested_tensor([torch.randn(2, 8), torch.randn(3, 8)], layout=torch.jagged).to(DEVICE)
+    cases = [(softmax, x.to_sparse_csr(), "x is a sparse_csr tensor; the kernels read dense tensors: use x.to_dense()"),
+             (row_sum, x.to_sparse(), "x is a sparse_coo tensor; .* x.to_dense()"),
+             (gelu, nested, "x is a nested tensor; .* x.to_dense()"),
+             (row_sum, torch.ones(2, 3, device="meta"), "x is on meta: a meta tensor has a shape but no data")]
+    for fn, bad, message in cases:
+        with pytest.raises(ValueError, match=message):
+            fn(bad)
+
+
+@pytest.mark.parametrize("main, argv", [
+    (main01, ["--sizes", "-5"]), (main02, ["--rows", "0"]), (main02, ["--sizes", "-1"]),
+    (main03, ["--shapes", "4x"]), (main03, ["--shapes", "4x5x6"]), (main03, ["--shapes", "0x100"]),
+    (main04, ["--sizes", "-64"]), (main05, ["--seqs", "-1"])])
+def test_bad_sizes_on_the_command_line_are_usage_errors(main, argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["--sections", "bench", *argv])
+    assert exit_.value.code == 2 and "error: argument" in capsys.readouterr().err
