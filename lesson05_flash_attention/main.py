@@ -467,6 +467,13 @@ def main(argv=None) -> None:
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing", keep=lambda row: row["dtype"] == "float16" and row["seq"] == "4096"
                            and row["causal"] == "True")
+        if args.full and not INTERPRET:  # what int64 offsets (lesson 2, section 4) would cost here
+            qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}
+            bench.offsets_cost({f"attention(q, k, v, causal={causal}), {B} x {H} x 4096 x {D} float16":
+                                (lambda t=t, causal=causal: attention(*t, causal=causal))
+                                for (B, H, D), t in qkv.items() for causal in (False, True)})
+        else:
+            print_recorded(__file__, "64-bit offsets")
 
     sections = {
         "trace": ("Trace: online softmax, then attention_kernel block by block (interpreter)",
