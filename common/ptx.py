@@ -90,6 +90,21 @@ def _compile(job: dict) -> dict:
     return {**{k: compiled.asm[k] for k in job["asm"]}, "shared": compiled.metadata.shared}
 
 
+def registers(ptx: str, arch: int = 90) -> int:
+    """Registers per thread of a compiled kernel: what ptxas, the assembler that ships inside the
+    triton wheel, reports when it turns the PTX into machine code (-v). Registers are what most
+    often limits how many programs an SM holds at once (lesson 3, occupancy)."""
+    from triton.backends.nvidia.compiler import get_ptxas  # the ptxas Triton itself runs for this GPU
+
+    tool = get_ptxas(arch).path
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        out = subprocess.run([tool, f"-arch=sm_{arch}a" if arch >= 90 else f"-arch=sm_{arch}", "-v", f.name,
+                              "-o", os.devnull], capture_output=True, text=True, check=True)
+    return int(re.search(r"Used (\d+) registers", out.stdout + out.stderr).group(1))
+
+
 def memory_ops(ptx: str) -> collections.Counter:
     """Count global loads and stores by form: ld.global.v4.b32 is one 16-byte (4 x 32-bit) access."""
     ops = re.findall(r"\b((?:ld|st)\.global[\w.:]*)", ptx)

@@ -57,7 +57,8 @@ def plot(table: Table, path: str, x: str, y: str, series: list, ceiling: float |
     numeric = all(isinstance(v, (int, float)) for v in xs)
     labels = list(dict.fromkeys(xs))  # categorical x: keep first-seen order
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    keys = [" / ".join(str(v) for v in vals) for vals in zip(*(table.column(c) for c in series))]
+    keys = ([" / ".join(str(v) for v in vals) for vals in zip(*(table.column(c) for c in series))] if series
+            else [y] * len(xs))
     for key in dict.fromkeys(keys):
         pts = [(xv, yv) for k, xv, yv in zip(keys, xs, table.column(y)) if k == key]
         px = [p[0] if numeric else labels.index(p[0]) for p in pts]
@@ -113,32 +114,44 @@ def run_lesson(name: str) -> None:
     write_results(os.path.join(ROOT, name), title, machine_stamp(bench.CEILINGS), bench.TABLES)
 
 
-def print_recorded(script: str, heading: str, keep=None) -> None:
-    """Print the first table of this lesson's RESULTS.md whose heading starts with `heading`,
-    with the page's stamp: real GPU numbers beside the interpreter's. keep(row) -> bool, where
-    row maps column names to cell text, picks rows; None keeps them all."""
-    path = os.path.join(os.path.dirname(os.path.abspath(script)), "RESULTS.md")
+def read_table(path: str, heading: str) -> dict | None:
+    """The first table of a results page whose heading starts with `heading`: {"title", "headers",
+    "rows" (each a dict of column name to cell text), "lines" (the markdown), "stamp" (the page's
+    stamp as a dict)}; None when the page or the table is missing."""
     if not os.path.exists(path):
-        print(f"(no {os.path.relpath(path, ROOT)} yet: `python -m common.results` writes it on a GPU)")
-        return
+        return None
     lines = open(path).read().splitlines()
-    stamp = [line for line in lines if line.startswith("|")][:3]  # the stamp: header, rule, values
+    cells = lambda line: [cell.strip() for cell in line.strip().strip("|").split("|")]  # noqa: E731
+    stamp_lines = [line for line in lines if line.startswith("|")][:3]  # the stamp: header, rule, values
     start = next((i for i, line in enumerate(lines) if line.startswith(f"## {heading}")), None)
     if start is None:
-        print(f"(no table '{heading}' in {os.path.relpath(path, ROOT)})")
-        return
+        return None
     table = []
     for line in lines[start + 1:]:
         if line.startswith("## "):
             break
         if line.startswith("|"):
             table.append(line)
-    if keep is not None:
-        names = [cell.strip() for cell in table[0].strip("|").split("|")]
-        table = table[:2] + [line for line in table[2:]
-                             if keep(dict(zip(names, (cell.strip() for cell in line.strip("|").split("|")))))]
-    print(f"\nOn a real GPU ({os.path.relpath(path, ROOT)}: {lines[start][3:]}), measured on")
-    print("\n".join(stamp + [""] + table))
+    headers = cells(table[0])
+    return {"title": lines[start][3:], "headers": headers, "lines": table, "stamp_lines": stamp_lines,
+            "stamp": dict(zip(cells(stamp_lines[0]), cells(stamp_lines[2]))),
+            "rows": [dict(zip(headers, cells(line))) for line in table[2:]]}
+
+
+def print_recorded(script: str, heading: str, keep=None) -> None:
+    """Print the first table of this lesson's RESULTS.md whose heading starts with `heading`,
+    with the page's stamp: real GPU numbers beside the interpreter's. keep(row) -> bool, where
+    row maps column names to cell text, picks rows; None keeps them all."""
+    path = os.path.join(os.path.dirname(os.path.abspath(script)), "RESULTS.md")
+    table = read_table(path, heading)
+    if table is None:
+        what = f"table '{heading}' in" if os.path.exists(path) else "page"
+        print(f"(no {what} {os.path.relpath(path, ROOT)} yet: `python -m common.results` writes it on a GPU)")
+        return
+    lines = table["lines"][:2] + [line for line, row in zip(table["lines"][2:], table["rows"])
+                                  if keep is None or keep(row)]
+    print(f"\nOn a real GPU ({os.path.relpath(path, ROOT)}: {table['title']}), measured on")
+    print("\n".join(table["stamp_lines"] + [""] + lines))
 
 
 def main(argv: list) -> int:
@@ -159,6 +172,10 @@ def main(argv: list) -> int:
         print(f"[{i}/{len(lessons)}] {name}: {status}, {time.time() - start:.0f} s", flush=True)
         if done.returncode:
             failed.append(name)
+    from common import roofline
+
+    if roofline.plot():
+        print(f"Roofline of every lesson's kernels: {os.path.relpath(os.path.join(ROOT, 'roofline.png'), ROOT)}")
     if failed:
         print(f"Results NOT written for: {', '.join(failed)} (their output is above).")
     return 1 if failed else 0

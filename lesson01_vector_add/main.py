@@ -25,7 +25,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench, profile, ptx
+from common import bench, profile, ptx, roofline
 from common.checks import check_tensors, dtype_name
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, sizes_help, start_lesson, trace_section)
@@ -123,9 +123,13 @@ def gelu_naive(x):
     # x**3: r N, w N | 0.044715*(.): r N, w N | x + (.): r 2N, w N | sqrt(2/pi)*(.): r N, w N
     # tanh: r N, w N | 1.0 + (.): r N, w N    | 0.5*x: r N, w N   | (.)*(.): r 2N, w N
     # total: 8 kernels, 10N reads + 8N writes = 18N, against N + N for one fused kernel.
+    # (The source documents count about 5N reads and 3N writes: five steps, each reading one
+    # tensor and some writing none. Eager PyTorch runs every operator above as a kernel of its
+    # own, constants included, and each writes its result: 18N is what the profiler shows.)
 
 
 NAIVE_TRAFFIC = 18  # elements moved per input element by gelu_naive, counted above
+GELU_FLOPS = 9      # floating-point operations per element in the formula (tanh counted as one)
 FUSED_TRAFFIC = 2   # one read, one write
 
 
@@ -290,7 +294,40 @@ def look_at_ptx(ir: str | None = None) -> dict:
 
 
 # %% [markdown]
-# ## 7. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+# ## 7. The machine: what the timings are measured against
+# A GPU is a few dozen to a few hundred SMs (streaming multiprocessors) around one memory. Each SM
+# has its own registers, shared memory and cores, and runs a few programs at a time; all of them
+# share the L2 cache and the HBM behind it. Two numbers bound every kernel: how fast memory
+# delivers bytes (measured: a device-to-device copy) and how fast the tensor cores multiply
+# (measured: cuBLAS on a bf16 8192^3 matmul). Lesson 3 counts programs against SMs; the roofline
+# (README) puts every lesson's kernels under the two ceilings.
+
+
+# %%
+DOCUMENTED = [  # the source documents' figures
+    ("A100 (source documents)", 108, "40 MB", "192 KB", "-"),
+    ("H100 (source documents)", 132, "50 MB", "228 KB", "-"),
+    ("B200 (source documents)", 148, "-", "-", "65,536"),
+]
+
+
+def machine() -> bench.Table:
+    rows = [row + ("-", "-") for row in DOCUMENTED]
+    if not INTERPRET:
+        p = torch.cuda.get_device_properties(0)
+        shared, regs = (getattr(p, k, None) for k in ("shared_memory_per_multiprocessor", "regs_per_multiprocessor"))
+        rows.append((f"{p.name} (this GPU)", p.multi_processor_count, f"{p.L2_cache_size >> 20} MB",
+                     f"{shared >> 10} KB" if shared else "-", f"{regs:,}" if regs else "-",
+                     f"{bench.copy_bandwidth():.0f}", f"{bench.matmul_rate():.0f}"))
+    table = bench.print_table(rows, ["GPU", "SMs", "L2 cache", "shared memory per SM", "registers per SM",
+                                     "copy GB/s (measured)", "bf16 matmul TFLOP/s (measured)"], title="The machine")
+    if INTERPRET:
+        print_recorded(__file__, "The machine", keep=lambda row: "this GPU" in row["GPU"])
+    return table
+
+
+# %% [markdown]
+# ## 8. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
 
 
 # %%
@@ -348,6 +385,13 @@ def main(argv=None) -> None:
         bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), use_compile=args.compile)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("2^12", "2^16", "2^26"))
+        n = 1 << 26  # the roofline (README): FLOPs per byte at the largest size, measured on a GPU
+        x, y = (torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)) if not INTERPRET else (None, None)
+        roofline.points({("Triton add", "2^26 float32"): (lambda: add(x, y), n, 12 * n),
+                         ("torch x + y", "2^26 float32"): (lambda: x + y, n, 12 * n),
+                         ("Triton gelu", "2^26 float32"): (lambda: gelu(x), GELU_FLOPS * n, 8 * n),
+                         ("gelu_naive (8 kernels, 18N traffic)", "2^26 float32"):
+                             (lambda: gelu_naive(x), GELU_FLOPS * n, 4 * NAIVE_TRAFFIC * n)}, __file__)
 
     def blocks():
         if INTERPRET:  # the interpreter ignores num_warps: only a GPU can answer this
@@ -360,6 +404,7 @@ def main(argv=None) -> None:
         "check": ("Check: Triton against PyTorch", check),
         "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=args.compile)),
         "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
+        "machine": ("The machine", machine),
         "bench": ("Timing", timing),
         "blocks": ("BLOCK_SIZE against num_warps", blocks),
     }

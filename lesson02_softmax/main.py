@@ -14,6 +14,7 @@ Without a CUDA GPU the kernels run under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson02_softmax/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
+import math
 import pathlib
 import sys
 
@@ -25,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from common import bench, profile
+from common import bench, profile, ptx, roofline
 from common.checks import check_tensors, dtype_name, index_type
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, start_lesson, trace_section)
@@ -106,6 +107,47 @@ def softmax_kernel(
         show("exp", numerator)
         show("sum", denominator)
         show("result", y)
+
+
+# %% [markdown]
+# ### What tl.max and tl.sum become: a reduction tree
+# Adding 1024 numbers one after another takes 1023 dependent steps. In pairs, round by round, it
+# takes log2(1024) = 10 rounds, each one step deep, since the pairs of a round are independent.
+# The compiler builds that tree in three levels: each thread first reduces the elements it holds
+# (in registers), then the 32 threads of a warp exchange values with warp shuffles (shfl.sync:
+# 5 rounds for 32 lanes, no memory), then the warps' results meet in shared memory, after a
+# barrier (bar.sync), for a last short round. tree() shows both: the rounds, and the PTX.
+
+
+# %%
+def tree_rounds(values: list) -> list[list]:
+    """A pairwise sum, round by round (a power-of-two count): [1..8] -> [3, 7, 11, 15] -> [10, 26] -> [36]."""
+    rounds = [list(values)]
+    while len(rounds[-1]) > 1:
+        v = rounds[-1]
+        rounds.append([v[i] + v[i + 1] for i in range(0, len(v), 2)])
+    return rounds
+
+
+def tree(N: int = 4096) -> dict:
+    rounds = tree_rounds(range(1, 9))
+    for i, r in enumerate(rounds):
+        print(f"  round {i}: {r}")
+    print(f"{sum(len(r) for r in rounds[1:])} additions in {len(rounds) - 1} rounds (in a row: 7 additions, 7 steps); "
+          f"1024 numbers: {len(tree_rounds([0] * 1024)) - 1} rounds.")
+    BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "stride_ym"), "i32")}
+    code = ptx.compile_kernel("lesson02_softmax.main", "softmax_kernel", sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
+                              num_warps=num_warps)["ptx"]
+    counts = {op: code.count(op) for op in ("shfl.sync", "bar.sync", "st.shared", "ld.shared")}
+    print(f"\nsoftmax_kernel for rows of {N} (BLOCK_N = {BLOCK_N}, {num_warps} warps = {32 * num_warps} threads, "
+          f"{BLOCK_N // (32 * num_warps)} elements each), compiled for sm_90, two reductions (max, then sum):")
+    bench.print_table([(op, n) for op, n in counts.items()], ["PTX instruction", "count"])
+    across = num_warps.bit_length() - 1
+    print(f"Each reduction: a thread folds its own elements in registers; 5 shuffle rounds fold a warp's 32 lanes\n"
+          f"(log2 32); one value per warp goes to shared memory and, after a barrier, {across} more shuffle rounds fold\n"
+          f"the {num_warps} warps' values (log2 {num_warps}): 2 x (5 + {across}) = {2 * (5 + across)} shuffles.")
+    return counts
 
 
 # %% [markdown]
@@ -231,7 +273,8 @@ def trace() -> None:
     print("Row [1, 2, 3, 4, 5], N = 5 -> BLOCK_N = 8: three lanes padded with -inf")
     run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
 
-    print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7).")
+    print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7);")
+    show("in float16 (max 65504) exp overflows past x =", round(math.log(torch.finfo(torch.float16).max), 2), indent=0)
     print("  without subtracting the max (STABLE=False):")
     run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
     print("  with it: [1000, 1001, 1002] - 1002 = [-2, -1, 0]")
@@ -349,6 +392,13 @@ def main(argv=None) -> None:
             bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=args.compile)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("256", "1024", "4096"))
+        M, N = 4096, 4096  # the roofline (README): FLOPs per byte, measured on a GPU
+        x = torch.randn(M, N, device=DEVICE) if not INTERPRET else None
+        flops = 5 * M * N  # per element: subtract the max, exp, divide; a max and a sum
+        roofline.points({("Triton softmax", "4096 x 4096 float32"): (lambda: softmax(x), flops, 8 * M * N),
+                         ("torch.softmax", "4096 x 4096 float32"): (lambda: torch.softmax(x, dim=1), flops, 8 * M * N),
+                         ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
+                             (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}, __file__)
         if args.full and not INTERPRET:  # section 4: what int64 offsets would cost at these sizes
             xs = {N: torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]}
             bench.offsets_cost({f"softmax(x), x {M} x {N} float32": lambda x=x: softmax(x) for N, x in xs.items()
@@ -359,6 +409,7 @@ def main(argv=None) -> None:
     sections = {
         "trace": ("Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)",
                   lambda: trace_section(trace, __file__, args.child)),
+        "tree": ("The reduction tree: rounds, and the shuffles in the PTX", tree),
         "check": ("Check: Triton against torch.softmax in float32", check),
         "fusion": ("Fusion: traffic and kernels launched",
                    lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=args.compile)),

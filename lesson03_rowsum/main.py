@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from common import bench
+from common import bench, ptx, roofline
 from common.checks import check_tensors, dtype_name, index_type
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         start_lesson, trace_section)
@@ -189,15 +189,108 @@ def waves_table(shapes) -> bench.Table:
     table = bench.print_table(rows, ["shape", "launch", "programs", "programs per SM", "SMs with work"],
                               title=f"Programs against SMs ({sms} SMs)", floatfmt=".2f")
     print(f"With 4 rows, 4 programs: {sms - 4} of the {sms} SMs have nothing to do, however fast each one is.\n"
-          "Rule of thumb (source documents): at least 4 programs per SM, so the scheduler can balance\n"
-          f"the work and a last, partial wave is a small part of the whole: 160 programs on {sms} SMs\n"
-          f"run, one at a time per SM, as a full wave and then {160 - sms}, with {2 * sms - 160} SMs idle\n"
-          "(on a 148-SM B200: 12, with 136 idle).")
+          "Rule of thumb (source documents): at least 4 programs per SM (an A100's 108 SMs: >= 432), so the\n"
+          "scheduler can balance the work and a last, partial wave is a small part of the whole.")
+    for programs, gpu_sms, gpu in ((160, 148, "a B200"), (110, 108, "an A100"), (160, sms, "this GPU")):
+        full, tail, idle = waves(programs, gpu_sms)
+        print(f"  {programs} programs on {gpu}'s {gpu_sms} SMs, one at a time per SM: {full} full wave(s), then "
+              f"{tail} programs while {idle} SMs sit idle")
+    return table
+
+
+def waves(programs: int, sms: int, per_sm: int = 1) -> tuple[int, int, int]:
+    """(full waves, programs in the last partial wave, SMs idle during it), when each SM runs
+    per_sm programs at a time and every program takes as long as the others."""
+    slots = sms * per_sm
+    full, tail = divmod(programs, slots)
+    return full, tail, (sms - triton.cdiv(tail, per_sm)) if tail else 0
+
+
+# The tail effect, measured. Each program of spin_kernel does a fixed amount of arithmetic and
+# touches no memory on the way: 1024 threads (32 warps) that keep an SM's cores busy by
+# themselves, so an SM runs its programs one after another, and time counts waves: as the number
+# of programs steps past each multiple of the SM count, the time steps up by one program's time.
+@triton.jit
+def spin_kernel(y_ptr, iters, BLOCK: tl.constexpr):
+    x = tl.arange(0, BLOCK).to(tl.float32) * 1e-3
+    for _ in range(iters):          # a chain of multiply-adds: work for the cores, not the memory
+        x = x * 0.999 + 0.001
+    tl.store(y_ptr + tl.program_id(axis=0), tl.sum(x, axis=0))
+
+
+def staircase(iters: int = 20000) -> bench.Table:
+    """Time of spin_kernel against its number of programs, around multiples of the SM count."""
+    sms = sm_count()
+    counts = [1, sms // 2] + [n for k in range(1, 5) for n in (k * sms, k * sms + 1)]
+    y = torch.empty(counts[-1], device=DEVICE)
+    ms = bench.side_by_side({n: (lambda n=n: spin_kernel[(n,)](y, iters, BLOCK=1024, num_warps=32)) for n in counts})
+    rows = [(n, n / sms, ms[n] * 1e3, ms[n] / ms[counts[0]]) for n in counts]
+    return bench.print_table(rows, ["programs", "programs per SM", "kernel µs", "x one program"], floatfmt=".2f",
+                             title=f"Waves: spin_kernel against its number of programs ({sms} SMs)",
+                             note=f"{bench.stamp()}. {iters} multiply-adds per thread, 1024 threads per program."
+                                  + bench.SIDE_BY_SIDE_NOTE,
+                             plot=dict(x="programs", y="kernel µs", series=[], ceiling=None, logx=False))
+
+
+# %% [markdown]
+# ## 5. How many programs an SM holds at once: occupancy
+# An SM runs several programs side by side when they fit: its registers (65,536 on an H100/H200),
+# its warp slots (64), its program slots (32) and its shared memory (228 KB) are shared between
+# them, and the scarcest decides. Occupancy is the resident warps over the 64 slots. More warps in
+# flight hide more memory latency (while one waits for its load, another computes), which is what
+# a memory-bound kernel like this one needs; past a point more occupancy buys nothing. The
+# registers a kernel needs are known only after compiling: ptxas reports them (common/ptx.py).
+
+
+# %%
+SM = dict(registers=65536, warps=64, programs=32, shared=228 << 10)  # one H100/H200 SM
+
+
+def occupancy(warps: int, registers: int, shared: int = 0, sm: dict = SM) -> dict:
+    """Programs of `warps` warps, `registers` per thread and `shared` bytes that fit on one SM,
+    by each limit; 'programs' is the smallest, 'occupancy' the share of the SM's warp slots used.
+    (Registers are handed out per warp in blocks of 256, so 93 per thread cost as much as 96.)"""
+    per_warp = triton.cdiv(registers * 32, 256) * 256
+    limits = {"registers": sm["registers"] // (per_warp * warps), "warps": sm["warps"] // warps,
+              "program slots": sm["programs"], "shared memory": sm["shared"] // shared if shared else sm["programs"]}
+    programs = min(limits.values())
+    return dict(limits, programs=programs, occupancy=programs * warps / sm["warps"],
+                limited_by=min(limits, key=limits.get))
+
+
+def occupancy_table(configs=((1, 4096, 4), (1, 4096, 8), (1, 4096, 16), (64, 32, 8)), M=4096, N=16384) -> bench.Table:
+    """row_sum_kernel compiled for an H100/H200 (sm_90) at several tile shapes: its registers, the
+    occupancy they allow, and on a GPU its time on an M x N float32 row sum."""
+    seed = occupancy(warps=4, registers=160)
+    print(f"The source documents' example: 128 threads (4 warps) x 160 registers = {128 * 160:,} registers per "
+          f"program;\n65,536 // 20,480 = {seed['registers']} programs per SM = {seed['programs'] * 4} warps: "
+          f"occupancy {seed['programs'] * 4} / 64 = {seed['occupancy']:.2%}.\n")
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "COLS_PER_PROGRAM"), "i32")}
+    compiled = ptx.compile_kernels([dict(module="lesson03_rowsum.main",
+                                         kernel="row_sum_kernel", signature=sig, asm=["ptx"], num_warps=w,
+                                         constexprs={"BLOCK_M": bm, "BLOCK_N": bn}) for bm, bn, w in configs])
+    x, y = (torch.randn(M, N, device=DEVICE), torch.empty(M, device=DEVICE)) if not INTERPRET else (None, None)
+    ms = {} if INTERPRET else bench.side_by_side({
+        (bm, bn, w): (lambda bm=bm, bn=bn, w=w: row_sum_kernel[(triton.cdiv(M, bm),)](
+            x, y, M, N, x.stride(0), x.stride(1), N, BLOCK_M=bm, BLOCK_N=bn, num_warps=w)) for bm, bn, w in configs})
+    rows = []
+    for (bm, bn, w), asm in zip(configs, compiled):
+        regs = ptx.registers(asm["ptx"])
+        occ = occupancy(w, regs, asm["shared"])
+        rows.append((f"{bm} x {bn}", w, regs, occ["programs"], occ["limited_by"], f"{occ['occupancy']:.0%}",
+                     ms[bm, bn, w] * 1e3 if ms else "-"))
+    table = bench.print_table(rows, ["BLOCK_M x BLOCK_N", "num_warps", "registers per thread", "programs per SM",
+                                    "limited by", "occupancy", f"kernel µs, {M} x {N} fp32"],
+                             title="Occupancy of row_sum_kernel (registers from ptxas, sm_90)",
+                             note=f"{bench.stamp()}. Each row: the same tile walked by more or fewer threads; fewer "
+                                  "threads hold more elements each, in more registers." + bench.SIDE_BY_SIDE_NOTE)
+    if INTERPRET:
+        print_recorded(__file__, "Occupancy")
     return table
 
 
 # %% [markdown]
-# ## 5. Correctness
+# ## 6. Correctness
 
 
 # %%
@@ -223,7 +316,7 @@ def check() -> bench.Table:
 
 
 # %% [markdown]
-# ## 6. Timing against torch.sum(dim=1)
+# ## 7. Timing against torch.sum(dim=1)
 
 
 # %%
@@ -248,6 +341,42 @@ def bench_all(shapes, dtype=torch.float32) -> bench.Table:
                                        ceiling_label="device copy (measured)"))
 
 
+# %% [markdown]
+# ## 8. Coalescing: the same bytes, read along rows and down columns
+# A warp's 32 threads load together, and memory answers in 128-byte lines. When thread t reads
+# element t of a row, the 32 loads of 4 bytes fill one line; when it reads element t of a column
+# (a row apart), they touch 32 lines and use 4 bytes of each. row_sum reads x.t() through its
+# strides correctly, one 4-byte value per line fetched: same answer, a fraction of the bandwidth.
+
+
+# %%
+def lines_per_warp(stride: int, itemsize: int = 4, line: int = 128) -> int:
+    """128-byte lines that one warp's 32 loads touch, when thread t reads element t * stride."""
+    return len({t * stride * itemsize // line for t in range(32)})
+
+
+def coalescing(M: int = 4096, N: int = 16384) -> bench.Table | None:
+    print(f"One warp, 32 loads of 4 bytes: side by side (stride 1) {lines_per_warp(1)} line of 128 bytes; "
+          f"a row apart (stride {M}) {lines_per_warp(M)} lines.")
+    if INTERPRET:  # the interpreter reads numpy arrays: no lines, no warps
+        print_recorded(__file__, "Coalescing")
+        return None
+    x = torch.randn(M, N, device=DEVICE)
+    xt = torch.randn(N, M, device=DEVICE).t()  # the same shape, M x N, stored column by column
+    cases = {("rows contiguous (x)", "Triton row_sum"): lambda: row_sum(x),
+             ("rows contiguous (x)", "torch.sum(dim=1)"): lambda: x.sum(dim=1),
+             ("columns contiguous (x.t() of an N x M tensor)", "Triton row_sum"): lambda: row_sum(xt),
+             ("columns contiguous (x.t() of an N x M tensor)", "torch.sum(dim=1)"): lambda: xt.sum(dim=1)}
+    ms = bench.side_by_side(cases)
+    rows = [(layout, name, lines_per_warp(1 if layout.startswith("rows") or name.startswith("torch") else M),
+             ms[layout, name] * 1e3, bench.gbps(x.numel() * 4, ms[layout, name])) for layout, name in cases]
+    return bench.print_table(rows, ["layout", "implementation", "lines per warp load", "kernel µs", "GB/s"],
+                             title=f"Coalescing: row sums of an {M} x {N} float32 tensor, two layouts",
+                             note=f"{bench.stamp()}. GB/s counts one read of x. torch.sum reads a column-major "
+                                  "tensor along its columns (whole lines), summing many rows at once; row_sum walks "
+                                  "each row, a line per element." + bench.SIDE_BY_SIDE_NOTE)
+
+
 def shape_arg(text: str) -> tuple[int, int]:
     """An argparse type: 'MxN', two whole numbers >= 1."""
     parts = text.lower().split("x")
@@ -258,10 +387,22 @@ def shape_arg(text: str) -> tuple[int, int]:
 
 # %% The script
 def main(argv=None) -> None:
+    def waves_section():
+        waves_table(WAVES_SHAPES)
+        if INTERPRET:  # the interpreter runs programs one after another: no waves to see
+            print_recorded(__file__, "Waves")
+        else:
+            staircase()
+
     def timing():
         bench_all(args.shapes or sizes(args, SIZES), getattr(torch, args.dtype))
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32")
+        M, N = 4096, 16384  # the roofline (README): one addition per 4 bytes read
+        x = torch.randn(M, N, device=DEVICE) if not INTERPRET else None
+        roofline.points({("Triton row_sum", f"{M} x {N} float32"): (lambda: row_sum(x), M * N, 4 * (M * N + M)),
+                         ("torch.sum(dim=1)", f"{M} x {N} float32"): (lambda: x.sum(dim=1), M * N, 4 * (M * N + M))},
+                        __file__)
         if args.full and not INTERPRET:  # what int64 offsets (lesson 2, section 4) would cost here
             xs = [torch.randn(M, N, device=DEVICE) for M, N in SIZES["gpu"]]
             bench.offsets_cost({f"row_sum(x), x {M} x {N} float32": lambda x=x: row_sum(x)
@@ -271,10 +412,11 @@ def main(argv=None) -> None:
 
     sections = {
         "trace": ("Trace: row_sum_kernel, tile by tile (interpreter)", lambda: trace_section(trace, __file__, args.child)),
-        "waves": (f"Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''})",
-                  lambda: waves_table(WAVES_SHAPES)),
+        "waves": (f"Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''})", waves_section),
+        "occupancy": ("Occupancy: programs per SM", occupancy_table),
         "check": ("Check: Triton against a float64 sum", check),
         "bench": ("Timing", timing),
+        "coalescing": ("Coalescing: along rows and down columns", coalescing),
     }
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",

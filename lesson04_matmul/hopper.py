@@ -32,7 +32,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 from common import bench, ptx
 from common.checks import dtype_name
 from common.results import print_recorded
-from lesson04_matmul.main import gelu_tanh, grouped_pid, launch, matmul_kernel
+from lesson04_matmul.main import gelu_tanh, grouped_pid, launch, matmul, matmul_kernel
 
 TMA_FROM = 2048**3  # M * N * K from which this kernel won at every shape on the H200 (RESULTS.md)
 
@@ -215,6 +215,16 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
                              note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order." + bench.SIDE_BY_SIDE_NOTE)
 
 
+# %% Addressing: offsets against coordinates
+def bench_offsets(n: int = 4096) -> bench.Table:
+    """main.py's kernel computes addresses from offsets: int32, or int64 past 2^31 elements (lesson 2,
+    section 4); the TMA kernel hands the copy engine coordinates and needs neither. What int64
+    offsets would cost the pointer kernel, timed side by side with int32."""
+    ab = {t: torch.randn(2, n, n, device=DEVICE, dtype=t) for t in (torch.float16, torch.float32)}
+    return bench.offsets_cost({f"matmul(a, b, tma=False), {n}^3 {dtype_name(t)}": lambda a=a, b=b: matmul(a, b, tma=False)
+                               for t, (a, b) in ab.items()})
+
+
 def section(full: bool = False) -> None:
     """main.py's last section: the PTX of both kernels, then what each step bought."""
     print("The PTX of both kernels for an H100/H200 (sm_90), 128 x 128 x 64 tiles:")
@@ -228,3 +238,7 @@ def section(full: bool = False) -> None:
               "memory per program): nothing to time.")
     print(f"(matmul() takes this kernel from M * N * K = {round(TMA_FROM ** (1 / 3))}^3 up, on Hopper, "
           "in float16 and bfloat16.)")
+    if full and not INTERPRET:
+        bench_offsets()
+    else:
+        print_recorded(__file__, "64-bit offsets")

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench
+from common import bench, roofline
 from common.checks import check_tensors, dtype_name, index_type, rel_error
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
@@ -62,11 +62,19 @@ def matmul_plan(A, B, BLOCK_M=2, BLOCK_N=2, BLOCK_K=2, verbose=False):
                 a = A[rows, k:k + BLOCK_K]
                 b = B[k:k + BLOCK_K, cols]
                 acc += a @ b
-                if verbose and (pid_m, pid_n) == (0, 0):
-                    print(f"    program (0, 0), k = {k}: a = {a.tolist()}, b = {b.tolist()} "
-                          f"-> acc = {acc.tolist()}")
+                if verbose and (pid_m, pid_n) == (0, 0):  # each round adds one tile product
+                    print(f"    program (0, 0), k = {k}: a = {a.tolist()}, b = {b.tolist()}, a @ b = {(a @ b).tolist()}"
+                          f" -> acc = {acc.tolist()}")
             C[rows, cols] = acc
     return C
+
+
+def tile_counts(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K) -> dict:
+    """The plan's numbers: the grid of programs, K rounds each, and the columns of the last tile column."""
+    grid, rounds = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)), triton.cdiv(K, BLOCK_K)
+    last = (grid[1] - 1) * BLOCK_N  # the first column of the last tile column
+    return dict(grid=grid, programs=grid[0] * grid[1], rounds=rounds, tile_products=grid[0] * grid[1] * rounds,
+                last_cols=(last, N - 1, N - last))
 
 
 # %% [markdown]
@@ -85,7 +93,8 @@ def reuse_table(shapes) -> bench.Table:
         rows.append((f"{M} x {N} x {K}", naive * 2 / 1e9, *(naive / T * 2 / 1e9 for T in (16, 128))))
     return bench.print_table(rows, ["M x N x K", "GB read, no reuse", "16 x 16 tiles", "128 x 128 tiles"], floatfmt=".2f",
                              title="Reads of A and B (fp16), without reuse and with tiles",
-                             note="No reuse: 2MNK elements. T x T tiles: 2MNK / T.")
+                             note="No reuse: 2MNK elements (the source documents count about MKN, one operand's "
+                                  "share; each output reads a row of A and a column of B). T x T tiles: 2MNK / T.")
 
 
 # %% [markdown]
@@ -171,8 +180,7 @@ def matmul_kernel(
 
 def launch(kernel, a, b, activation=None, precision="tf32", **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel with block sizes in `meta`, or the autotuned one."""
-    M, K = a.shape
-    N = b.shape[1]
+    (M, K), N = a.shape, b.shape[1]
     c = torch.empty((M, N), device=a.device, dtype=a.dtype)
     a, b = interpretable(a), interpretable(b)
 
@@ -195,20 +203,27 @@ B4 = [[1.0, 0, 1, 0], [0, 1, 0, 1], [2, 0, 1, 0], [0, 2, 0, 1]]
 
 
 def trace() -> None:
-    A = torch.tensor(A4, device=DEVICE)
-    B = torch.tensor(B4, device=DEVICE)
-    print("The plan (plain PyTorch): program (0, 0) computes C[0:2, 0:2] in two K rounds")
+    A, B = torch.tensor(A4, device=DEVICE), torch.tensor(B4, device=DEVICE)
+    A2, B2 = torch.tensor([[1.0, 2], [3, 4]]), torch.tensor([[5.0, 6], [7, 8]])
+    print(f"By hand: {A2.tolist()} @ {B2.tolist()} = {(A2 @ B2).tolist()}: C[0, 0] = 1 x 5 + 2 x 7 = 19. A (3, 4) "
+          f"@ B (4, 2): {tile_counts(3, 2, 4, 1, 1, 4)['programs']} outputs of K = 4 products each.")
+    for shape, block in (((8, 8, 6), 2), ((96, 80, 64), 32)):
+        t = tile_counts(*shape, block, block, block)
+        print(f"C ({shape[0]}, {shape[1]}), K = {shape[2]}, {block} x {block} tiles: grid {t['grid']}, {t['programs']} "
+              f"programs x {t['rounds']} rounds = {t['tile_products']} tile products; the last tile column holds "
+              f"cols {t['last_cols'][0]}..{t['last_cols'][1]} ({t['last_cols'][2]} of {block} valid)")
+    print("\nThe plan (plain PyTorch): program (0, 0) computes C[0:2, 0:2] in two K rounds, one tile product each")
     matmul_plan(A.cpu(), B.cpu(), verbose=True)
 
     print(f"\nThe kernel: A = 1..16, B = {B4}, BLOCK_M = BLOCK_N = BLOCK_K = 2 -> 2 x 2 = 4 programs, "
-          "2 rounds each.\nA is contiguous: stride_am = 4, stride_ak = 1, so A[i, j] is at offset 4i + j.")
+          f"2 rounds each.\nA is contiguous: stride_am = 4, stride_ak = 1, so A[i, j] is at offset 4i + j: A[1, 2] = "
+          f"{A.flatten()[1 * A.stride(0) + 2 * A.stride(1)].item():g} at 4 x 1 + 2 = 6.")
     C = launch(matmul_kernel, A, B, BLOCK_M=2, BLOCK_N=2, BLOCK_K=2, GROUP_M=1, TRACE=True)
     show("C", C, indent=0)
     print(f"(torch: {(A @ B).tolist()})")
 
     print("\n70 x 45 @ 45 x 50 with 32-blocks: cdiv(70, 32) x cdiv(50, 32) = 3 x 2 = 6 programs; K = 45: 2 rounds.")
-    a = torch.randn(70, 45, device=DEVICE, dtype=torch.float16)
-    b = torch.randn(45, 50, device=DEVICE, dtype=torch.float16)
+    a, b = torch.randn(70, 45, device=DEVICE, dtype=torch.float16), torch.randn(45, 50, device=DEVICE, dtype=torch.float16)
     c = launch(matmul_kernel, a, b, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, TRACE=True)
     err = (c.float() - a.float() @ b.float()).abs().max().item()
     print(f"The last tile row keeps rows 64..69 (6 of 32), the last tile column cols 32..49 (18 of 32),\n"
@@ -296,8 +311,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
         raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
     if tma not in (None, True, False):
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
-    M, K = a.shape
-    N = b.shape[1]
+    (M, K), N = a.shape, b.shape[1]
     if M == 0 or N == 0 or K == 0:  # nothing to compute; an empty sum is 0, and relu(0) = gelu(0) = 0
         return torch.zeros((M, N), device=a.device, dtype=a.dtype)
     from lesson04_matmul import hopper  # the second file of this lesson (it imports this one)
@@ -310,11 +324,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
 def reference(a, b, activation=None):
     """torch.matmul (cuBLAS on a GPU), then the activation as a second kernel."""
     c = a @ b
-    if activation == "relu":
-        return torch.relu(c)
-    if activation == "gelu":
-        return F.gelu(c, approximate="tanh")
-    return c
+    return torch.relu(c) if activation == "relu" else F.gelu(c, approximate="tanh") if activation == "gelu" else c
 
 
 # %% [markdown]
@@ -322,6 +332,7 @@ def reference(a, b, activation=None):
 
 
 # %%
+TINY = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)  # 16 x 16 x 16 tiles, for contrast (section 9)
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
 
 
@@ -350,11 +361,6 @@ def check() -> bench.Table:
 
 
 # %%
-def tiny_tiles(a, b):
-    """The kernel with 16 x 16 x 16 tiles, tl.dot's smallest: for contrast."""
-    return launch(matmul_kernel, a, b, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)
-
-
 def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
     from lesson04_matmul import hopper
 
@@ -362,13 +368,12 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
     rows = []
     for dtype in dtypes:
         for M, N, K in shapes:
-            a = torch.randn(M, K, device=DEVICE, dtype=dtype)
-            b = torch.randn(K, N, device=DEVICE, dtype=dtype)
+            a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
             cases = {"torch.matmul": lambda: a @ b, "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b, tma=False)}
             if hopper.HOPPER:
                 cases["Triton, TMA + persistent (hopper.py)"] = lambda: matmul(a, b, tma=True)
             if max(M, N, K) <= (64 if INTERPRET else 4096):
-                cases["Triton, 16 x 16 tiles"] = lambda: tiny_tiles(a, b)
+                cases["Triton, 16 x 16 tiles"] = lambda: launch(matmul_kernel, a, b, **TINY)  # tl.dot's smallest
             times = bench.side_by_side(cases)
             for name, ms in times.items():
                 tf = bench.tflops(2 * M * N * K, ms)
@@ -383,8 +388,7 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
 
 
 def bench_epilogue(n: int = 4096, dtype=torch.float16) -> bench.Table:
-    a = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    b = torch.randn(n, n, device=DEVICE, dtype=dtype)
+    a, b = torch.randn(2, n, n, device=DEVICE, dtype=dtype)
     times = bench.side_by_side({(act, name): fn for act in ("relu", "gelu") for name, fn in (
         ("torch.matmul, then the activation", lambda act=act: reference(a, b, act)),
         ("Triton matmul(), activation fused", lambda act=act: matmul(a, b, act)))})
@@ -397,8 +401,7 @@ def bench_epilogue(n: int = 4096, dtype=torch.float16) -> bench.Table:
 
 def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
     """The same kernel and tile, launched in row-major and in grouped order."""
-    a = torch.randn(n, n, device=DEVICE, dtype=dtype)
-    b = torch.randn(n, n, device=DEVICE, dtype=dtype)
+    a, b = torch.randn(2, n, n, device=DEVICE, dtype=dtype)
     tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
     times = bench.side_by_side({f"GROUP_M = {group}" + (" (row-major)" if group == 1 else ""):
                                 (lambda group=group: launch(matmul_kernel, a, b, GROUP_M=group, **tile))
@@ -415,21 +418,18 @@ def main(argv=None) -> None:
     def timing():
         bench_all([(n, n, n) for n in args.sizes] if args.sizes else sizes(args, SIZES),
                   dtypes=(torch.float16, torch.bfloat16) if args.full else (torch.float16,))
+        n = 4096  # the roofline (README): 2n^3 FLOPs over 3n^2 fp16 elements moved, measured on a GPU
+        a, b = torch.randn(2, n, n, device=DEVICE, dtype=torch.float16) if not INTERPRET else (None, None)
+        roofline.points({(name, f"{n}^3 float16"): (fn, 2 * n**3, 2 * 3 * n * n) for name, fn in (
+            ("Triton matmul()", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))}, __file__)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing against torch.matmul",
                            keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")
-            for heading in ("Fused epilogue", "Tile order", "64-bit offsets"):
+            for heading in ("Fused epilogue", "Tile order"):
                 print_recorded(__file__, heading)
-            return
-        bench_epilogue()
-        bench_order(8192 if args.full else 4096)
-        if args.full:  # what int64 offsets (lesson 2, section 4) would cost; the TMA path needs none
-            ab = {(n, t): [torch.randn(n, n, device=DEVICE, dtype=t) for _ in "ab"] for n, t in
-                  [(1024, torch.float16), (4096, torch.float16), (4096, torch.float32)]}
-            bench.offsets_cost({f"matmul(a, b, tma=False), {n}^3 {dtype_name(t)}": lambda a=a, b=b: matmul(a, b, tma=False)
-                                for (n, t), (a, b) in ab.items()})
         else:
-            print_recorded(__file__, "64-bit offsets")
+            bench_epilogue()
+            bench_order(8192 if args.full else 4096)
 
     sections = {
         "tiles": ("Why tiles", lambda: reuse_table([(n, n, n) for n in (1024, 4096, 8192)])),

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench
+from common import bench, roofline
 from common.checks import check_tensors, dtype_name, index_type, rel_error
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
@@ -420,13 +420,15 @@ def bench_configs(seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 1
                                   f"{bench.SIDE_BY_SIDE_NOTE}" + (f" {bench.TIMING_NOTE}" if INTERPRET else ""))
 
 
-def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
+def sdpa_flash(q, k, v, causal=False):
+    """PyTorch's SDPA with its flash-attention backend (FlashAttention-2) forced."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    def sdpa_flash(q, k, v, causal):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+
+def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
     rows = []
     for dtype in dtypes:
         for B, H, D in shapes:
@@ -467,6 +469,12 @@ def main(argv=None) -> None:
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing", keep=lambda row: row["dtype"] == "float16" and row["seq"] == "4096"
                            and row["causal"] == "True")
+        B, H, seq, D = 4, 16, 4096, 128  # the roofline (README): FLOPs per byte, measured on a GPU
+        q, k, v = torch.randn(3, B, H, seq, D, device=DEVICE, dtype=torch.float16) if not INTERPRET else [None] * 3
+        flops, nbytes = 4 * B * H * seq * seq * D, 2 * 4 * B * H * seq * D  # two matmuls; q, k, v read, o written
+        roofline.points({("Triton attention", f"{B} x {H} x {seq} x {D} fp16"): (lambda: attention(q, k, v), flops, nbytes),
+                         ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
+                             (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
         if args.full and not INTERPRET:  # what int64 offsets (lesson 2, section 4) would cost here
             qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}
             bench.offsets_cost({f"attention(q, k, v, causal={causal}), {B} x {H} x 4096 x {D} float16":

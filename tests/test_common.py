@@ -151,3 +151,23 @@ def test_side_by_side_takes_turns_and_keeps_the_median(monkeypatch):
     times = bench.side_by_side({"a": lambda: "a", "b": lambda: "b"}, rounds=3)
     assert calls == ["a", "b"] * 3
     assert times == {"a": 1.1, "b": 2.1}
+
+
+def test_roofline_arithmetic():
+    from common.roofline import attainable, intensity
+
+    assert intensity(1, 12) == 1 / 12                       # vector add, float32: 1 FLOP per 12 bytes
+    assert attainable(1 / 12, 989, 3350) == pytest.approx(3350 / 12 / 1e3)  # memory-bound: beta x AI
+    assert attainable(1000, 989, 3350) == 989               # compute-bound: pi
+    ridge = 989 / 3350 * 1e3                                # FLOP/byte where the two meet
+    assert attainable(ridge, 989, 3350) == pytest.approx(989)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="on a GPU the points are timed: the results pages show them")
+def test_roofline_points_print_the_intensity_without_a_gpu(capsys):
+    from common import roofline
+
+    table = roofline.points({("add", "n"): (lambda: None, 10, 120), ("matmul", "n"): (lambda: None, 2e9, 6e6)},
+                            "lesson01_vector_add/main.py")
+    assert [row[4] for row in table.rows] == [10 / 120, 2e9 / 6e6]
+    assert "FLOP/byte" in capsys.readouterr().out

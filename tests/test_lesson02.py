@@ -103,3 +103,16 @@ def test_script_sections(capsys):
     with pytest.raises(SystemExit):
         main(["--sections", "bench", "--rows", "0"])
     assert "must be at least 1" in capsys.readouterr().err
+
+
+def test_reduction_tree_rounds_and_the_shuffles_in_the_ptx():
+    from lesson02_softmax.main import tree, tree_rounds
+
+    assert tree_rounds(range(1, 9)) == [[1, 2, 3, 4, 5, 6, 7, 8], [3, 7, 11, 15], [10, 26], [36]]  # the documents'
+    assert len(tree_rounds([0] * 1024)) - 1 == 10
+    counts = tree(4096)  # 4 warps: 5 shuffle rounds in a warp, 2 across the warps, for the max and for the sum
+    assert counts["shfl.sync"] == 2 * (5 + 2) and counts["bar.sync"] >= 1 and counts["st.shared"] >= 1
+
+
+def test_float16_exp_limit(traced):
+    assert traced["in float16 (max 65504) exp overflows past x ="] == [11.09]

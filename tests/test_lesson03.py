@@ -96,3 +96,38 @@ def test_script_sections(capsys):
         with pytest.raises(SystemExit):
             main(["--sections", "bench", "--shapes", bad])
         assert "--shapes" in capsys.readouterr().err
+
+
+def test_waves_and_the_tail_effect():
+    from lesson03_rowsum.main import waves
+
+    assert waves(160, 148) == (1, 12, 136)  # the documents' B200: a second wave of 12, 136 SMs idle
+    assert waves(110, 108) == (1, 2, 106)   # and A100: 2 programs in the second wave
+    assert waves(264, 132) == (2, 0, 0) and waves(300, 132, per_sm=2) == (1, 36, 114)
+
+
+def test_occupancy_arithmetic():
+    from lesson03_rowsum.main import occupancy
+
+    seed = occupancy(warps=4, registers=160)  # the documents' example: 20,480 registers per program
+    assert seed["registers"] == 3 and seed["programs"] == 3 and seed["occupancy"] == 0.1875
+    assert seed["limited_by"] == "registers"
+    assert occupancy(4, 93)["registers"] == 5   # 93 registers are allocated as 96: 65536 // (96 * 128)
+    assert occupancy(16, 16)["programs"] == 4 and occupancy(16, 16)["limited_by"] == "warps"
+    assert occupancy(1, 16, shared=100 << 10)["programs"] == 2  # 228 KB of shared memory: two of 100 KB
+
+
+def test_occupancy_table_reads_registers_from_ptxas():
+    from lesson03_rowsum.main import occupancy_table
+
+    rows = occupancy_table(configs=((1, 4096, 4), (1, 4096, 16))).rows
+    assert all(row[2] > 0 for row in rows)
+    assert rows[0][2] > rows[1][2]  # the same tile over 4x the threads: fewer registers per thread ...
+    assert rows[0][5] < rows[1][5] or rows[0][4] != "registers"  # ... and, registers permitting, more occupancy
+
+
+def test_coalescing_lines_per_warp():
+    from lesson03_rowsum.main import lines_per_warp
+
+    assert lines_per_warp(1) == 1 and lines_per_warp(4096) == 32  # side by side: one 128-byte line; a row apart: 32
+    assert lines_per_warp(1, itemsize=2) == 1 and lines_per_warp(2) == 2

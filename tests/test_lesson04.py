@@ -7,7 +7,7 @@ from conftest import DEVICE, INTERPRET, run_trace
 from lesson04_matmul.hopper import HOPPER, copy_instructions, matmul_tma
 from common.checks import rel_error
 from lesson04_matmul.main import (A4, B4, TOLERANCE as TOL, check, main, matmul, matmul_plan, reference,
-                                  order_demo, tile_order, tiles_loaded, tiny_tiles)
+                                  order_demo, tile_order, tiles_loaded, TINY, launch, matmul_kernel)
 SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
 
 
@@ -27,7 +27,7 @@ def test_bfloat16_dot_is_not_garbage():
     # Regression for the interpreter's tl.dot on raw bf16 bits (about 1e10 on unit normals).
     a = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
     b = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
-    for out in (matmul(a, b), tiny_tiles(a, b)):
+    for out in (matmul(a, b), launch(matmul_kernel, a, b, **TINY)):
         assert out.float().abs().max() < 100
         assert rel_error(out, a.double() @ b.double()) < 1e-2
 
@@ -169,3 +169,20 @@ def test_matmul_picks_tma_where_it_can():
     assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel"]  # a column-major A: pointer loads
     assert names(lambda: matmul(a[:1024], a[:, :1024])) == ["matmul_kernel"]  # smaller: pointer loads
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOL[torch.float16]
+
+
+def test_the_documents_tile_arithmetic():
+    from lesson04_matmul.main import tile_counts
+
+    t = tile_counts(8, 8, 6, 2, 2, 2)  # A[8, 6] @ B[6, 8] in 2-blocks
+    assert (t["programs"], t["rounds"], t["tile_products"]) == (16, 3, 48)
+    t = tile_counts(96, 80, 64, 32, 32, 32)  # C[96, 80] in 32 x 32 tiles
+    assert t["grid"] == (3, 3) and t["programs"] == 9 and t["last_cols"] == (64, 79, 16)
+    assert tile_counts(3, 2, 4, 1, 1, 4)["programs"] == 6  # A[3, 4] @ B[4, 2]: 6 outputs
+
+
+def test_the_plan_adds_one_tile_product_per_round(capsys):
+    C = matmul_plan(torch.tensor(A4), torch.tensor(B4), verbose=True)
+    assert C[:2, :2].tolist() == [[7, 10], [19, 22]]  # [[1, 2], [5, 6]] + [[6, 8], [14, 16]]
+    out = capsys.readouterr().out
+    assert "a @ b = [[1.0, 2.0], [5.0, 6.0]]" in out and "a @ b = [[6.0, 8.0], [14.0, 16.0]]" in out

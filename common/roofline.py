@@ -1,0 +1,102 @@
+"""The roofline: which ceiling a kernel can reach, from how much arithmetic it does per byte.
+
+A kernel moves B bytes through memory and does F floating-point operations. Its arithmetic
+intensity is AI = F / B, in FLOPs per byte. The memory system delivers at most beta bytes per
+second and the cores compute at most pi FLOPs per second, so the kernel runs at most at
+
+    P = min(pi, beta x AI)
+
+Below the ridge point AI = pi / beta the kernel is memory-bound (vector add: 1 FLOP per 12 bytes;
+a softmax; a row sum): only fewer bytes make it faster, and fusion does exactly that, by keeping
+intermediate results on chip (the same FLOPs over fewer bytes: a higher AI). Above it the kernel
+is compute-bound (a large matmul: hundreds of FLOPs per byte), and only the tensor cores' rate
+matters. Every lesson records its kernels' points ("Roofline" in its RESULTS.md); `python -m
+common.results` draws them all under the two measured ceilings in roofline.png.
+"""
+import os
+
+from common import bench
+from common.device import INTERPRET, ROOT
+
+TITLE = "Roofline points"
+
+
+def intensity(flops: float, nbytes: float) -> float:
+    """Arithmetic intensity, FLOPs per byte moved through memory."""
+    return flops / nbytes
+
+
+def attainable(ai: float, peak_tflops: float, bandwidth_gbps: float) -> float:
+    """The roofline, in TFLOP/s: min(pi, beta x AI)."""
+    return min(peak_tflops, bandwidth_gbps * ai / 1e3)
+
+
+def points(cases: dict, script: str) -> bench.Table:
+    """cases: {(kernel, size): (fn, flops, bytes)}. Prints each kernel's arithmetic intensity, and on a
+    GPU its measured throughput beside what the roofline allows (bench.side_by_side, kernel time)."""
+    ms = {} if INTERPRET else bench.side_by_side({key: fn for key, (fn, _, _) in cases.items()})
+    peak, bandwidth = (bench.matmul_rate(), bench.copy_bandwidth()) if ms else (None, None)
+    rows = []
+    for (kernel, size), (_, flops, nbytes) in cases.items():
+        ai = intensity(flops, nbytes)
+        row = [kernel, size, flops / 1e9, nbytes / 1e9, ai]
+        if ms:
+            achieved = bench.tflops(flops, ms[kernel, size])
+            row += [ms[kernel, size] * 1e3, achieved, bench.percent(achieved, attainable(ai, peak, bandwidth))]
+        rows.append(row)
+    headers = ["kernel", "size", "GFLOP", "GB moved", "FLOP/byte"]
+    if ms:
+        headers += ["kernel µs", "TFLOP/s", "% of roofline"]
+        note = (f"{bench.stamp()}. FLOPs and bytes are the algorithm's (each input read once, each output written "
+                f"once), except where the name says otherwise. Roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} GB/s "
+                f"x FLOP/byte), both measured (bf16 matmul, device copy).{bench.SIDE_BY_SIDE_NOTE}")
+    else:
+        note = "FLOPs and bytes are the algorithm's (each input read once, each output written once)."
+    table = bench.print_table(rows, headers, title=TITLE, note=note, floatfmt=".3g")
+    if INTERPRET:
+        from common.results import print_recorded
+
+        print_recorded(script, TITLE)
+    return table
+
+
+def plot(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
+    """Every lesson's recorded points under the two ceilings of lesson 4's page (log-log), in one
+    picture. Returns False where matplotlib or a page is missing."""
+    from common.results import LESSONS, read_table
+
+    pts, ceilings = [], {}
+    for lesson in LESSONS:
+        table = read_table(os.path.join(ROOT, lesson, "RESULTS.md"), TITLE)
+        if table is None or "TFLOP/s" not in table["headers"]:
+            return False
+        pts += [(lesson[6:8], row["kernel"], float(row["FLOP/byte"]), float(row["TFLOP/s"])) for row in table["rows"]]
+        ceilings.update(table["stamp"])
+    peak = float(next(v for k, v in ceilings.items() if k.startswith("matmul rate")).split()[0])
+    bandwidth = float(ceilings["copy bandwidth (measured)"].split()[0])
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(9, 5.5))
+    ais = [ai for _, _, ai, _ in pts]
+    xs = [min(ais) / 2 * 1.25**i for i in range(200) if min(ais) / 2 * 1.25**i < max(ais) * 4]
+    ax.plot(xs, [attainable(x, peak, bandwidth) for x in xs], color="black", linewidth=1.5,
+            label=f"roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} GB/s x AI)")
+    for lesson, kernel, ai, achieved in pts:
+        ax.scatter(ai, achieved, s=25)
+        ax.annotate(f"{lesson}: {kernel}", (ai, achieved), fontsize=6, xytext=(4, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
+    ax.set_ylabel("measured TFLOP/s (kernel time)")
+    ax.set_title(f"Every lesson's kernels under the roofline ({ceilings.get('GPU', '')})", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
