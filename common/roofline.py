@@ -61,8 +61,8 @@ def points(cases: dict, script: str) -> bench.Table:
 
 
 def plot(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
-    """Every lesson's recorded points under the two ceilings of lesson 4's page (log-log), in one
-    picture. Returns False where matplotlib or a page is missing."""
+    """Every lesson's recorded points (log-log), in one picture, under the ceilings measured for the
+    last lesson's page. Returns False where matplotlib or a page is missing."""
     from common.results import LESSONS, read_table
 
     pts, ceilings = [], {}
@@ -83,12 +83,16 @@ def plot(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
         return False
     fig, ax = plt.subplots(figsize=(9, 5.5))
     ais = [ai for _, _, ai, _ in pts]
-    xs = [min(ais) / 2 * 1.25**i for i in range(200) if min(ais) / 2 * 1.25**i < max(ais) * 4]
+    ridge = peak / bandwidth * 1e3  # FLOP/byte where the two ceilings meet
+    xs = sorted([ridge] + [min(ais) / 2 * 1.25**i for i in range(200) if min(ais) / 2 * 1.25**i < max(ais) * 4])
     ax.plot(xs, [attainable(x, peak, bandwidth) for x in xs], color="black", linewidth=1.5,
             label=f"roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} GB/s x AI)")
+    seen = {}
     for lesson, kernel, ai, achieved in pts:
         ax.scatter(ai, achieved, s=25)
-        ax.annotate(f"{lesson}: {kernel}", (ai, achieved), fontsize=6, xytext=(4, 2), textcoords="offset points")
+        near = seen.setdefault((round(ai, 2), round(achieved, 1)), 0)  # points on top of each other: labels apart
+        seen[round(ai, 2), round(achieved, 1)] += 1
+        ax.annotate(f"{lesson}: {kernel}", (ai, achieved), fontsize=6, xytext=(4, 2 - 8 * near), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
