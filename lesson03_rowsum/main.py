@@ -278,10 +278,10 @@ def occupancy_table(configs=((1, 4096, 4), (1, 4096, 8), (1, 4096, 16), (64, 32,
     for (bm, bn, w), asm in zip(configs, compiled):
         regs = ptx.registers(asm["ptx"])
         occ = occupancy(w, regs, asm["shared"])
-        rows.append((f"{bm} x {bn}", w, regs, occ["programs"], occ["limited_by"], f"{occ['occupancy']:.0%}",
-                     ms[bm, bn, w] * 1e3 if (bm, bn, w) in ms else "-"))
+        rows.append((f"{bm} x {bn}", w, regs, occ["programs"], occ["limited_by"], 100 * occ["occupancy"],
+                     f"{ms[bm, bn, w] * 1e3:.1f}" if (bm, bn, w) in ms else "-"))
     table = bench.print_table(rows, ["BLOCK_M x BLOCK_N", "num_warps", "registers per thread", "programs per SM",
-                                    "limited by", "occupancy", f"kernel µs, {M} x {N} fp32"],
+                                    "limited by", "occupancy %", f"kernel µs, {M} x {N} fp32"], floatfmt=".1f",
                              title="Occupancy of row_sum_kernel (registers from ptxas, sm_90)",
                              note=f"{bench.stamp()}. The same tile walked by more or fewer threads: fewer threads hold "
                                   "more elements each, in more registers. The last row is the launcher's tile for rows "
