@@ -376,7 +376,9 @@ def coalescing(M: int = 4096, N: int = 16384) -> bench.Table | None:
                              title=f"Coalescing: row sums of an {M} x {N} float32 tensor, two layouts",
                              note=f"{bench.stamp()}. GB/s counts one read of x. torch.sum reads a column-major "
                                   "tensor along its columns (whole lines), summing many rows at once; row_sum walks "
-                                  "each row, a line per element." + bench.SIDE_BY_SIDE_NOTE)
+                                  "each row, a line per element." + bench.SIDE_BY_SIDE_NOTE,
+                             plot=dict(x="layout", y="GB/s", series=["implementation"], ceiling=bench.copy_bandwidth(),
+                                       ceiling_label="device copy (measured)"))
 
 
 def shape_arg(text: str) -> tuple[int, int]:
