@@ -10,9 +10,12 @@ Below the ridge point AI = pi / beta the kernel is memory-bound (vector add: 1 F
 a softmax; a row sum): only fewer bytes make it faster, and fusion does exactly that, by keeping
 intermediate results on chip (the same FLOPs over fewer bytes: a higher AI). Above it the kernel
 is compute-bound (a large matmul: hundreds of FLOPs per byte), and only the tensor cores' rate
-matters. Every lesson records its kernels' points ("Roofline" in its RESULTS.md); `python -m
+matters. (That rate is the ceiling drawn here; arithmetic outside a tl.dot runs on the ordinary
+fp32 cores, roughly a tenth of it, so an element-wise kernel meets its own roof much sooner: the
+lesson kernels below AI = 1 are far under either.) Every lesson records its kernels' points ("Roofline" in its RESULTS.md); `python -m
 common.results` draws them all under the two measured ceilings in roofline.png.
 """
+import math
 import os
 
 from common import bench
@@ -90,8 +93,9 @@ def plot(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
     seen = {}
     for lesson, kernel, ai, achieved in pts:
         ax.scatter(ai, achieved, s=25)
-        near = seen.setdefault((round(ai, 2), round(achieved, 1)), 0)  # points on top of each other: labels apart
-        seen[round(ai, 2), round(achieved, 1)] += 1
+        spot = (round(math.log10(ai), 1), round(math.log10(achieved), 1))  # points close together: labels apart
+        near = seen.setdefault(spot, 0)
+        seen[spot] += 1
         ax.annotate(f"{lesson}: {kernel}", (ai, achieved), fontsize=6, xytext=(4, 2 - 8 * near), textcoords="offset points")
     ax.set_xscale("log")
     ax.set_yscale("log")

@@ -123,9 +123,10 @@ def gelu_naive(x):
     # x**3: r N, w N | 0.044715*(.): r N, w N | x + (.): r 2N, w N | sqrt(2/pi)*(.): r N, w N
     # tanh: r N, w N | 1.0 + (.): r N, w N    | 0.5*x: r N, w N   | (.)*(.): r 2N, w N
     # total: 8 kernels, 10N reads + 8N writes = 18N, against N + N for one fused kernel.
-    # (The source documents count about 5N reads and 3N writes: five steps, each reading one
-    # tensor and some writing none. Eager PyTorch runs every operator above as a kernel of its
-    # own, constants included, and each writes its result: 18N is what the profiler shows.)
+    # (The source documents count about 5N reads and 3N writes: five steps, two of which they
+    # count without a write. Eager PyTorch runs every operator above as a kernel of its own, and
+    # each writes its result: the profiler shows the 8 kernels, and the time they take at 2^26
+    # elements is what 18N moved at the copy bandwidth takes: RESULTS.md, "Roofline points".)
 
 
 NAIVE_TRAFFIC = 18  # elements moved per input element by gelu_naive, counted above
@@ -306,9 +307,9 @@ def look_at_ptx(ir: str | None = None) -> dict:
 
 
 # %%
-DOCUMENTED = [  # the source documents' figures
-    ("A100 (source documents)", 108, "40 MB", "192 KB", "-"),
-    ("H100 (source documents)", 132, "50 MB", "228 KB", "-"),
+DOCUMENTED = [  # the source documents' figures (registers: 65,536 per SM on all three, CUDA guide)
+    ("A100 (source documents)", 108, "40 MB", "192 KB (L1 + shared; up to 164 KB shared)", "65,536"),
+    ("H100 (source documents)", 132, "50 MB", "228 KB", "65,536"),
     ("B200 (source documents)", 148, "-", "-", "65,536"),
 ]
 

@@ -116,7 +116,8 @@ def softmax_kernel(
 # The compiler builds that tree in three levels: each thread first reduces the elements it holds
 # (in registers), then the 32 threads of a warp exchange values with warp shuffles (shfl.sync:
 # 5 rounds for 32 lanes, no memory), then the warps' results meet in shared memory, after a
-# barrier (bar.sync), for a last short round. tree() shows both: the rounds, and the PTX.
+# barrier (bar.sync), for a last short round. tree() shows both: the rounds, and the PTX of the
+# kernel as the launcher (section 4) configures it for rows of 4096.
 
 
 # %%
@@ -208,7 +209,9 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym, BLOC
 # at offset 65543 x 32768 = 2,147,713,024, past int32's 2,147,483,647: the product wraps negative
 # and the kernel reads (and writes!) memory that is not the tensor's. So the launcher asks
 # common.checks.index_type for int64 where a tensor needs it, int32 everywhere else: 64-bit
-# arithmetic costs registers and instructions (RESULTS.md: "64-bit offsets: what they cost").
+# arithmetic costs registers and instructions. For this memory-bound kernel the cost is lost in
+# the noise; for lesson 4's matmul and lesson 5's attention it is not (each RESULTS.md: "64-bit
+# offsets: what they cost").
 
 
 # %%
@@ -274,7 +277,7 @@ def trace() -> None:
     run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
 
     print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7);")
-    show("in float16 (max 65504) exp overflows past x =", round(math.log(torch.finfo(torch.float16).max), 2), indent=0)
+    show("exp in float16 (max 65504; the kernel computes in fp32) overflows past x", round(math.log(torch.finfo(torch.float16).max), 2), indent=0)
     print("  without subtracting the max (STABLE=False):")
     run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
     print("  with it: [1000, 1001, 1002] - 1002 = [-2, -1, 0]")

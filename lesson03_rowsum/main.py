@@ -174,6 +174,9 @@ def trace() -> None:
 
 # %% [markdown]
 # ## 4. Too few rows: programs against SMs
+# The GPU starts programs on free SMs until every SM is full; when one finishes, the next starts.
+# A round of programs that fills every SM once is a wave: 132 programs on an H200 when each
+# program fills an SM by itself. A last wave with few programs leaves most SMs idle.
 
 
 # %%
@@ -193,7 +196,7 @@ def waves_table(shapes) -> bench.Table:
           "scheduler can balance the work and a last, partial wave is a small part of the whole.")
     for programs, gpu_sms, gpu in ((160, 148, "a B200"), (110, 108, "an A100"), (160, sms, "this GPU")):
         full, tail, idle = waves(programs, gpu_sms)
-        print(f"  {programs} programs on {gpu}'s {gpu_sms} SMs, one at a time per SM: {full} full wave(s), then "
+        print(f"  {programs} programs that each fill an SM, on {gpu}'s {gpu_sms} SMs: {full} full wave(s), then "
               f"{tail} programs while {idle} SMs sit idle")
     return table
 
@@ -207,9 +210,10 @@ def waves(programs: int, sms: int, per_sm: int = 1) -> tuple[int, int, int]:
 
 
 # The tail effect, measured. Each program of spin_kernel does a fixed amount of arithmetic and
-# touches no memory on the way: 1024 threads (32 warps) that keep an SM's cores busy by
-# themselves, so an SM runs its programs one after another, and time counts waves: as the number
-# of programs steps past each multiple of the SM count, the time steps up by one program's time.
+# touches no memory on the way: 1024 threads (32 warps). Two such programs fit on an SM at once
+# (64 warp slots, section 5), but one alone keeps its cores busy, so two side by side take twice
+# as long: the SM finishes one program's worth of work per program-time, and time counts waves
+# of 132. As the programs step past each multiple of the SM count, the time steps up by one.
 @triton.jit
 def spin_kernel(y_ptr, iters, BLOCK: tl.constexpr):
     x = tl.arange(0, BLOCK).to(tl.float32) * 1e-3
@@ -255,7 +259,7 @@ def occupancy(warps: int, registers: int, shared: int = 0, sm: dict = SM) -> dic
               "program slots": sm["programs"], "shared memory": sm["shared"] // shared if shared else sm["programs"]}
     programs = min(limits.values())
     return dict(limits, programs=programs, occupancy=programs * warps / sm["warps"],
-                limited_by=min(limits, key=limits.get))
+                limited_by=", ".join(name for name, n in limits.items() if n == programs))
 
 
 def occupancy_table(configs=((1, 4096, 4), (1, 4096, 8), (1, 4096, 16), (64, 32, 8)), M=4096, N=16384) -> bench.Table:
@@ -285,7 +289,8 @@ def occupancy_table(configs=((1, 4096, 4), (1, 4096, 8), (1, 4096, 16), (64, 32,
                              title="Occupancy of row_sum_kernel (registers from ptxas, sm_90)",
                              note=f"{bench.stamp()}. The same tile walked by more or fewer threads: fewer threads hold "
                                   "more elements each, in more registers. The last row is the launcher's tile for rows "
-                                  f"of 32 columns, not timed on rows of {N}." + bench.SIDE_BY_SIDE_NOTE)
+                                  f"of 32 columns, not timed on rows of {N}. Register counts depend on the Triton "
+                                  "and ptxas versions (see the stamp)." + bench.SIDE_BY_SIDE_NOTE)
     if INTERPRET:
         print_recorded(__file__, "Occupancy")
     return table
@@ -345,10 +350,12 @@ def bench_all(shapes, dtype=torch.float32) -> bench.Table:
 
 # %% [markdown]
 # ## 8. Coalescing: the same bytes, read along rows and down columns
-# A warp's 32 threads load together, and memory answers in 128-byte lines. When thread t reads
-# element t of a row, the 32 loads of 4 bytes fill one line; when it reads element t of a column
-# (a row apart), they touch 32 lines and use 4 bytes of each. row_sum reads x.t() through its
-# strides correctly, one 4-byte value per line fetched: same answer, a fraction of the bandwidth.
+# A warp's 32 threads load together, and memory answers in 128-byte lines of four 32-byte sectors.
+# When thread t reads element t of a row, the 32 loads of 4 bytes fill one line; when it reads
+# element t of a column (a row apart), they touch 32 lines, a sector of each, and use 4 of its 32
+# bytes. row_sum reads x.t() through its strides correctly, but fetches far more than it uses: the
+# next program (the next row) wants the neighbouring 4 bytes of the same sectors, and the L2 cache
+# saves some of that, so the loss measured (RESULTS.md) is several-fold rather than 8-fold.
 
 
 # %%
@@ -373,7 +380,7 @@ def coalescing(M: int = 4096, N: int = 16384) -> bench.Table | None:
     rows = [(layout, name, lines_per_warp(1 if layout.startswith("rows") or name.startswith("torch") else M),
              ms[layout, name] * 1e3, bench.gbps(x.numel() * 4, ms[layout, name])) for layout, name in cases]
     return bench.print_table(rows, ["layout", "implementation", "lines per warp load", "kernel µs", "GB/s"],
-                             title=f"Coalescing: row sums of an {M} x {N} float32 tensor, two layouts",
+                             title=f"Coalescing: row sums of a {M} x {N} float32 tensor, two layouts",
                              note=f"{bench.stamp()}. GB/s counts one read of x. torch.sum reads a column-major "
                                   "tensor along its columns (whole lines), summing many rows at once; row_sum walks "
                                   "each row, a line per element." + bench.SIDE_BY_SIDE_NOTE,

@@ -129,7 +129,7 @@ def test_machine_table_holds_the_documents_figures():
     from lesson01_vector_add.main import machine
 
     rows = {row[0]: row for row in machine().rows}
-    assert rows["A100 (source documents)"][1:4] == [108, "40 MB", "192 KB"]
+    assert rows["A100 (source documents)"][1:4] == [108, "40 MB", "192 KB (L1 + shared; up to 164 KB shared)"]
     assert rows["H100 (source documents)"][1:4] == [132, "50 MB", "228 KB"]
     assert rows["B200 (source documents)"][1] == 148 and rows["B200 (source documents)"][4] == "65,536"
     if not INTERPRET:

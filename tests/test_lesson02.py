@@ -115,4 +115,4 @@ def test_reduction_tree_rounds_and_the_shuffles_in_the_ptx():
 
 
 def test_float16_exp_limit(traced):
-    assert traced["in float16 (max 65504) exp overflows past x ="] == [11.09]
+    assert traced["exp in float16 (max 65504; the kernel computes in fp32) overflows past x"] == [11.09]
