@@ -11,7 +11,7 @@ a softmax; a row sum): only fewer bytes make it faster, and fusion does exactly 
 intermediate results on chip (the same FLOPs over fewer bytes: a higher AI). Above it the kernel
 is compute-bound (a large matmul: hundreds of FLOPs per byte), and only the tensor cores' rate
 matters. (That rate is the ceiling drawn here; arithmetic outside a tl.dot runs on the ordinary
-fp32 cores, roughly a tenth of it, so an element-wise kernel meets its own roof much sooner: the
+fp32 cores, a tenth of it or less, so an element-wise kernel meets its own roof much sooner: the
 lesson kernels below AI = 1 are far under either.) Every lesson records its kernels' points ("Roofline" in its RESULTS.md); `python -m
 common.results` draws them all under the two measured ceilings in roofline.png.
 """
