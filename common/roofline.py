@@ -12,8 +12,9 @@ intermediate results on chip (the same FLOPs over fewer bytes: a higher AI). Abo
 is compute-bound (a large matmul: hundreds of FLOPs per byte), and only the tensor cores' rate
 matters. (That rate is the ceiling drawn here; arithmetic outside a tl.dot runs on the ordinary
 fp32 cores, a tenth of it or less, so an element-wise kernel meets its own roof much sooner: the
-lesson kernels below AI = 1 are far under either.) Every lesson records its kernels' points ("Roofline" in its RESULTS.md); `python -m
-common.results` draws them all under the two measured ceilings in roofline.png.
+lesson kernels below AI = 1 are far under either.) Every lesson records its kernels' points
+("Roofline points" in its RESULTS.md); `python -m common.results` draws them all under the two
+measured ceilings in roofline.png.
 """
 import math
 import os
