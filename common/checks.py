@@ -49,6 +49,9 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
             raise TypeError(f"{name} has dtype {dtype_name(x.dtype)}; supported: {supported}")
         if ndim is not None and x.ndim != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+        if any(2**31 - 2**16 <= n < 2**31 for n in x.shape):  # see index_type: indices run a block past n
+            raise ValueError(f"{name} has shape {tuple(x.shape)}: a dimension within 2**16 of 2**31, where the "
+                             "kernels' 32-bit loop bounds and indices would wrap; pad or split it")
         if x.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(f"{name} requires grad, but these kernels have no backward pass: the result would "
                                f"have no grad_fn and gradients would silently miss this step. Call it under "

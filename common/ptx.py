@@ -57,6 +57,8 @@ def compile_kernels(jobs: list, processes: int = 1) -> list:
         for i, (child, share) in enumerate(zip(children, shares)):
             out, err = child.communicate()
             if child.returncode != 0:
+                for other in children:  # the others' results are of no use now
+                    other.kill()
                 raise RuntimeError(f"compiling {', '.join(job['kernel'] for job in share)} failed:\n{err}")
             results[i::processes] = json.loads(out)
     failed = [f"{job['kernel']} for sm_{job['arch']}: {result['error']}" for job, result in zip(jobs, results)
@@ -126,7 +128,7 @@ def _compile_or_error(job: dict) -> dict:
     try:
         return dict(_compile(job), seconds=time.perf_counter() - start)
     except Exception as error:  # noqa: BLE001  (reported per job by the parent)
-        return {"error": f"{type(error).__name__}: {str(error).strip().splitlines()[-1][:500]}"}
+        return {"error": f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[-1][:500]}"}
 
 
 if __name__ == "__main__":  # the child process of compile_kernels: python -m common.ptx JOBS.json

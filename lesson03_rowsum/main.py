@@ -56,6 +56,7 @@ def row_sum_kernel(
     x_ptr, y_ptr,               # input (M, N); output (M, splits)
     M, N,
     stride_xm, stride_xn,       # strides of x, in elements: any 2-D view works without a copy
+    stride_ym,                  # elements between rows of y: 1, or the programs per row when split
     COLS_PER_PROGRAM,           # columns each program walks: N, or a multiple of BLOCK_N when split
     BLOCK_M: tl.constexpr,      # rows per program
     BLOCK_N: tl.constexpr,      # tile width
@@ -83,8 +84,7 @@ def row_sum_kernel(
     if TRACE:
         show("tl.sum(acc)", total)
     # y has one column per program along the row: y[rows, pid_n]
-    splits = tl.cdiv(N, COLS_PER_PROGRAM)
-    tl.store(y_ptr + rows * splits + pid_n, total.to(y_ptr.dtype.element_ty), mask=rows < M)
+    tl.store(y_ptr + rows * stride_ym + pid_n, total.to(y_ptr.dtype.element_ty), mask=rows < M)
 
 
 # %% [markdown]
@@ -124,8 +124,14 @@ def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
     M, N = x.shape
     BLOCK_M, BLOCK_N, num_warps = tile_config(N)
     grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, cols),)
-    row_sum_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                         INDEX_TYPE=index_type(x, y), num_warps=num_warps)
+    row_sum_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                         INDEX_TYPE=offset_type(x, y, cols), num_warps=num_warps)
+
+
+def offset_type(x: torch.Tensor, y: torch.Tensor, cols: int):
+    """index_type(x, y), or int64 where the last program's columns near 2**31: each program walks a
+    whole stretch of `cols`, so the last one's indices run past N, up to cdiv(N, cols) * cols."""
+    return tl.int64 if triton.cdiv(x.shape[1], cols) * cols + 2**16 >= 2**31 else index_type(x, y)
 
 
 def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
@@ -160,15 +166,15 @@ def trace() -> None:
     y = torch.empty((1, 1), device=DEVICE)
     print("One row of 12, BLOCK_N = 4: one program (one block), three tiles walked in order.")
     print("Lane j of acc adds columns j, j + 4, j + 8.")
-    row_sum_kernel[(1,)](x, y, 1, 12, x.stride(0), x.stride(1), 12, BLOCK_M=1, BLOCK_N=4, TRACE=True)
+    row_sum_kernel[(1,)](x, y, 1, 12, x.stride(0), x.stride(1), y.stride(0), 12, BLOCK_M=1, BLOCK_N=4, TRACE=True)
     print(f"row_sum = {y.item():g} (torch.sum: {x.sum().item():g})")
 
     print("\nThe same row split between 3 programs (grid (3,)), 4 columns each: every program is")
     print("its own block, with one tile; a second launch, one program, adds their partial sums.")
     partial = torch.empty((1, 3), device=DEVICE)
-    row_sum_kernel[(3,)](x, partial, 1, 12, x.stride(0), x.stride(1), 4, BLOCK_M=1, BLOCK_N=4, TRACE=True)
+    row_sum_kernel[(3,)](x, partial, 1, 12, x.stride(0), x.stride(1), partial.stride(0), 4, BLOCK_M=1, BLOCK_N=4, TRACE=True)
     show("partial sums", partial[0], indent=0)
-    row_sum_kernel[(1,)](partial, y, 1, 3, partial.stride(0), partial.stride(1), 3, BLOCK_M=1, BLOCK_N=4)
+    row_sum_kernel[(1,)](partial, y, 1, 3, partial.stride(0), partial.stride(1), y.stride(0), 3, BLOCK_M=1, BLOCK_N=4)
     show("row_sum", y[0, 0], indent=0)
 
 
@@ -269,14 +275,15 @@ def occupancy_table(configs=((1, 4096, 4), (1, 4096, 8), (1, 4096, 16), (64, 32,
     print(f"The source documents' example: 128 threads (4 warps) x 160 registers = {128 * 160:,} registers per "
           f"program;\n65,536 // 20,480 = {seed['registers']} programs per SM = {seed['programs'] * 4} warps: "
           f"occupancy {seed['programs'] * 4} / 64 = {seed['occupancy']:.2%}.\n")
-    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "COLS_PER_PROGRAM"), "i32")}
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "stride_ym",
+                                                                "COLS_PER_PROGRAM"), "i32")}
     compiled = ptx.compile_kernels([dict(module="lesson03_rowsum.main",
                                          kernel="row_sum_kernel", signature=sig, asm=["ptx"], num_warps=w,
                                          constexprs={"BLOCK_M": bm, "BLOCK_N": bn}) for bm, bn, w in configs])
     x, y = (torch.randn(M, N, device=DEVICE), torch.empty(M, device=DEVICE)) if not INTERPRET else (None, None)
     ms = {} if INTERPRET else bench.side_by_side({  # timed: the tile the launcher uses for these rows
         (bm, bn, w): (lambda bm=bm, bn=bn, w=w: row_sum_kernel[(triton.cdiv(M, bm),)](
-            x, y, M, N, x.stride(0), x.stride(1), N, BLOCK_M=bm, BLOCK_N=bn, num_warps=w))
+            x, y, M, N, x.stride(0), x.stride(1), 1, N, BLOCK_M=bm, BLOCK_N=bn, num_warps=w))
         for bm, bn, w in configs if (bm, bn) == tile_config(N)[:2]})
     rows = []
     for (bm, bn, w), asm in zip(configs, compiled):

@@ -187,8 +187,8 @@ def attention_kernel(
     b = (pid_bh // H).to(INDEX_TYPE)           # which batch
     h = (pid_bh % H).to(INDEX_TYPE)            # which head
     rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows (causal: the last key each sees)
-    dims = tl.arange(0, HEAD_DIM)
-    keys = tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM).to(INDEX_TYPE)
+    keys = tl.arange(0, BLOCK_N).to(INDEX_TYPE)
     # The queries, once: [BLOCK_M, HEAD_DIM]. The keys as k^T, [HEAD_DIM, BLOCK_N] (dims down, keys
     # across: the strides do the transpose), and the values, [BLOCK_N, HEAD_DIM], of key block 0.
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + dims[None, :] * stride_qd,

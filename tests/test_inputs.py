@@ -92,6 +92,10 @@ def test_offsets_past_2_31_under_the_interpreter():
     k, v = torch.randn(2, 1, 1, 3, 16, device=DEVICE)
     for causal in (False, True):
         assert rel_error(attention(q, k, v, causal), sdpa(q, k, v, causal)) < 1e-6
+    # head dimensions 2^27 elements apart: (32 - 1) x 2^27 > 2^31, with short rows (float16: 8 GB virtual)
+    k = torch.empty_strided((1, 1, 4, 32), (4, 4, 1, 2**27), device=DEVICE, dtype=torch.float16).normal_()
+    q, v = torch.randn(2, 1, 1, 4, 32, device=DEVICE, dtype=torch.float16)
+    assert rel_error(attention(q, k, v), sdpa(q, k, v)) < 2e-3
 
 
 @pytest.mark.big
@@ -106,7 +110,7 @@ def test_past_2_31_on_a_gpu():
     # row_sum of 3 rows of 2^30 + 16 floats (12.9 GB): rows 2 and 3 start past 2^31
     x = torch.randn(3, 2**30 + 16, device=DEVICE)
     ref = x.sum(dim=1, dtype=torch.float64)
-    for splits in (None, 1):
+    for splits in (1, None):  # splits=1 first: a fresh output, with nothing left in its memory to pass by luck
         assert ((row_sum(x, splits=splits) - ref).abs() / x.abs().sum(dim=1)).max() < 1e-6
     del x
     # matmul of (2^21 + 32) x 1024 by 1024 x 64: float32 (8.6 GB) takes the pointer kernel; float16
@@ -157,6 +161,22 @@ def test_flags_and_block_sizes_are_checked():
         with pytest.raises(error, match=message):
             call()
     assert torch.equal(add(x, x, BLOCK_SIZE=1, num_warps=1), x + x)
+
+
+def test_row_sums_last_program_runs_past_n_in_64_bits():
+    from lesson03_rowsum.main import columns_per_program, offset_type
+
+    meta = dict(device="meta")
+    x, N = torch.empty(1, 1_500_000_000, **meta), 1_500_000_000  # split in 2: 3 stretches, the last past 2^31
+    assert index_type(x) == tl.int32 and offset_type(x, torch.empty(1, 3, **meta), columns_per_program(N, 2)) == tl.int64
+    assert offset_type(x, torch.empty(1, **meta), N) == tl.int32  # one program per row: the row's end is N
+
+
+def test_dimensions_just_under_2_31_are_refused():
+    x = torch.zeros(1, device=DEVICE).expand(3, 2**31 - 10)  # no memory; loop bounds would wrap
+    for fn in (row_sum, softmax, gelu):
+        with pytest.raises(ValueError, match=r"a dimension within 2\*\*16 of 2\*\*31"):
+            fn(x)
 
 
 def test_lesson_one_refuses_past_2_31_elements():
