@@ -5,6 +5,7 @@ many programs run. Each program asks for its number (pid), works out which eleme
 (offsets), masks off the ones past the end (mask), then loads, computes and stores. This lesson
 builds that with `add(x, y)`, traces it program by program, then uses the same pattern to fuse a
 whole GELU formula into one pass over memory, and looks at the PTX the compiler makes of it.
+Before the timings, the machine they run on: its SMs, caches and the two measured ceilings.
 
 Run:   python lesson01_vector_add/main.py            (all sections)
        python lesson01_vector_add/main.py --help     (sections, sizes, dtype)

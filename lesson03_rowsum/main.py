@@ -6,7 +6,9 @@ on chip from one tile to the next, and reduces the accumulator once at the end. 
 apart: a BLOCK (a program) is the unit the GPU schedules in parallel; a TILE is a piece of data
 that one program works through, in order. Then the other way round: when there are too few rows
 to give every SM a program, a row is split across several programs and their partial sums are
-added by a second, small launch.
+added by a second, small launch. Then the machine under the launch: programs run in waves over
+the SMs (a measured staircase), an SM holds as many programs as its registers allow (occupancy),
+and memory is read in lines, so the direction a warp reads in decides the bandwidth (coalescing).
 
 Run:   python lesson03_rowsum/main.py            (all sections)
        python lesson03_rowsum/main.py --help
