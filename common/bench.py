@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
+from common.checks import dtype_name
 from common.device import DEVICE, INTERPRET, gpu_name
 
 
@@ -78,13 +79,22 @@ def side_by_side(cases: dict, rounds: int = 3) -> dict:
     return {name: statistics.median(ms) for name, ms in turns.items()}
 
 
-def offsets_cost(cases: dict, title: str = "64-bit offsets: what they cost") -> "Table":
-    """Kernel µs of each call in {label: fn}, run with the offsets its launcher computes in int32
-    (what it picks for every tensor below 2**31 elements) and in int64 (what it picks past that):
-    common.checks.index_type forced one way, then the other, side by side."""
+def offsets_cost(make_cases, script: str, run: bool = True) -> "Table | None":
+    """Kernel µs of each call in make_cases() = {label: fn}, run with the offsets its launcher
+    computes in int32 (what it picks for every tensor below 2**31 elements) and in int64 (what it
+    picks past that): common.checks.index_type forced one way, then the other, side by side. Where
+    nothing is timed (the interpreter, or `run` false), the H200's table of `script`'s lesson is
+    printed instead; make_cases, which allocates the inputs, is called only when timing."""
     import triton.language as tl
 
     from common import checks
+
+    if INTERPRET or not run:
+        from common.results import print_recorded
+
+        print_recorded(script, OFFSETS_TITLE)
+        return None
+    cases = make_cases()
 
     def forced(fn, offsets):
         def run():
@@ -98,11 +108,12 @@ def offsets_cost(cases: dict, title: str = "64-bit offsets: what they cost") -> 
     ms = side_by_side({(label, bits): forced(fn, offsets) for label, fn in cases.items()
                        for bits, offsets in ((32, tl.int32), (64, tl.int64))})
     rows = [(label, ms[label, 32] * 1e3, ms[label, 64] * 1e3, ms[label, 64] / ms[label, 32]) for label in cases]
-    return print_table(rows, ["case", "kernel µs, int32 offsets", "int64 offsets", "int64 / int32"], title=title,
+    return print_table(rows, ["case", "kernel µs, int32 offsets", "int64 offsets", "int64 / int32"], title=OFFSETS_TITLE,
                        floatfmt=".3f", note=f"{stamp()}. Kernel time of the same call with 32-bit and 64-bit element "
                        f"offsets (common.checks.index_type forced).{SIDE_BY_SIDE_NOTE}")
 
 
+OFFSETS_TITLE = "64-bit offsets: what they cost"
 SIDE_BY_SIDE_NOTE = "" if INTERPRET else (
     " The implementations of each row group were timed in turns, 3 rounds, median (bench.side_by_side).")
 
@@ -152,7 +163,7 @@ def matmul_rate() -> float:
     n, dtype = (8192, torch.bfloat16) if not INTERPRET else (256, torch.float32)
     a, b = torch.randn(n, n, device=DEVICE, dtype=dtype), torch.randn(n, n, device=DEVICE, dtype=dtype)
     rate = tflops(2 * n**3, measure(lambda: a @ b)[0])
-    CEILINGS[f"matmul rate (cuBLAS {str(dtype).removeprefix('torch.')} {n}^3, measured)"] = f"{rate:.0f} TFLOP/s"
+    CEILINGS[f"matmul rate (cuBLAS {dtype_name(dtype)} {n}^3, measured)"] = f"{rate:.0f} TFLOP/s"
     return rate
 
 

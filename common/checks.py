@@ -49,7 +49,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
             raise TypeError(f"{name} has dtype {dtype_name(x.dtype)}; supported: {supported}")
         if ndim is not None and x.ndim != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
-        if any(2**31 - 2**16 <= n < 2**31 for n in x.shape):  # see index_type: indices run a block past n
+        if any(2**31 - INDEX_ROOM <= n < 2**31 for n in x.shape):  # see index_type: indices run a block past n
             raise ValueError(f"{name} has shape {tuple(x.shape)}: a dimension within 2**16 of 2**31, where the "
                              "kernels' 32-bit loop bounds and indices would wrap; pad or split it")
         if x.requires_grad and torch.is_grad_enabled():
@@ -70,6 +70,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
 
 
 FORCED_INDEX_TYPE = None  # set only by bench.offsets_cost, to time one launch with both types
+INDEX_ROOM = 2**16  # how far past a tensor's edge an index may run: the widest block of any kernel here
 
 
 def index_type(*tensors: torch.Tensor):
@@ -82,13 +83,13 @@ def index_type(*tensors: torch.Tensor):
     offsets are always right and cost a little (wider registers, more instructions per address);
     like PyTorch's own generated kernels, we pay it only where a tensor needs it: where the offset
     of its farthest element is past 2**31 - 1, or where an index (a row, a column) is within 2**16
-    of it. Indices run a block past the tensor's edge, where the mask stops them (rows < M); an
-    index that wrapped to a negative number would pass that mask. (2**16: the widest block here.)
+    of it (INDEX_ROOM). Indices run a block past the tensor's edge, where the mask stops them
+    (rows < M); an index that wrapped to a negative number would pass that mask.
     """
     if FORCED_INDEX_TYPE is not None:
         return FORCED_INDEX_TYPE
     for t in tensors:
         farthest = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
-        if farthest >= 2**31 or max(t.shape, default=0) + 2**16 >= 2**31:
+        if farthest >= 2**31 or max(t.shape, default=0) + INDEX_ROOM >= 2**31:
             return tl.int64
     return tl.int32

@@ -121,7 +121,9 @@ def read_table(path: str, heading: str) -> dict | None:
     if not os.path.exists(path):
         return None
     lines = open(path).read().splitlines()
-    cells = lambda line: [cell.strip() for cell in line.strip().strip("|").split("|")]  # noqa: E731
+
+    def cells(line):
+        return [cell.strip() for cell in line.strip().strip("|").split("|")]
     stamp_lines = [line for line in lines if line.startswith("|")][:3]  # the stamp: header, rule, values
     start = next((i for i, line in enumerate(lines) if line.startswith(f"## {heading}")), None)
     if start is None:

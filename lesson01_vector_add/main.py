@@ -124,10 +124,8 @@ def gelu_naive(x):
     # x**3: r N, w N | 0.044715*(.): r N, w N | x + (.): r 2N, w N | sqrt(2/pi)*(.): r N, w N
     # tanh: r N, w N | 1.0 + (.): r N, w N    | 0.5*x: r N, w N   | (.)*(.): r 2N, w N
     # total: 8 kernels, 10N reads + 8N writes = 18N, against N + N for one fused kernel.
-    # (The source documents count about 5N reads and 3N writes: five steps, two of which they
-    # count without a write. Eager PyTorch runs every operator above as a kernel of its own, and
-    # each writes its result: the profiler shows the 8 kernels, and the time they take at 2^26
-    # elements is what 18N moved at the copy bandwidth takes: RESULTS.md, "Roofline points".)
+    # (The source documents count fewer, about 5N reads and 3N writes: fusion() says why. The time
+    # the 8 kernels take at 2^26 elements is 18N moved at the copy bandwidth: RESULTS.md, "Roofline points".)
 
 
 NAIVE_TRAFFIC = 18  # elements moved per input element by gelu_naive, counted above

@@ -402,12 +402,11 @@ def main(argv=None) -> None:
                          ("torch.softmax", "4096 x 4096 float32"): (lambda: torch.softmax(x, dim=1), flops, 8 * M * N),
                          ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
                              (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}, __file__)
-        if args.full and not INTERPRET:  # section 4: what int64 offsets would cost at these sizes
-            xs = {N: torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]}
-            bench.offsets_cost({f"softmax(x), x {M} x {N} float32": lambda x=x: softmax(x) for N, x in xs.items()
-                                for M in [x.shape[0]]})
-        else:
-            print_recorded(__file__, "64-bit offsets")
+
+        def offsets_cases():  # section 4: what int64 offsets would cost at these sizes (timed with --full)
+            xs = [torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]]
+            return {f"softmax(x), x {x.shape[0]} x {x.shape[1]} float32": (lambda x=x: softmax(x)) for x in xs}
+        bench.offsets_cost(offsets_cases, __file__, run=args.full)
 
     sections = {
         "trace": ("Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)",

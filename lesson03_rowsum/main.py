@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from common import bench, ptx, roofline
-from common.checks import check_tensors, dtype_name, index_type
+from common.checks import INDEX_ROOM, check_tensors, dtype_name, index_type
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         start_lesson, trace_section)
 from common.results import print_recorded
@@ -133,7 +133,7 @@ def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
 def offset_type(x: torch.Tensor, y: torch.Tensor, cols: int):
     """index_type(x, y), or int64 where the last program's columns near 2**31: each program walks a
     whole stretch of `cols`, so the last one's indices run past N, up to cdiv(N, cols) * cols."""
-    return tl.int64 if triton.cdiv(x.shape[1], cols) * cols + 2**16 >= 2**31 else index_type(x, y)
+    return tl.int64 if triton.cdiv(x.shape[1], cols) * cols + INDEX_ROOM >= 2**31 else index_type(x, y)
 
 
 def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
@@ -423,12 +423,11 @@ def main(argv=None) -> None:
         roofline.points({("Triton row_sum", f"{M} x {N} float32"): (lambda: row_sum(x), M * N, 4 * (M * N + M)),
                          ("torch.sum(dim=1)", f"{M} x {N} float32"): (lambda: x.sum(dim=1), M * N, 4 * (M * N + M))},
                         __file__)
-        if args.full and not INTERPRET:  # what int64 offsets (lesson 2, section 4) would cost here
+
+        def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             xs = [torch.randn(M, N, device=DEVICE) for M, N in SIZES["gpu"]]
-            bench.offsets_cost({f"row_sum(x), x {M} x {N} float32": lambda x=x: row_sum(x)
-                                for x in xs for M, N in [x.shape]})
-        else:
-            print_recorded(__file__, "64-bit offsets")
+            return {f"row_sum(x), x {x.shape[0]} x {x.shape[1]} float32": (lambda x=x: row_sum(x)) for x in xs}
+        bench.offsets_cost(offsets_cases, __file__, run=args.full)
 
     sections = {
         "trace": ("Trace: row_sum_kernel, tile by tile (interpreter)", lambda: trace_section(trace, __file__, args.child)),

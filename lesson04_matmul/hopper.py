@@ -216,13 +216,15 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
 
 
 # %% Addressing: offsets against coordinates
-def bench_offsets(n: int = 4096) -> bench.Table:
+def bench_offsets(n: int = 4096, run: bool = True) -> bench.Table | None:
     """main.py's kernel computes addresses from offsets: int32, or int64 past 2^31 elements (lesson 2,
     section 4); the TMA kernel hands the copy engine coordinates and needs neither. What int64
     offsets would cost the pointer kernel, timed side by side with int32."""
-    ab = {t: torch.randn(2, n, n, device=DEVICE, dtype=t) for t in (torch.float16, torch.float32)}
-    return bench.offsets_cost({f"matmul(a, b, tma=False), {n}^3 {dtype_name(t)}": lambda a=a, b=b: matmul(a, b, tma=False)
-                               for t, (a, b) in ab.items()})
+    def cases():
+        ab = {t: torch.randn(2, n, n, device=DEVICE, dtype=t) for t in (torch.float16, torch.float32)}
+        return {f"matmul(a, b, tma=False), {n}^3 {dtype_name(t)}": (lambda a=a, b=b: matmul(a, b, tma=False))
+                for t, (a, b) in ab.items()}
+    return bench.offsets_cost(cases, __file__, run)
 
 
 def section(full: bool = False) -> None:
@@ -238,7 +240,4 @@ def section(full: bool = False) -> None:
               "memory per program): nothing to time.")
     print(f"(matmul() takes this kernel from M * N * K = {round(TMA_FROM ** (1 / 3))}^3 up, on Hopper, "
           "in float16 and bfloat16.)")
-    if full and not INTERPRET:
-        bench_offsets()
-    else:
-        print_recorded(__file__, "64-bit offsets")
+    bench_offsets(run=full)

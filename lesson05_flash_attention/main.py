@@ -475,13 +475,13 @@ def main(argv=None) -> None:
         roofline.points({("Triton attention", f"{B} x {H} x {seq} x {D} fp16"): (lambda: attention(q, k, v), flops, nbytes),
                          ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
                              (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
-        if args.full and not INTERPRET:  # what int64 offsets (lesson 2, section 4) would cost here
+
+        def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}
-            bench.offsets_cost({f"attention(q, k, v, causal={causal}), {B} x {H} x 4096 x {D} float16":
-                                (lambda t=t, causal=causal: attention(*t, causal=causal))
-                                for (B, H, D), t in qkv.items() for causal in (False, True)})
-        else:
-            print_recorded(__file__, "64-bit offsets")
+            return {f"attention(q, k, v, causal={causal}), {B} x {H} x 4096 x {D} float16":
+                    (lambda t=t, causal=causal: attention(*t, causal=causal))
+                    for (B, H, D), t in qkv.items() for causal in (False, True)}
+        bench.offsets_cost(offsets_cases, __file__, run=args.full)
 
     sections = {
         "trace": ("Trace: online softmax, then attention_kernel block by block (interpreter)",
