@@ -15,8 +15,10 @@ from dataclasses import dataclass
 import torch
 from tabulate import tabulate
 
+from common.device import DEVICE, INTERPRET, gpu_name  # first: it decides how triton is imported
 from common.checks import dtype_name
-from common.device import DEVICE, INTERPRET, gpu_name
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
 
 def time_ms(fn, cpu_budget_s: float = 0.3) -> float:
@@ -54,14 +56,52 @@ def kernel_time_ms(fn, repeat: int = 20) -> float:
     return sum(us for name, _, us in rows if "bitwise_not" not in name) / repeat / 1e3
 
 
+def call_time_ms(fn, kernel_ms: float = 0.0) -> float:
+    """What a caller pays per call, in ms: calls back to back, one synchronize at the end, the
+    total divided by the count (median of 5 such runs). No cache flush between the calls, as in a
+    loop of real work. Each call costs the larger of its host time (Python, checks, the launch)
+    and its kernel time: while the GPU runs one kernel the host prepares the next, and the slower
+    of the two sets the pace. (do_bench cannot answer this: it flushes the L2 before every call,
+    and while the GPU clears 256 MB the host has already launched the next call, out of sight.)"""
+    calls = max(3, min(100, int(2.0 / max(kernel_ms, 1e-3))))  # about 2 ms of work per run
+    fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        runs.append((time.perf_counter() - start) / calls)
+    return statistics.median(runs) * 1e3
+
+
+def host_time_ms(fn, calls: int = 100) -> float:
+    """The host's own time per call, in ms: a loop of calls with no synchronize, timed on the host
+    clock until the last call returns (median of 5 loops). A launch only queues the kernel, so this
+    is Python + checks + the driver, whatever the kernel costs (as long as the queue of about a
+    thousand pending launches does not fill up)."""
+    fn()
+    torch.cuda.synchronize()
+    runs = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        runs.append((time.perf_counter() - start) / calls)
+        torch.cuda.synchronize()
+    return statistics.median(runs) * 1e3
+
+
 def measure(fn) -> tuple[float, float]:
-    """(kernel ms, ms with launch). On a GPU the first is the kernels' own time (profiler
-    timestamps) and the second do_bench's; they part where launching costs more than the work.
-    On the CPU both are the interpreter's wall clock."""
+    """(kernel ms, ms per call back to back). On a GPU the first is the kernels' own time (profiler
+    timestamps, L2 flushed) and the second what a loop of calls pays (call_time_ms); they part
+    where launching costs more than the work. On the CPU both are the interpreter's wall clock."""
     if INTERPRET:
         ms = time_ms(fn)
         return ms, ms
-    return kernel_time_ms(fn), time_ms(fn)
+    kernel_ms = kernel_time_ms(fn)
+    return kernel_ms, call_time_ms(fn, kernel_ms)
 
 
 def side_by_side(cases: dict, rounds: int = 3) -> dict:
@@ -77,6 +117,40 @@ def side_by_side(cases: dict, rounds: int = 3) -> dict:
         for name, fn in cases.items():
             turns[name].append(kernel_time_ms(fn, repeat=7))
     return {name: statistics.median(ms) for name, ms in turns.items()}
+
+
+@triton.jit
+def empty_kernel(x_ptr, N):
+    """Does nothing. Launching it costs what every Triton launch costs at least: the floor."""
+    pass
+
+
+HOST_TITLE = "Host cost per call"
+
+
+def host_costs(make_cases, script: str) -> "Table | None":
+    """Host µs per call (host_time_ms) of each call in make_cases() = {label: fn}, beside the floor:
+    an empty Triton kernel launched with two arguments. The calls take turns, 3 rounds, median (the
+    host's speed drifts too). Under the interpreter nothing is timed (the interpreter's host time
+    is the kernel's) and the H200's table of `script`'s lesson is printed instead."""
+    if INTERPRET:
+        from common.results import print_recorded
+
+        print_recorded(script, HOST_TITLE)
+        return None
+    x = torch.empty(1, device=DEVICE)
+    cases = {"empty @triton.jit kernel, 2 arguments (the floor)": lambda: empty_kernel[(1,)](x, 1), **make_cases()}
+    turns = {label: [] for label in cases}
+    with torch.no_grad():
+        for _ in range(3):
+            for label, fn in cases.items():
+                turns[label].append(host_time_ms(fn) * 1e3)
+    us = {label: statistics.median(t) for label, t in turns.items()}
+    floor = next(iter(us.values()))
+    return print_table([(label, us[label], us[label] / floor) for label in cases],
+                       ["call", "host µs per call", "x the floor"], title=HOST_TITLE,
+                       note=f"{stamp()}. A loop of calls with no synchronize, timed on the host (bench.host_time_ms): "
+                            "Python, the checks and the launch, not the kernel. Timed in turns, 3 rounds, median.")
 
 
 def offsets_cost(make_cases, script: str, run: bool = True) -> "Table | None":
@@ -120,8 +194,22 @@ SIDE_BY_SIDE_NOTE = "" if INTERPRET else (
 TIMING_NOTE = (
     "INTERPRETER: these times measure numpy on the CPU, not a GPU." if INTERPRET else
     "'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); "
-    "'µs with launch': do_bench's CUDA events around the call, which include the host's launch "
-    "cost when it exceeds the kernel (small sizes; Triton's Python launcher costs more than PyTorch's).")
+    "'µs per call': calls back to back, synchronized at the end, no flush (bench.call_time_ms): what a loop "
+    "of calls pays, which is the host's cost per call wherever that exceeds the kernel (small sizes).")
+
+
+TIMING_HEADERS = ["interpreter µs"] if INTERPRET else ["kernel µs", "µs per call", "GB/s", "% of copy"]
+
+
+def timing_cells(times: tuple, nbytes: float, ceiling: float) -> list:
+    """One row's TIMING_HEADERS cells from measure()'s (kernel ms, ms per call): the two times,
+    then GB/s (nbytes over the kernel time) and its percent of the copy ceiling. Under the
+    interpreter only its time: numpy's GB/s would say nothing about a GPU."""
+    ms, call_ms = times
+    if INTERPRET:
+        return [ms * 1e3]
+    bandwidth = gbps(nbytes, ms)
+    return [ms * 1e3, call_ms * 1e3, bandwidth, percent(bandwidth, ceiling)]
 
 
 def gbps(nbytes: float, ms: float) -> float:

@@ -28,17 +28,23 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
     """tensors: {name: tensor}, the inputs a kernel reads side by side. Each must be a dense tensor
     on the device the kernels run on, of one of `dtypes`, with `ndim` dimensions (if given); all of
     them on one device and of one dtype, and of one shape if `same_shape`. Returns the tensors, in
-    order, as the kernel can read them (a negative-bit view resolved)."""
+    order, as the kernel can read them (a negative-bit view resolved).
+
+    It runs on every call, before every launch, so it is written to be cheap where the input is
+    good (about a microsecond a tensor: lesson 1, "What a launch costs"): each test reads a field
+    once, and the messages are built only when one fails."""
+    first = None
     for name, x in tensors.items():
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if x.device.type == "meta":
-            raise ValueError(f"{name} is on meta: a meta tensor has a shape but no data to compute on")
-        if x.device.type != DEVICE:
+        if not (x.is_cuda if DEVICE == "cuda" else x.is_cpu):
+            if x.is_meta:
+                raise ValueError(f"{name} is on meta: a meta tensor has a shape but no data to compute on")
             where = "the CPU (Triton interpreter)" if INTERPRET else "the GPU"
             raise ValueError(f"{name} is on {x.device}, but kernels here run on {where}: "
                              f"move it with {name}.to('{DEVICE}')")
-        if x.device.type == "cuda" and x.device.index != torch.cuda.current_device():
+        index = x.get_device()  # the CUDA device's number; -1 on the CPU
+        if first is None and index >= 0 and index != torch.cuda.current_device():
             raise ValueError(f"{name} is on {x.device}, but kernels launch on the current device, "
                              f"cuda:{torch.cuda.current_device()}: wrap the call in `with torch.cuda.device({name}.device):`")
         if x.layout != torch.strided or x.is_nested:
@@ -47,26 +53,35 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
         if x.dtype not in dtypes:
             supported = ", ".join(dtype_name(d) for d in dtypes)
             raise TypeError(f"{name} has dtype {dtype_name(x.dtype)}; supported: {supported}")
-        if ndim is not None and x.ndim != ndim:
-            raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
-        if any(2**31 - INDEX_ROOM <= n < 2**31 for n in x.shape):  # see index_type: indices run a block past n
-            raise ValueError(f"{name} has shape {tuple(x.shape)}: a dimension within 2**16 of 2**31, where the "
+        shape = x.shape
+        if ndim is not None and len(shape) != ndim:
+            raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(shape)}")
+        if shape and max(shape) >= 2**31 - INDEX_ROOM and any(2**31 - INDEX_ROOM <= n < 2**31 for n in shape):
+            # see index_type: indices run a block past n
+            raise ValueError(f"{name} has shape {tuple(shape)}: a dimension within 2**16 of 2**31, where the "
                              "kernels' 32-bit loop bounds and indices would wrap; pad or split it")
         if x.requires_grad and torch.is_grad_enabled():
             raise RuntimeError(f"{name} requires grad, but these kernels have no backward pass: the result would "
                                f"have no grad_fn and gradients would silently miss this step. Call it under "
                                f"torch.no_grad(), or pass {name}.detach()")
-    names = ", ".join(tensors)
-    first, *rest = tensors.values()
-    if any(x.device != first.device for x in rest):
-        raise ValueError(f"{names} are on different devices: {', '.join(str(x.device) for x in tensors.values())}")
-    if any(x.dtype != first.dtype for x in rest):
-        raise TypeError(f"{names} have different dtypes ({', '.join(dtype_name(x.dtype) for x in tensors.values())}): "
-                        "cast one so all match")
-    if same_shape and any(x.shape != first.shape for x in rest):
-        raise ValueError(f"{names} have different shapes: {', '.join(str(tuple(x.shape)) for x in tensors.values())}")
+        if first is None:
+            first, first_index = x, index
+        elif index != first_index or x.dtype != first.dtype or (same_shape and shape != first.shape):
+            _mismatch(tensors)
     # x.is_neg(): a lazy negation. x.resolve_neg() writes -x into new memory (x itself if the bit is off).
-    return [x.resolve_neg() for x in tensors.values()]
+    return [x.resolve_neg() if x.is_neg() else x for x in tensors.values()]
+
+
+def _mismatch(tensors: dict):
+    """The message for tensors that differ in device, dtype or shape (check_tensors found one)."""
+    names, values = ", ".join(tensors), tensors.values()
+    first = next(iter(values))
+    if any(x.device != first.device for x in values):
+        raise ValueError(f"{names} are on different devices: {', '.join(str(x.device) for x in values)}")
+    if any(x.dtype != first.dtype for x in values):
+        raise TypeError(f"{names} have different dtypes ({', '.join(dtype_name(x.dtype) for x in values)}): "
+                        "cast one so all match")
+    raise ValueError(f"{names} have different shapes: {', '.join(str(tuple(x.shape)) for x in values)}")
 
 
 FORCED_INDEX_TYPE = None  # set only by bench.offsets_cost, to time one launch with both types
@@ -89,6 +104,8 @@ def index_type(*tensors: torch.Tensor):
     if FORCED_INDEX_TYPE is not None:
         return FORCED_INDEX_TYPE
     for t in tensors:
+        if t.is_contiguous() and 0 < t.numel() < 2**31 - INDEX_ROOM:  # the common case, decided cheaply:
+            continue  # farthest offset numel - 1, and no dimension longer than numel
         farthest = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
         if farthest >= 2**31 or max(t.shape, default=0) + INDEX_ROOM >= 2**31:
             return tl.int64

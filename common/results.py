@@ -42,10 +42,11 @@ def machine_stamp(ceilings: dict) -> dict:
             "date": datetime.date.today().isoformat(), **ceilings}
 
 
-def plot(table: Table, path: str, x: str, y: str, series: list, ceiling: float | None,
-         ceiling_label: str = "", logx: bool = True) -> bool:
-    """y against x, one line per distinct value of the `series` columns, the ceiling dashed.
-    Returns False (and draws nothing) when matplotlib is not installed."""
+def plot(table: Table, path: str, x: str, y: str | list, series: list, ceiling: float | None,
+         ceiling_label: str = "", logx: bool = True, logy: bool = False) -> bool:
+    """y against x, one line per distinct value of the `series` columns (or, where y names several
+    columns, one line per column), the ceiling dashed. Returns False (and draws nothing) when
+    matplotlib is not installed."""
     try:
         import matplotlib
 
@@ -58,19 +59,23 @@ def plot(table: Table, path: str, x: str, y: str, series: list, ceiling: float |
     labels = list(dict.fromkeys(xs))  # categorical x: keep first-seen order
     fig, ax = plt.subplots(figsize=(8, 4.5))
     keys = ([" / ".join(str(v) for v in vals) for vals in zip(*(table.column(c) for c in series))] if series
-            else [y] * len(xs))
-    for key in dict.fromkeys(keys):
-        pts = [(xv, yv) for k, xv, yv in zip(keys, xs, table.column(y)) if k == key]
-        px = [p[0] if numeric else labels.index(p[0]) for p in pts]
-        ax.plot(px, [p[1] for p in pts], marker="o", label=key)
+            else [""] * len(xs))
+    for column in [y] if isinstance(y, str) else y:
+        for key in dict.fromkeys(keys):
+            pts = [(xv, yv) for k, xv, yv in zip(keys, xs, table.column(column)) if k == key]
+            px = [p[0] if numeric else labels.index(p[0]) for p in pts]
+            name = column if not isinstance(y, str) else ""  # several columns: each its own line
+            ax.plot(px, [p[1] for p in pts], marker="o", label=" / ".join(p for p in (key, name) if p) or y)
     if ceiling:
         ax.axhline(ceiling, color="black", linestyle="--", linewidth=1, label=ceiling_label)
     if numeric and logx:
         ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
     if not numeric:
         ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
     ax.set_xlabel(x)
-    ax.set_ylabel(y)
+    ax.set_ylabel(y if isinstance(y, str) else "µs")
     ax.set_title(table.title.splitlines()[0][:90], fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

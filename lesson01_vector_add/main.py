@@ -28,6 +28,7 @@ import triton.language as tl
 
 from common import bench, profile, ptx, roofline
 from common.checks import check_tensors, dtype_name
+from common.launch import cdiv
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
@@ -99,7 +100,7 @@ def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tenso
     output = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
     N = output.numel()
     if N:
-        grid = (triton.cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
+        grid = (cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
         args = [interpretable(t.contiguous()) for t in tensors]
         kernel[grid](*args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return output
@@ -183,7 +184,7 @@ def trace() -> None:
     """The worked examples of the source documents, printed from inside add_kernel."""
     x = torch.arange(1000, dtype=torch.float32, device=DEVICE)
     N, BLOCK_SIZE = x.numel(), 256
-    grid = (triton.cdiv(N, BLOCK_SIZE),)
+    grid = (cdiv(N, BLOCK_SIZE),)
     print(f"N = {N}, BLOCK_SIZE = {BLOCK_SIZE} -> grid = (cdiv({N}, {BLOCK_SIZE}),) = {grid}")
     out = torch.empty_like(x)
     add_kernel[grid](x, x, out, N, BLOCK_SIZE=BLOCK_SIZE, TRACE=True)
@@ -333,7 +334,8 @@ def machine() -> bench.Table:
 
 
 # %%
-def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> bench.Table:
+def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=None) -> bench.Table:
+    """Every implementation of add and gelu at each size; gelu_cuda: section 6's CUDA C++ GELU, where built."""
     ceiling = bench.copy_bandwidth()
     elem = torch.tensor([], dtype=dtype).element_size()
     rows = []
@@ -345,22 +347,24 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True) -> bench.Tab
                  ("gelu", "F.gelu", lambda: gelu_torch(x), 2)]
         if use_compile:
             cases.append(("gelu", "torch.compile", lambda: bench.compiled(gelu_naive)(x), 2))
+        if gelu_cuda is not None and dtype == torch.float32:
+            cases.append(("gelu", "CUDA C++ (load_inline)", lambda: gelu_cuda(x), 2))
         cases.append(("gelu", "Triton gelu", lambda: gelu(x), 2))
         baseline = {}  # PyTorch's own kernel for each op: x + y and F.gelu
         for op, name, fn, streams in cases:
-            ms, launched_ms = bench.measure(fn)
+            times = bench.measure(fn)
             if name in ("torch x + y", "F.gelu"):
-                baseline[op] = ms
-            bw = bench.gbps(streams * n * elem, ms)
+                baseline[op] = times[0]
             rows.append([op, name, f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else n,
-                         ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling)])
+                         *bench.timing_cells(times, streams * n * elem, ceiling)])
         for row in rows[-len(cases):]:
             row.append(baseline[row[0]] / (row[3] * 1e-3))
-    note = (f"{bench.stamp()}. {bench.TIMING_NOTE} Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the "
-            "kernel time) counts the bytes a fused kernel must move (add: 3 streams, gelu: 2), for every "
-            "implementation alike.")
-    return bench.print_table(rows, ["op", "implementation", "N", "kernel µs", "µs with launch", "GB/s",
-                                    "% of copy", "x PyTorch"], title=f"Timing, {dtype_name(dtype)}", note=note,
+    note = f"{bench.stamp()}. {bench.TIMING_NOTE}"
+    if not INTERPRET:
+        note += (f" Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the kernel time) counts the bytes a "
+                 "fused kernel must move (add: 3 streams, gelu: 2), for every implementation alike.")
+    return bench.print_table(rows, ["op", "implementation", "N", *bench.TIMING_HEADERS, "x PyTorch"],
+                             title=f"Timing, {dtype_name(dtype)}", note=note,
                              plot=dict(x="N", y="GB/s", series=["op", "implementation"], ceiling=ceiling,
                                        ceiling_label="device copy (measured)"))
 
@@ -383,8 +387,9 @@ def block_size_sweep(n: int = 1 << 26) -> bench.Table:
 
 # %% The script
 def main(argv=None) -> None:
-    def timing():
-        bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), use_compile=args.compile)
+    def timing_section():
+        gelu_cuda = cuda_cpp.build().gelu if cuda_cpp.unavailable() is None else None  # section "cuda"
+        bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), args.compile, gelu_cuda)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("2^12", "2^16", "2^26"))
         n = 1 << 26  # the roofline (README): FLOPs per byte at the largest size, measured on a GPU
@@ -401,14 +406,25 @@ def main(argv=None) -> None:
         else:
             block_size_sweep(1 << 26 if args.full else 1 << 24)
 
+    from lesson01_vector_add import cuda_cpp, timing  # the lesson's second part (they take what they need as arguments)
+
+    def launches():
+        timing.launch_cost(add)
+        timing.host_costs(add, gelu, add_kernel)
+
     sections = {
         "trace": ("Trace: add_kernel, program by program (interpreter)", lambda: trace_section(trace, __file__, args.child)),
         "check": ("Check: Triton against PyTorch", check),
         "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=args.compile)),
         "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
-        "machine": ("The machine", machine),
-        "bench": ("Timing", timing),
-        "blocks": ("BLOCK_SIZE against num_warps", blocks),
+        "cuda": ("The same GELU in CUDA C++ (cuda_cpp.py)", cuda_cpp.section),
+        "machine": ("What the timings run on: SMs, caches and two ceilings", machine),
+        "pitfalls": ("How to time a GPU call, and how not to (timing.py)",
+                     lambda: timing.pitfalls(add, launch, add_kernel)),
+        "bench": ("Timing", timing_section),
+        "launch": ("What a launch costs (timing.py)", launches),
+        "graphs": ("CUDA graphs (timing.py)", lambda: timing.graphs(add, use_compile=args.compile)),
+        "blocks": ("Data per program against threads per program", blocks),
     }
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N", help=sizes_help("bench sizes", SIZES))

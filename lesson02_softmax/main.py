@@ -28,6 +28,7 @@ import triton.language as tl
 
 from common import bench, profile, ptx, roofline
 from common.checks import check_tensors, dtype_name, index_type
+from common.launch import cdiv, next_power_of_2
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, start_lesson, trace_section)
 from common.results import print_recorded
@@ -221,7 +222,7 @@ TUNED = {256: (2, 2), 512: (1, 2), 2048: (2, 4), 65536: (1, 8)}  # BLOCK_N: (BLO
 
 def one_pass_settings(N: int) -> tuple[int, int, int]:
     """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel."""
-    BLOCK_N = triton.next_power_of_2(N)
+    BLOCK_N = next_power_of_2(N)
     BLOCK_M = max(1, 1024 // BLOCK_N)
     BLOCK_M, num_warps = TUNED.get(BLOCK_N, (BLOCK_M, min(32, BLOCK_M * BLOCK_N // 1024)))
     return BLOCK_M, BLOCK_N, num_warps
@@ -236,7 +237,7 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
     if long_rows not in (None, True, False):  # a string such as "no" would be truthy
         raise TypeError(f"long_rows must be None, True or False, got {long_rows!r}")
     M, N = x.shape
-    y = torch.empty((M, N), device=x.device, dtype=x.dtype)
+    y = x.new_empty((M, N))  # same device and dtype as x
     if M == 0 or N == 0:
         return y
     if long_rows is None:
@@ -248,7 +249,7 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
                                     BLOCK_N=8192, INDEX_TYPE=INDEX_TYPE, num_warps=16)
     else:
         BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-        softmax_kernel[(triton.cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_M=BLOCK_M,
+        softmax_kernel[(cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_M=BLOCK_M,
                                                    BLOCK_N=BLOCK_N, INDEX_TYPE=INDEX_TYPE, num_warps=num_warps)
     return y
 
@@ -267,7 +268,7 @@ def run_rows(rows: list, **flags) -> torch.Tensor:
     y = torch.empty_like(x)
     M, N = x.shape
     softmax_kernel[(M,)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
-                         BLOCK_M=1, BLOCK_N=triton.next_power_of_2(N), **flags)
+                         BLOCK_M=1, BLOCK_N=next_power_of_2(N), **flags)
     return y
 
 
@@ -361,6 +362,21 @@ def fusion(M: int, N: int, use_compile: bool) -> list:
     return tables
 
 
+def host_cases() -> dict:
+    """For bench.host_costs: the host's share of each call, beside PyTorch's and the bare launch
+    (lesson 1, "What a launch costs")."""
+    M, N = 4096, 1024
+    x = torch.randn(M, N, device=DEVICE)
+    y = torch.empty_like(x)
+    BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
+    grid = (cdiv(M, BLOCK_M),)
+    return {f"torch.softmax ({M} x {N} float32)": lambda: torch.softmax(x, dim=1),
+            "softmax_kernel[grid](...) alone, arguments ready": lambda: softmax_kernel[grid](
+                x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                INDEX_TYPE=tl.int32, num_warps=num_warps),
+            "softmax(x)": lambda: softmax(x), "softmax(x, long_rows=True)": lambda: softmax(x, long_rows=True)}
+
+
 def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True) -> bench.Table:
     ceiling = bench.copy_bandwidth()
     rows = []
@@ -374,15 +390,15 @@ def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True
         if N >= 4096:
             cases["Triton online"] = lambda: softmax(x, long_rows=True)
         times = {name: bench.measure(fn) for name, fn in cases.items()}
-        for name, (ms, launched_ms) in times.items():
-            bw = bench.gbps(2 * x.numel() * x.element_size(), ms)
-            rows.append((N, name, ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling),
-                         times["torch.softmax"][0] / ms))
-    note = (f"{bench.stamp()}. {bench.TIMING_NOTE} Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the "
-            f"kernel time) counts one read and one write of x (2MN elements) for every implementation. softmax() "
-            f"picks one pass up to N = {MAX_ONE_PASS_N}, online above.")
-    return bench.print_table(rows, ["N", "implementation", "kernel µs", "µs with launch", "GB/s", "% of copy",
-                                    "x torch.softmax"], title=f"Timing, {dtype_name(dtype)}, M = {M}", note=note,
+        for name, both in times.items():  # GB/s: one read and one write of x
+            rows.append([N, name, *bench.timing_cells(both, 2 * x.numel() * x.element_size(), ceiling),
+                         times["torch.softmax"][0] / both[0]])
+    note = f"{bench.stamp()}. {bench.TIMING_NOTE} softmax() picks one pass up to N = {MAX_ONE_PASS_N}, online above."
+    if not INTERPRET:
+        note += (f" Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the kernel time) counts one read and "
+                 "one write of x (2MN elements) for every implementation.")
+    return bench.print_table(rows, ["N", "implementation", *bench.TIMING_HEADERS, "x torch.softmax"],
+                             title=f"Timing, {dtype_name(dtype)}, M = {M}", note=note,
                              plot=dict(x="N", y="GB/s", series=["implementation"], ceiling=ceiling,
                                        ceiling_label="device copy (measured)"))
 
@@ -402,6 +418,8 @@ def main(argv=None) -> None:
                          ("torch.softmax", "4096 x 4096 float32"): (lambda: torch.softmax(x, dim=1), flops, 8 * M * N),
                          ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
                              (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}, __file__)
+
+        bench.host_costs(host_cases, __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # section 4: what int64 offsets would cost at these sizes (timed with --full)
             xs = [torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]]

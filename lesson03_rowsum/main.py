@@ -30,6 +30,7 @@ import triton.language as tl
 
 from common import bench, ptx, roofline
 from common.checks import INDEX_ROOM, check_tensors, dtype_name, index_type
+from common.launch import cdiv, next_power_of_2
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         start_lesson, trace_section)
 from common.results import print_recorded
@@ -100,7 +101,7 @@ def row_sum_kernel(
 # %%
 def tile_config(N: int) -> tuple[int, int, int]:
     """BLOCK_M, BLOCK_N, num_warps for rows of N columns."""
-    BLOCK_N = min(triton.next_power_of_2(N), 4096)
+    BLOCK_N = min(next_power_of_2(N), 4096)
     BLOCK_M = max(1, 2048 // BLOCK_N)
     num_warps = max(4, min(16, BLOCK_M * BLOCK_N // 256))
     return BLOCK_M, BLOCK_N, num_warps
@@ -111,8 +112,8 @@ def choose_splits(M: int, N: int) -> int:
     least 4 programs per SM, so that no SM idles and the last wave is a small part of the work.
     Split only when the rows alone give fewer, and keep at least 2 tiles per program."""
     BLOCK_M, BLOCK_N, _ = tile_config(N)
-    programs, target = triton.cdiv(M, BLOCK_M), 4 * sm_count()
-    return 1 if programs >= target else max(1, min(triton.cdiv(target, programs), N // (2 * BLOCK_N)))
+    programs, target = cdiv(M, BLOCK_M), 4 * sm_count()
+    return 1 if programs >= target else max(1, min(cdiv(target, programs), N // (2 * BLOCK_N)))
 
 
 def columns_per_program(N: int, splits: int) -> int:
@@ -125,7 +126,7 @@ def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
     """One launch: each program sums `cols` columns of BLOCK_M rows into y, of shape (M, cdiv(N, cols))."""
     M, N = x.shape
     BLOCK_M, BLOCK_N, num_warps = tile_config(N)
-    grid = (triton.cdiv(M, BLOCK_M) * triton.cdiv(N, cols),)
+    grid = (cdiv(M, BLOCK_M) * cdiv(N, cols),)
     row_sum_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                          INDEX_TYPE=offset_type(x, y, cols), num_warps=num_warps)
 
@@ -133,7 +134,7 @@ def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
 def offset_type(x: torch.Tensor, y: torch.Tensor, cols: int):
     """index_type(x, y), or int64 where the last program's columns near 2**31: each program walks a
     whole stretch of `cols`, so the last one's indices run past N, up to cdiv(N, cols) * cols."""
-    return tl.int64 if triton.cdiv(x.shape[1], cols) * cols + INDEX_ROOM >= 2**31 else index_type(x, y)
+    return tl.int64 if cdiv(x.shape[1], cols) * cols + INDEX_ROOM >= 2**31 else index_type(x, y)
 
 
 def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
@@ -145,14 +146,14 @@ def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
         raise ValueError(f"splits must be a whole number >= 1 (or None), got {splits!r}")
     M, N = x.shape
-    y = torch.empty(M, device=x.device, dtype=x.dtype)  # as (M, 1): one partial sum per row
+    y = x.new_empty(M)  # as (M, 1): one partial sum per row
     if M == 0 or N == 0:
         return y.zero_()
     cols = columns_per_program(N, splits or choose_splits(M, N))
     if cols == N:
         launch(x, y, N)
     else:  # stage 1: partial sums (M, programs per row) in fp32; stage 2: sum those rows, the same kernel
-        partial = torch.empty((M, triton.cdiv(N, cols)), device=x.device, dtype=torch.float32)
+        partial = x.new_empty((M, cdiv(N, cols)), dtype=torch.float32)
         launch(x, partial, cols)
         launch(partial, y, partial.shape[1])
     return y
@@ -194,7 +195,7 @@ def waves_table(shapes) -> bench.Table:
     for M, N in shapes:
         BLOCK_M = tile_config(N)[0]
         for label, splits in (("one program per row", 1), ("split rows", choose_splits(M, N))):
-            programs = triton.cdiv(M, BLOCK_M) * triton.cdiv(N, columns_per_program(N, splits))
+            programs = cdiv(M, BLOCK_M) * cdiv(N, columns_per_program(N, splits))
             rows.append((f"{M} x {N}", label, programs, programs / sms,
                          f"{min(programs, sms)} of {sms}"))
     table = bench.print_table(rows, ["shape", "launch", "programs", "programs per SM", "SMs with work"],
@@ -214,7 +215,7 @@ def waves(programs: int, sms: int, per_sm: int = 1) -> tuple[int, int, int]:
     per_sm programs at a time and every program takes as long as the others."""
     slots = sms * per_sm
     full, tail = divmod(programs, slots)
-    return full, tail, (sms - triton.cdiv(tail, per_sm)) if tail else 0
+    return full, tail, (sms - cdiv(tail, per_sm)) if tail else 0
 
 
 # The tail effect, measured. Each program of spin_kernel does a fixed amount of arithmetic and
@@ -262,7 +263,7 @@ def occupancy(warps: int, registers: int, shared: int = 0, sm: dict = SM) -> dic
     """Programs of `warps` warps, `registers` per thread and `shared` bytes that fit on one SM,
     by each limit; 'programs' is the smallest, 'occupancy' the share of the SM's warp slots used.
     (Registers are handed out per warp in blocks of 256, so 93 per thread cost as much as 96.)"""
-    per_warp = triton.cdiv(registers * 32, 256) * 256
+    per_warp = cdiv(registers * 32, 256) * 256
     limits = {"registers": sm["registers"] // (per_warp * warps), "warps": sm["warps"] // warps,
               "program slots": sm["programs"], "shared memory": sm["shared"] // shared if shared else sm["programs"]}
     programs = min(limits.values())
@@ -284,7 +285,7 @@ def occupancy_table(configs=((1, 4096, 4), (1, 4096, 8), (1, 4096, 16), (64, 32,
                                          constexprs={"BLOCK_M": bm, "BLOCK_N": bn}) for bm, bn, w in configs])
     x, y = (torch.randn(M, N, device=DEVICE), torch.empty(M, device=DEVICE)) if not INTERPRET else (None, None)
     ms = {} if INTERPRET else bench.side_by_side({  # timed: the tile the launcher uses for these rows
-        (bm, bn, w): (lambda bm=bm, bn=bn, w=w: row_sum_kernel[(triton.cdiv(M, bm),)](
+        (bm, bn, w): (lambda bm=bm, bn=bn, w=w: row_sum_kernel[(cdiv(M, bm),)](
             x, y, M, N, x.stride(0), x.stride(1), 1, N, BLOCK_M=bm, BLOCK_N=bn, num_warps=w))
         for bm, bn, w in configs if (bm, bn) == tile_config(N)[:2]})
     rows = []
@@ -321,7 +322,7 @@ def check() -> bench.Table:
     for dtype, x in cases:
         size = x.double().abs().sum(dim=1).clamp_min(1.0)
         for splits in (1, 4):
-            programs = triton.cdiv(x.shape[1], columns_per_program(x.shape[1], splits))
+            programs = cdiv(x.shape[1], columns_per_program(x.shape[1], splits))
             if splits > 1 and programs == 1:
                 continue  # a row this short is not split
             err = ((row_sum(x, splits=splits).double() - x.double().sum(dim=1)).abs() / size).max().item()
@@ -336,6 +337,21 @@ def check() -> bench.Table:
 
 
 # %%
+def host_cases() -> dict:
+    """For bench.host_costs: the host's share of each call, beside PyTorch's and the bare launch
+    (lesson 1, "What a launch costs")."""
+    x, wide = torch.randn(4096, 1024, device=DEVICE), torch.randn(16, 65536, device=DEVICE)
+    y = x.new_empty(4096)
+    BLOCK_M, BLOCK_N, num_warps = tile_config(1024)
+    grid = (cdiv(4096, BLOCK_M),)
+    return {"torch.sum(x, dim=1) (4096 x 1024 float32)": lambda: x.sum(dim=1),
+            "row_sum_kernel[grid](...) alone, arguments ready": lambda: row_sum_kernel[grid](
+                x, y, 4096, 1024, x.stride(0), x.stride(1), y.stride(0), 1024, BLOCK_M=BLOCK_M,
+                BLOCK_N=BLOCK_N, INDEX_TYPE=tl.int32, num_warps=num_warps),
+            "row_sum(x): one launch": lambda: row_sum(x),
+            "row_sum(x) of 16 x 65536: split rows, two launches": lambda: row_sum(wide)}
+
+
 def bench_all(shapes, dtype=torch.float32) -> bench.Table:
     ceiling = bench.copy_bandwidth()
     rows = []
@@ -345,14 +361,14 @@ def bench_all(shapes, dtype=torch.float32) -> bench.Table:
         if choose_splits(M, N) > 1:
             cases["Triton, split rows (auto)"] = lambda: row_sum(x)
         times = {name: bench.measure(fn) for name, fn in cases.items()}
-        for name, (ms, launched_ms) in times.items():
-            bw = bench.gbps(x.numel() * x.element_size(), ms)
-            rows.append((f"{M} x {N}", name, ms * 1e3, launched_ms * 1e3, bw, bench.percent(bw, ceiling),
-                         times["torch.sum(dim=1)"][0] / ms))
-    note = (f"{bench.stamp()}. {bench.TIMING_NOTE} Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the "
-            "kernel time) counts one read of x.")
-    return bench.print_table(rows, ["shape", "implementation", "kernel µs", "µs with launch", "GB/s", "% of copy",
-                                    "x torch"], title=f"Timing, {dtype_name(dtype)}", note=note,
+        for name, both in times.items():  # GB/s: one read of x
+            rows.append([f"{M} x {N}", name, *bench.timing_cells(both, x.numel() * x.element_size(), ceiling),
+                         times["torch.sum(dim=1)"][0] / both[0]])
+    note = f"{bench.stamp()}. {bench.TIMING_NOTE}"
+    if not INTERPRET:
+        note += f" Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the kernel time) counts one read of x."
+    return bench.print_table(rows, ["shape", "implementation", *bench.TIMING_HEADERS, "x torch"],
+                             title=f"Timing, {dtype_name(dtype)}", note=note,
                              plot=dict(x="shape", y="GB/s", series=["implementation"], ceiling=ceiling,
                                        ceiling_label="device copy (measured)"))
 
@@ -423,6 +439,8 @@ def main(argv=None) -> None:
         roofline.points({("Triton row_sum", f"{M} x {N} float32"): (lambda: row_sum(x), M * N, 4 * (M * N + M)),
                          ("torch.sum(dim=1)", f"{M} x {N} float32"): (lambda: x.sum(dim=1), M * N, 4 * (M * N + M))},
                         __file__)
+
+        bench.host_costs(host_cases, __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             xs = [torch.randn(M, N, device=DEVICE) for M, N in SIZES["gpu"]]

@@ -31,8 +31,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from common import bench, ptx
 from common.checks import dtype_name
+from common.launch import cdiv, launch as launch_tuned
 from common.results import print_recorded
-from lesson04_matmul.main import gelu_tanh, grouped_pid, launch, matmul, matmul_kernel
+from lesson04_matmul.main import GPU_CONFIGS, gelu_tanh, grouped_pid, launch, matmul, matmul_kernel
 
 TMA_FROM = 2048**3  # M * N * K from which this kernel won at every shape on the H200 (RESULTS.md)
 
@@ -140,15 +141,40 @@ def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tens
         raise ValueError(f"the TMA kernel needs a GPU of compute capability 9.0 or newer with 160 KB of shared memory "
                          f"per program (H100, H200, B200); this one: {capability() / 10:.1f}, "
                          f"{shared_memory() >> 10} KB")
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    c = a.new_empty((M, N))
     a, b = interpretable(a), interpretable(b)
 
     def grid(meta):
-        tiles = triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"])
+        tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
         return (min(programs or sm_count(), tiles),)
 
-    matmul_kernel_tma_tuned[grid](*tma_descriptors(a, b, c), M, N, K, ACTIVATION=activation or "")
+    launch_tuned(matmul_kernel_tma_tuned, grid, (M, N, K, a.dtype), *tma_descriptors(a, b, c), M, N, K,
+                 ACTIVATION=activation or "")
     return c
+
+
+def host_cases(n: int) -> dict:
+    """For bench.host_costs (main.py's timing section): the host's share of each matmul path at n^3,
+    beside torch.matmul and the bare launches (lesson 1, "What a launch costs")."""
+    a, b, c = torch.randn(3, n, n, device=DEVICE, dtype=torch.float16)
+    a32, b32 = a.float(), b.float()
+    config = GPU_CONFIGS[0].all_kwargs()
+    grid = (cdiv(n, config["BLOCK_M"]) * cdiv(n, config["BLOCK_N"]),)
+    cases = {f"torch.matmul ({n}^3 float16)": lambda: a @ b,
+             "matmul_kernel[grid](...) alone, arguments ready": lambda: matmul_kernel[grid](
+                 a, b, c, n, n, n, *a.stride(), *b.stride(), *c.stride(), ACTIVATION="", INPUT_PRECISION="tf32",
+                 INDEX_TYPE=tl.int32, **config),
+             "matmul(a, b, tma=False): float16, pointers": lambda: matmul(a, b, tma=False),
+             "matmul(a32, b32): float32, pointers": lambda: matmul(a32, b32),
+             'matmul(a, b, activation="gelu", tma=False)': lambda: matmul(a, b, activation="gelu", tma=False)}
+    if HOPPER:
+        tma = GPU_TMA_CONFIGS[0]
+        kwargs = tma.all_kwargs()
+        descriptors = tma_descriptors(a, b, c, *(tma.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")))
+        cases |= {"matmul_kernel_tma[grid](...) alone, descriptors ready": lambda: matmul_kernel_tma[(sm_count(),)](
+                      *descriptors, n, n, n, **kwargs),
+                  "matmul(a, b): float16, the TMA path (descriptors built per call)": lambda: matmul(a, b)}
+    return cases
 
 
 # %% Under the hood: which instructions move the tiles
@@ -195,7 +221,7 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
         a = torch.randn(n, n, device=DEVICE, dtype=dtype)
         b = torch.randn(n, n, device=DEVICE, dtype=dtype)
         c = torch.empty(n, n, device=DEVICE, dtype=dtype)
-        tiles = triton.cdiv(n, tile["BLOCK_M"]) * triton.cdiv(n, tile["BLOCK_N"])
+        tiles = cdiv(n, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"])
         descriptors = tma_descriptors(a, b, c, tile["BLOCK_M"], tile["BLOCK_N"], tile["BLOCK_K"])
 
         def tma(programs, flatten):

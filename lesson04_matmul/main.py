@@ -30,6 +30,7 @@ import triton.language as tl
 
 from common import bench, roofline
 from common.checks import check_tensors, dtype_name, index_type, rel_error
+from common.launch import cdiv, launch as launch_tuned  # the autotuner's pick, remembered
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
@@ -53,8 +54,8 @@ def matmul_plan(A, B, BLOCK_M=2, BLOCK_N=2, BLOCK_K=2, verbose=False):
     M, K = A.shape
     N = B.shape[1]
     C = torch.zeros(M, N, dtype=A.dtype)
-    for pid_m in range(triton.cdiv(M, BLOCK_M)):             # the programs: a tile row of C ...
-        for pid_n in range(triton.cdiv(N, BLOCK_N)):         # ... and a tile column
+    for pid_m in range(cdiv(M, BLOCK_M)):             # the programs: a tile row of C ...
+        for pid_n in range(cdiv(N, BLOCK_N)):         # ... and a tile column
             rows = slice(pid_m * BLOCK_M, (pid_m + 1) * BLOCK_M)
             cols = slice(pid_n * BLOCK_N, (pid_n + 1) * BLOCK_N)
             acc = torch.zeros(BLOCK_M, BLOCK_N, dtype=A.dtype)  # the program's accumulator
@@ -71,7 +72,7 @@ def matmul_plan(A, B, BLOCK_M=2, BLOCK_N=2, BLOCK_K=2, verbose=False):
 
 def tile_counts(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K) -> dict:
     """The plan's numbers: the grid of programs, K rounds each, and the columns of the last tile column."""
-    grid, rounds = (triton.cdiv(M, BLOCK_M), triton.cdiv(N, BLOCK_N)), triton.cdiv(K, BLOCK_K)
+    grid, rounds = (cdiv(M, BLOCK_M), cdiv(N, BLOCK_N)), cdiv(K, BLOCK_K)
     last = (grid[1] - 1) * BLOCK_N  # the first column of the last tile column
     return dict(grid=grid, programs=grid[0] * grid[1], rounds=rounds, tile_products=grid[0] * grid[1] * rounds,
                 last_cols=(last, N - 1, N - last))
@@ -181,15 +182,15 @@ def matmul_kernel(
 def launch(kernel, a, b, activation=None, precision="tf32", **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel with block sizes in `meta`, or the autotuned one."""
     (M, K), N = a.shape, b.shape[1]
-    c = torch.empty((M, N), device=a.device, dtype=a.dtype)
+    c = a.new_empty((M, N))
     a, b = interpretable(a), interpretable(b)
 
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
-        return (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+        return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)
 
     meta.setdefault("INDEX_TYPE", index_type(a, b, c))
-    kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 ACTIVATION=activation or "", INPUT_PRECISION=precision, **meta)
+    launch_tuned(kernel, grid, (M, N, K, a.dtype), a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
+                 b.stride(1), c.stride(0), c.stride(1), ACTIVATION=activation or "", INPUT_PRECISION=precision, **meta)
     return c
 
 
@@ -413,7 +414,7 @@ def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
 
 # %% The script
 def main(argv=None) -> None:
-    from lesson04_matmul import hopper
+    from lesson04_matmul import hopper, library  # the lesson's second files
 
     def timing():
         bench_all([(n, n, n) for n in args.sizes] if args.sizes else sizes(args, SIZES),
@@ -422,6 +423,7 @@ def main(argv=None) -> None:
         a, b = torch.randn(2, n, n, device=DEVICE, dtype=torch.float16) if not INTERPRET else (None, None)
         roofline.points({(name, f"{n}^3 float16"): (fn, 2 * n**3, 2 * 3 * n * n) for name, fn in (
             ("Triton matmul()", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))}, __file__)
+        bench.host_costs(lambda: hopper.host_cases(2048), __file__)  # lesson 1, "What a launch costs"
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing against torch.matmul",
                            keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")
@@ -438,6 +440,8 @@ def main(argv=None) -> None:
         "order": ("The order of the tiles", order_demo),
         "check": ("Check: against float64", check),
         "bench": ("Timing", timing),
+        "library": ("torch.matmul's kernel for each shape (library.py)",
+                    lambda: library.kernels_by_shape(matmul, sys.modules[__name__], hopper)),
         "hopper": ("Hopper: TMA copies and a persistent grid (hopper.py)", lambda: hopper.section(args.full)),
     }
     p = lesson_parser(__doc__, list(sections))

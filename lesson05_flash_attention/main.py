@@ -29,6 +29,7 @@ import triton.language as tl
 
 from common import bench, roofline
 from common.checks import check_tensors, dtype_name, index_type, rel_error
+from common.launch import cdiv, launch as launch_tuned  # the autotuner's pick, remembered
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
@@ -257,7 +258,7 @@ def launch(kernel, q, k, v, causal, sm_scale, **meta) -> torch.Tensor:
     """o = attention(q, k, v) by `kernel`: attention_kernel with block sizes in `meta`, or the
     autotuned one. One program per block of query rows per (batch, head)."""
     B, H, seq_len, D = q.shape
-    o = torch.empty(q.shape, device=q.device, dtype=q.dtype)
+    o = q.new_empty(q.shape)
     # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -265,10 +266,10 @@ def launch(kernel, q, k, v, causal, sm_scale, **meta) -> torch.Tensor:
     meta.setdefault("INDEX_TYPE", index_type(q, k, v, o))
 
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
-        return (triton.cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
+        return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
 
-    kernel[grid](q, k, v, o, sm_scale, H, seq_len, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-                 HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, **meta)
+    launch_tuned(kernel, grid, (seq_len, D, causal, q.dtype), q, k, v, o, sm_scale, H, seq_len, *q.stride(),
+                 *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, **meta)
     return o
 
 
@@ -428,6 +429,21 @@ def sdpa_flash(q, k, v, causal=False):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
+def host_cases() -> dict:
+    """For bench.host_costs: the host's share of each call, beside PyTorch's and the bare launch
+    (lesson 1, "What a launch costs")."""
+    B, H, seq, D = 4, 16, 1024, 128
+    q, k, v, o = torch.randn(4, B, H, seq, D, device=DEVICE, dtype=torch.float16)
+    config = GPU_CONFIGS[0].all_kwargs()
+    grid = (cdiv(seq, config["BLOCK_M"]) * B * H,)
+    return {f"SDPA ({B} x {H} x {seq} x {D} float16)": lambda: F.scaled_dot_product_attention(q, k, v),
+            "attention_kernel[grid](...) alone, arguments ready": lambda: attention_kernel[grid](
+                q, k, v, o, 0.125, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D,
+                CAUSAL=False, INPUT_PRECISION="tf32", INDEX_TYPE=tl.int32, **config),
+            "attention(q, k, v)": lambda: attention(q, k, v),
+            "attention(q, k, v, causal=True)": lambda: attention(q, k, v, causal=True)}
+
+
 def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
     rows = []
     for dtype in dtypes:
@@ -475,6 +491,8 @@ def main(argv=None) -> None:
         roofline.points({("Triton attention", f"{B} x {H} x {seq} x {D} fp16"): (lambda: attention(q, k, v), flops, nbytes),
                          ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
                              (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
+
+        bench.host_costs(host_cases, __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}

@@ -171,3 +171,50 @@ def test_roofline_points_print_the_intensity_without_a_gpu(capsys):
                             "lesson01_vector_add/main.py")
     assert [row[4] for row in table.rows] == [10 / 120, 2e9 / 6e6]
     assert "FLOP/byte" in capsys.readouterr().out
+
+
+def test_launch_helpers_match_triton():
+    import triton
+
+    from common.launch import cdiv, next_power_of_2
+
+    for n in (1, 2, 3, 1000, 1024, 1025, 2**31 + 5):
+        assert next_power_of_2(n) == triton.next_power_of_2(n)
+        for b in (1, 3, 16, 1024):
+            assert cdiv(n, b) == triton.cdiv(n, b)
+
+
+def test_a_remembered_autotuner_choice_skips_the_autotuner(monkeypatch):
+    from common import launch
+    from lesson04_matmul import main as l4
+
+    a, b = torch.randn(40, 24, device=DEVICE), torch.randn(24, 8, device=DEVICE)
+    expected = l4.matmul(a, b, tma=False)  # the first call with this key: through the autotuner
+    key = (l4.matmul_kernel_tuned, (40, 8, 24, torch.float32))
+    assert key in launch.CHOSEN and launch.CHOSEN[key][1]["BLOCK_M"] > 0
+
+    def autotuner_called(*args, **kwargs):
+        raise AssertionError("the autotuner ran again")
+    monkeypatch.setattr(l4.matmul_kernel_tuned, "run", autotuner_called)
+    torch.testing.assert_close(l4.matmul(a, b, tma=False), expected)
+
+
+def test_timing_cells_fit_the_headers():
+    from common import bench
+
+    cells = bench.timing_cells((0.002, 0.010), nbytes=4e6, ceiling=4000.0)
+    assert len(cells) == len(bench.TIMING_HEADERS)
+    if INTERPRET:  # only the interpreter's time: no GB/s of numpy
+        assert cells == [2.0]
+    else:
+        assert cells == pytest.approx([2.0, 10.0, 2000.0, 50.0])
+
+
+def test_plot_draws_several_columns(tmp_path):
+    pytest.importorskip("matplotlib")
+    from common.bench import Table
+    from common.results import plot
+
+    table = Table(["N", "host µs", "kernel µs"], [[1024, 10.0, 1.0], [4096, 10.0, 3.0]], title="t")
+    assert plot(table, str(tmp_path / "p.png"), x="N", y=["host µs", "kernel µs"], series=[], ceiling=None, logy=True)
+    assert (tmp_path / "p.png").stat().st_size > 0

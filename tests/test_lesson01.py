@@ -119,7 +119,7 @@ def test_script_runs_and_help(capsys):
     assert "--sections" in capsys.readouterr().out
     main(["--sections", "bench", "--sizes", "1024", "--no-compile"])
     out = capsys.readouterr().out
-    assert "Triton add" in out and "% of copy" in out
+    assert "Triton add" in out and ("interpreter µs" if INTERPRET else "% of copy") in out
     with pytest.raises(SystemExit):
         main(["--sections", "bench", "--sizes", "-5"])
     assert "must be at least 1" in capsys.readouterr().err
@@ -134,3 +134,56 @@ def test_machine_table_holds_the_documents_figures():
     assert rows["B200 (source documents)"][1] == 148 and rows["B200 (source documents)"][4] == "65,536"
     if not INTERPRET:
         assert any("this GPU" in name for name in rows)
+
+
+def test_crossover_interpolates_on_log2_n():
+    from lesson01_vector_add.timing import crossover
+
+    # kernel - host: -5 at N = 2, +10 at N = 4: a third of the way, on log2 N
+    assert crossover([1, 2, 4, 8], [10, 10, 10, 10], [1, 5, 20, 40]) == pytest.approx(2 ** (4 / 3))
+    assert crossover([1, 2, 4], [10, 10, 10], [1, 2, 3]) is None  # the launch always dominates
+    assert crossover([1, 2], [10, 10], [10, 20]) is None  # never below: no crossing inside the range
+
+
+def test_timing_pitfalls_table_and_the_cache_directory_restored():
+    import os
+
+    from lesson01_vector_add.main import add, add_kernel, launch
+    from lesson01_vector_add.timing import pitfalls
+
+    before = os.environ.get("TRITON_CACHE_DIR")
+    rows = {row[0]: row for row in pitfalls(add, launch, add_kernel, n=1 << 12).rows}
+    assert os.environ.get("TRITON_CACHE_DIR") == before
+    assert "first call, empty Triton cache" in rows and all(row[1] > 0 for row in rows.values())
+    if not INTERPRET:  # a call without a synchronize returns before its kernel ends
+        assert len(rows) == 7
+
+
+def test_cuda_cpp_gelu_where_it_can_be_built():
+    from lesson01_vector_add import cuda_cpp
+
+    reason = cuda_cpp.unavailable()
+    if INTERPRET:
+        assert reason == "no CUDA GPU on this machine"
+        return
+    if reason:
+        pytest.skip(reason)
+    gelu_cuda = cuda_cpp.build().gelu
+    for n in (1, 1000, 1025, 65536 + 3):
+        x = torch.randn(n, device=DEVICE)
+        torch.testing.assert_close(gelu_cuda(x), F.gelu(x, approximate="tanh"), rtol=1e-5, atol=1e-6)
+    with pytest.raises(RuntimeError, match="must be float32"):
+        gelu_cuda(torch.randn(8, device=DEVICE, dtype=torch.float16))
+    with pytest.raises(RuntimeError, match="must be contiguous"):
+        gelu_cuda(torch.randn(16, device=DEVICE)[::2])
+
+
+@pytest.mark.skipif(INTERPRET, reason="CUDA graphs need a GPU")
+def test_a_cuda_graph_replays_triton_launches():
+    from lesson01_vector_add.timing import capture
+
+    x, y = torch.randn(4096, device=DEVICE), torch.randn(4096, device=DEVICE)
+    graph, out = capture(lambda: add(add(x, y), y))
+    x.copy_(torch.ones_like(x))  # a replay reads the captured tensors as they are now
+    graph.replay()
+    torch.testing.assert_close(out, 1 + 2 * y)

@@ -186,3 +186,16 @@ def test_the_plan_adds_one_tile_product_per_round(capsys):
     assert C[:2, :2].tolist() == [[7, 10], [19, 22]]  # [[1, 2], [5, 6]] + [[6, 8], [14, 16]]
     out = capsys.readouterr().out
     assert "a @ b = [[1.0, 2.0], [5.0, 6.0]]" in out and "a @ b = [[6.0, 8.0], [14.0, 16.0]]" in out
+
+
+def test_library_kernels_by_shape(capsys):
+    from lesson04_matmul import hopper, library
+    from lesson04_matmul import main as l4
+
+    table = library.kernels_by_shape(l4.matmul, l4, hopper, sizes=(127, 128))
+    if INTERPRET:  # the profiler sees no kernels on the CPU: the H200's table instead
+        assert table is None and "Which kernel runs" in capsys.readouterr().out
+        return
+    mine = [row for row in table.rows if row[1] == "matmul()"]
+    assert [row[2] for row in mine] == ["matmul_kernel", "matmul_kernel"] and all("warps" in row[3] for row in mine)
+    assert any(row[1] == "torch.matmul" for row in table.rows)

@@ -1,0 +1,52 @@
+"""Launching for less: the host's share of a call, kept small.
+
+Every call of a lesson's public function runs Python before its kernel starts: checks, the
+output's allocation, the grid, then Triton's launcher. For small inputs that host time, not the
+kernel, is what the caller waits for (lesson 1, "What a launch costs"). Two things measured
+there cost more than they look, and this file holds the cheap form of each:
+
+- triton.cdiv and triton.next_power_of_2 are "constexpr functions" (the same function runs inside
+  kernels), and a call from Python goes through that machinery: about a microsecond each, 30 times
+  the plain integer expression. The launchers use `cdiv` and `next_power_of_2` below.
+- triton.autotune times its configurations on the first call for each key (the arguments it was
+  told to watch, and the dtypes) and keeps the winner; but every later call still runs its
+  bookkeeping in Python: a dictionary of the arguments, the key rebuilt from them, each tensor's
+  dtype turned into a string, the winner's keyword arguments merged in. `launch` keeps the winner
+  under a key the launcher already has, and from the second call on launches the plain kernel
+  with it: the same kernel, the same configuration, less Python.
+"""
+from triton.runtime.autotuner import Autotuner
+
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for whole numbers: how many blocks of b cover a."""
+    return (a + b - 1) // b
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two >= n (1 for n <= 1)."""
+    return 1 << max(n - 1, 0).bit_length()
+
+
+CHOSEN: dict = {}  # (autotuned kernel, key) -> the keyword arguments of the configuration it chose
+
+
+def launch(kernel, grid, key: tuple, *args, **kwargs) -> None:
+    """kernel[grid](*args, **kwargs). For an autotuned kernel, the first call with this `key` goes
+    through the autotuner and its choice is remembered; later ones launch kernel.fn with that choice
+    (after the configuration's pre_hook, if it has one, as the autotuner would run it).
+    `key` must tell apart every call the autotuner's own key does (its key arguments, the dtypes)."""
+    if not isinstance(kernel, Autotuner):
+        kernel[grid](*args, **kwargs)
+        return
+    chosen = CHOSEN.get((kernel, key))
+    if chosen is None:
+        kernel[grid](*args, **kwargs)  # the autotuner: times the configurations once per its key
+        config = kernel.best_config
+        CHOSEN[kernel, key] = config, config.all_kwargs()  # BLOCK_M=..., num_warps=..., num_stages=...
+        return
+    config, config_kwargs = chosen
+    if config.pre_hook is not None:  # e.g. lesson 4's TMA kernel: set the descriptors' tile shapes
+        config.pre_hook({**dict(zip(kernel.arg_names, args)), **kwargs, **config_kwargs})
+    kernel.fn[grid](*args, **kwargs, **config_kwargs)
