@@ -8,14 +8,20 @@ median of many runs. On the CPU there is no such thing: we time wall-clock, medi
 """
 import datetime
 import functools
+import importlib
+import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 
 import torch
 from tabulate import tabulate
 
-from common.device import DEVICE, INTERPRET, gpu_name  # first: it decides how triton is imported
+from common.device import DEVICE, INTERPRET, ROOT, gpu_name  # first: it decides how triton is imported
 from common.checks import dtype_name
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -128,18 +134,45 @@ def empty_kernel(x_ptr, N):
 HOST_TITLE = "Host cost per call"
 
 
-def host_costs(make_cases, script: str) -> "Table | None":
-    """Host µs per call (host_time_ms) of each call in make_cases() = {label: fn}, beside the floor:
-    an empty Triton kernel launched with two arguments. The calls take turns, 3 rounds, median (the
-    host's speed drifts too). Under the interpreter nothing is timed (the interpreter's host time
-    is the kernel's) and the H200's table of `script`'s lesson is printed instead."""
+def fresh(function: str, **kwargs) -> "Table":
+    """Run function(**kwargs) ('package.module:name', returning a Table) in a new Python process and
+    print its table here. For host timings: in a process that has run torch.profiler or torch.compile,
+    every call costs more on the host, PyTorch's own operators included (measured on the H200: an
+    empty Triton launch 11 -> 16 µs, torch's x + y 7 -> 13 µs), and a caller's process usually
+    has done neither. Under the interpreter, here and now."""
+    module, name = function.split(":")
+    if INTERPRET:
+        return getattr(importlib.import_module(module), name)(**kwargs)
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "table.json")
+        code = (f"import json, sys; sys.path.insert(0, {ROOT!r}); import {module} as m; "
+                f"t = m.{name}(**json.loads({json.dumps(json.dumps(kwargs))})); json.dump(t.__dict__, open({path!r}, 'w'))")
+        subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
+        with open(path) as f:
+            table = json.load(f)
+    return print_table(table["rows"], table["headers"], table["title"], table["note"], table["floatfmt"],
+                       table["plot"])
+
+
+def host_costs(cases: str, script: str) -> "Table | None":
+    """The host's µs per call of each call in cases() = {label: fn} ('package.module:name'), beside
+    the floor: an empty Triton kernel launched with two arguments. Timed in a fresh process (see
+    fresh), the calls taking turns, 3 rounds, median. Under the interpreter nothing is timed (its
+    host time is the kernel's) and the H200's table of `script`'s lesson is printed instead."""
     if INTERPRET:
         from common.results import print_recorded
 
         print_recorded(script, HOST_TITLE)
         return None
+    return fresh("common.bench:host_table", cases=cases)
+
+
+def host_table(cases: str) -> "Table":
+    """host_costs' measurement, in the process that runs it."""
+    module, name = cases.split(":")
     x = torch.empty(1, device=DEVICE)
-    cases = {"empty @triton.jit kernel, 2 arguments (the floor)": lambda: empty_kernel[(1,)](x, 1), **make_cases()}
+    cases = {"empty @triton.jit kernel, 2 arguments (the floor)": lambda: empty_kernel[(1,)](x, 1),
+             **getattr(importlib.import_module(module), name)()}
     turns = {label: [] for label in cases}
     with torch.no_grad():
         for _ in range(3):
@@ -149,8 +182,9 @@ def host_costs(make_cases, script: str) -> "Table | None":
     floor = next(iter(us.values()))
     return print_table([(label, us[label], us[label] / floor) for label in cases],
                        ["call", "host µs per call", "x the floor"], title=HOST_TITLE,
-                       note=f"{stamp()}. A loop of calls with no synchronize, timed on the host (bench.host_time_ms): "
-                            "Python, the checks and the launch, not the kernel. Timed in turns, 3 rounds, median.")
+                       note=f"{stamp()}. A loop of calls with no synchronize, timed on the host (bench.host_time_ms) in a "
+                            "fresh process: Python, the checks and the launch, not the kernel. Timed in turns, 3 "
+                            "rounds, median.")
 
 
 def offsets_cost(make_cases, script: str, run: bool = True) -> "Table | None":
@@ -195,7 +229,9 @@ TIMING_NOTE = (
     "INTERPRETER: these times measure numpy on the CPU, not a GPU." if INTERPRET else
     "'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); "
     "'µs per call': calls back to back, synchronized at the end, no flush (bench.call_time_ms): what a loop "
-    "of calls pays, which is the host's cost per call wherever that exceeds the kernel (small sizes).")
+    "of calls pays, which is the host's cost per call wherever that exceeds the kernel (small sizes). It is "
+    "measured in the lesson's process, after the profiler has run, where host costs are up to twice a fresh "
+    "process's (lesson 1, 'Host cost per call', is measured fresh).")
 
 
 TIMING_HEADERS = ["interpreter µs"] if INTERPRET else ["kernel µs", "µs per call", "GB/s", "% of copy"]

@@ -408,10 +408,6 @@ def main(argv=None) -> None:
 
     from lesson01_vector_add import cuda_cpp, timing  # the lesson's second part (they take what they need as arguments)
 
-    def launches():
-        timing.launch_cost(add)
-        timing.host_costs(add, gelu, add_kernel)
-
     sections = {
         "trace": ("Trace: add_kernel, program by program (interpreter)", lambda: trace_section(trace, __file__, args.child)),
         "check": ("Check: Triton against PyTorch", check),
@@ -419,11 +415,10 @@ def main(argv=None) -> None:
         "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
         "cuda": ("The same GELU in CUDA C++ (cuda_cpp.py)", cuda_cpp.section),
         "machine": ("What the timings run on: SMs, caches and two ceilings", machine),
-        "pitfalls": ("How to time a GPU call, and how not to (timing.py)",
-                     lambda: timing.pitfalls(add, launch, add_kernel)),
+        "pitfalls": ("How to time a GPU call, and how not to (timing.py)", timing.pitfalls_section),
         "bench": ("Timing", timing_section),
-        "launch": ("What a launch costs (timing.py)", launches),
-        "graphs": ("CUDA graphs (timing.py)", lambda: timing.graphs(add, use_compile=args.compile)),
+        "launch": ("What a launch costs (timing.py)", timing.launch_section),
+        "graphs": ("CUDA graphs (timing.py)", lambda: timing.graphs_section(args.compile)),
         "blocks": ("Data per program against threads per program", blocks),
     }
     p = lesson_parser(__doc__, list(sections))

@@ -72,8 +72,10 @@ def host_clock_ms(fn, synchronize: bool, repeat: int = 5) -> float:
 
 
 # %%
-def pitfalls(add, launch, add_kernel, n: int = 1 << 24) -> bench.Table:
-    """add: main.add; launch: main.launch (to launch a fresh copy of add_kernel the same way)."""
+def pitfalls(n: int = 1 << 24) -> bench.Table:
+    """The table. main.py runs it in a fresh process (bench.fresh): see "What a launch costs"."""
+    from lesson01_vector_add.main import add, add_kernel, launch
+
     n = n if not INTERPRET else 1 << 16
     x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
     inputs = {"x": x, "y": y}
@@ -110,13 +112,16 @@ def pitfalls(add, launch, add_kernel, n: int = 1 << 24) -> bench.Table:
     else:
         rows.append(("median of later calls (bench.time_ms)", bench.time_ms(lambda: add(x, y)),
                      "the interpreter's steady state: numpy's speed, not a GPU's"))
-    table = bench.print_table([(how, ms * 1e3, answers) for how, ms, answers in rows],
-                              ["how add(x, y) was timed", "µs", "what it measures"],
-                              title="Timing pitfalls: one call of add, seven ways" if not INTERPRET else "",
-                              note=f"N = 2^{int(math.log2(n))} float32. {bench.stamp()}.")
+    return bench.print_table([(how, ms * 1e3, answers) for how, ms, answers in rows],
+                             ["how add(x, y) was timed", "µs", "what it measures"],
+                             title="Timing pitfalls: one call of add, seven ways" if not INTERPRET else "",
+                             note=f"N = 2^{int(math.log2(n))} float32. {bench.stamp()}. In a fresh process.")
+
+
+def pitfalls_section() -> None:
+    bench.fresh("lesson01_vector_add.timing:pitfalls")
     if INTERPRET:
         print_recorded(__file__, "Timing pitfalls")
-    return table
 
 
 # %% [markdown]
@@ -140,10 +145,11 @@ def crossover(ns: list, host_us: list, kernel_us: list) -> float | None:
     return None
 
 
-def launch_cost(add, sizes=tuple(2**k for k in range(10, 27, 2))) -> bench.Table | None:
-    if INTERPRET:
-        print_recorded(__file__, "Host time against kernel time")
-        return None
+def launch_cost(sizes=tuple(2**k for k in range(10, 27, 2))) -> bench.Table:
+    """The table (GPU only). main.py runs it in a fresh process (bench.fresh): a process that has
+    run torch.profiler or torch.compile pays more per call on the host, PyTorch included."""
+    from lesson01_vector_add.main import add
+
     empty_x = torch.empty(1, device=DEVICE)
     rows = []
     with torch.no_grad():
@@ -154,27 +160,38 @@ def launch_cost(add, sizes=tuple(2**k for k in range(10, 27, 2))) -> bench.Table
                          bench.host_time_ms(lambda: bench.empty_kernel[(1,)](empty_x, 1)) * 1e3])
     headers = ["N", "torch x + y: host µs", "torch x + y: kernel µs", "Triton add: host µs", "Triton add: kernel µs",
                "empty Triton kernel: host µs"]
-    table = bench.print_table(rows, headers, title="Host time against kernel time, by size", floatfmt=".1f",
-                              note=f"float32. {bench.stamp()}. Host: bench.host_time_ms; kernel: bench.kernel_time_ms "
-                                   "(L2 flushed).", plot=dict(x="N", y=headers[1:], series=[], ceiling=None, logy=True))
+    return bench.print_table(rows, headers, title="Host time against kernel time, by size", floatfmt=".1f",
+                             note=f"float32. {bench.stamp()}. Host: bench.host_time_ms, in a fresh process; kernel: "
+                                  "bench.kernel_time_ms (L2 flushed).",
+                             plot=dict(x="N", y=headers[1:], series=[], ceiling=None, logy=True))
+
+
+def launch_section() -> None:
+    """The host-against-kernel table, where the lines cross, then the lesson's functions' host costs."""
+    if INTERPRET:
+        print_recorded(__file__, "Host time against kernel time")
+        bench.host_costs("lesson01_vector_add.timing:host_cases", __file__)
+        return
+    table = bench.fresh("lesson01_vector_add.timing:launch_cost")
     ns = table.column("N")
     for name in ("torch x + y", "Triton add"):
         n = crossover(ns, table.column(f"{name}: host µs"), table.column(f"{name}: kernel µs"))
         where = f"N = 2^{math.log2(n):.1f} = {n / 1e6:.1f} M elements ({12 * n / 1e6:.0f} MB moved)" if n else "never"
         print(f"{name}: the kernel outlasts its launch from {where}.")
-    return table
+    bench.host_costs("lesson01_vector_add.timing:host_cases", __file__)
 
 
-def host_costs(add, gelu, add_kernel, n: int = 4096) -> bench.Table | None:
-    """The host's µs per call of this lesson's functions, beside PyTorch's and the bare launch."""
-    def cases():
-        x, y, out = (torch.randn(n, device=DEVICE) for _ in range(3))
-        return {f"torch x + y ({n} floats)": lambda: x + y,
-                "add_kernel[grid](...) alone, arguments ready": lambda: add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024),
-                "add(x, y): checks, output, grid, launch": lambda: add(x, y),
-                "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
-                "gelu(x)": lambda: gelu(x)}
-    return bench.host_costs(cases, __file__)
+def host_cases(n: int = 4096) -> dict:
+    """For bench.host_costs: the host's µs per call of this lesson's functions, beside PyTorch's and
+    the bare launch of the same kernel."""
+    from lesson01_vector_add.main import add, add_kernel, gelu
+
+    x, y, out = (torch.randn(n, device=DEVICE) for _ in range(3))
+    return {f"torch x + y ({n} floats)": lambda: x + y,
+            "add_kernel[grid](...) alone, arguments ready": lambda: add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024),
+            "add(x, y): checks, output, grid, launch": lambda: add(x, y),
+            "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
+            "gelu(x)": lambda: gelu(x)}
 
 
 # %% [markdown]
@@ -208,11 +225,11 @@ def capture(fn):
     return graph, out
 
 
-def graphs(add, n: int = 4096, chain: int = 10, use_compile: bool = True) -> bench.Table | None:
-    """`chain` adds in a row (z = z + y) on n floats: eager against one CUDA graph replay, per add."""
-    if INTERPRET:
-        print_recorded(__file__, "CUDA graphs")
-        return None
+def graphs(n: int = 4096, chain: int = 10, use_compile: bool = True) -> bench.Table:
+    """`chain` adds in a row (z = z + y) on n floats: eager against one CUDA graph replay, per add
+    (GPU only; main.py runs it in a fresh process, bench.fresh)."""
+    from lesson01_vector_add.main import add
+
     x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
 
     def chain_of(add_fn):
@@ -244,3 +261,10 @@ def graphs(add, n: int = 4096, chain: int = 10, use_compile: bool = True) -> ben
                              note=f"{bench.stamp()}. Time per add = time per chain (calls back to back, bench."
                                   f"call_time_ms) / {chain}. torch.compile fuses the {chain} adds into one kernel "
                                   "before recording it: both cures at once.")
+
+
+def graphs_section(use_compile: bool) -> None:
+    if INTERPRET:
+        print_recorded(__file__, "CUDA graphs")
+    else:
+        bench.fresh("lesson01_vector_add.timing:graphs", use_compile=use_compile)

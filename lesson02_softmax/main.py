@@ -419,7 +419,7 @@ def main(argv=None) -> None:
                          ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
                              (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}, __file__)
 
-        bench.host_costs(host_cases, __file__)  # lesson 1, "What a launch costs"
+        bench.host_costs("lesson02_softmax.main:host_cases", __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # section 4: what int64 offsets would cost at these sizes (timed with --full)
             xs = [torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]]

@@ -440,7 +440,7 @@ def main(argv=None) -> None:
                          ("torch.sum(dim=1)", f"{M} x {N} float32"): (lambda: x.sum(dim=1), M * N, 4 * (M * N + M))},
                         __file__)
 
-        bench.host_costs(host_cases, __file__)  # lesson 1, "What a launch costs"
+        bench.host_costs("lesson03_rowsum.main:host_cases", __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             xs = [torch.randn(M, N, device=DEVICE) for M, N in SIZES["gpu"]]

@@ -153,7 +153,7 @@ def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tens
     return c
 
 
-def host_cases(n: int) -> dict:
+def host_cases(n: int = 2048) -> dict:
     """For bench.host_costs (main.py's timing section): the host's share of each matmul path at n^3,
     beside torch.matmul and the bare launches (lesson 1, "What a launch costs")."""
     a, b, c = torch.randn(3, n, n, device=DEVICE, dtype=torch.float16)

@@ -423,7 +423,7 @@ def main(argv=None) -> None:
         a, b = torch.randn(2, n, n, device=DEVICE, dtype=torch.float16) if not INTERPRET else (None, None)
         roofline.points({(name, f"{n}^3 float16"): (fn, 2 * n**3, 2 * 3 * n * n) for name, fn in (
             ("Triton matmul()", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))}, __file__)
-        bench.host_costs(lambda: hopper.host_cases(2048), __file__)  # lesson 1, "What a launch costs"
+        bench.host_costs("lesson04_matmul.hopper:host_cases", __file__)  # lesson 1, "What a launch costs"
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing against torch.matmul",
                            keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")

@@ -492,7 +492,7 @@ def main(argv=None) -> None:
                          ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
                              (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
 
-        bench.host_costs(host_cases, __file__)  # lesson 1, "What a launch costs"
+        bench.host_costs("lesson05_flash_attention.main:host_cases", __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}

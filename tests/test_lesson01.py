@@ -152,7 +152,7 @@ def test_timing_pitfalls_table_and_the_cache_directory_restored():
     from lesson01_vector_add.timing import pitfalls
 
     before = os.environ.get("TRITON_CACHE_DIR")
-    rows = {row[0]: row for row in pitfalls(add, launch, add_kernel, n=1 << 12).rows}
+    rows = {row[0]: row for row in pitfalls(n=1 << 12).rows}
     assert os.environ.get("TRITON_CACHE_DIR") == before
     assert "first call, empty Triton cache" in rows and all(row[1] > 0 for row in rows.values())
     if not INTERPRET:  # a call without a synchronize returns before its kernel ends
