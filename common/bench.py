@@ -70,16 +70,7 @@ def call_time_ms(fn, kernel_ms: float = 0.0) -> float:
     of the two sets the pace. (do_bench cannot answer this: it flushes the L2 before every call,
     and while the GPU clears 256 MB the host has already launched the next call, out of sight.)"""
     calls = max(3, min(100, int(2.0 / max(kernel_ms, 1e-3))))  # about 2 ms of work per run
-    fn()
-    torch.cuda.synchronize()
-    runs = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        runs.append((time.perf_counter() - start) / calls)
-    return statistics.median(runs) * 1e3
+    return _loop_ms(fn, calls, wait_for_gpu=True)
 
 
 def host_time_ms(fn, calls: int = 100) -> float:
@@ -87,6 +78,12 @@ def host_time_ms(fn, calls: int = 100) -> float:
     clock until the last call returns (median of 5 loops). A launch only queues the kernel, so this
     is Python + checks + the driver, whatever the kernel costs (as long as the queue of about a
     thousand pending launches does not fill up)."""
+    return _loop_ms(fn, calls, wait_for_gpu=False)
+
+
+def _loop_ms(fn, calls: int, wait_for_gpu: bool) -> float:
+    """Median over 5 loops of `calls` calls of the time per call, the host clock stopped after the
+    GPU has finished them (wait_for_gpu) or as soon as the last call returns."""
     fn()
     torch.cuda.synchronize()
     runs = []
@@ -94,6 +91,8 @@ def host_time_ms(fn, calls: int = 100) -> float:
         start = time.perf_counter()
         for _ in range(calls):
             fn()
+        if wait_for_gpu:
+            torch.cuda.synchronize()
         runs.append((time.perf_counter() - start) / calls)
         torch.cuda.synchronize()
     return statistics.median(runs) * 1e3

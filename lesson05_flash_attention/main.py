@@ -388,7 +388,8 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 
 # %% [markdown]
 # ## 8. Timing: the block sizes, then against PyTorch's scaled_dot_product_attention
-# First the autotuner's job done by hand: every candidate configuration, timed side by side.
+# First the autotuner's job done by hand (tuning.py, with --full): every candidate configuration,
+# timed side by side.
 # Then the comparison. SDPA's flash backend is FlashAttention-2; its default on an H100/H200 is
 # cuDNN's Hopper kernel, which, like FlashAttention-3, gives the loads to producer warps and lets
 # two consumer warpgroups take turns, one running its exp2s while the other's matmuls run. This
@@ -396,52 +397,12 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 
 
 # %%
-SWEEP = [(128, 64, 8, 3), (128, 64, 4, 3), (128, 64, 8, 2), (128, 128, 8, 3), (128, 128, 8, 2), (64, 64, 4, 3),
-         (128, 32, 4, 3)]  # (BLOCK_M, BLOCK_N, num_warps, num_stages)
-
-
-def bench_configs(seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 128)),
-                  dtype=torch.float16) -> bench.Table:
-    rows = []
-    for B, H, D in shapes:
-        q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-        for causal in (False, True):
-            times = bench.side_by_side({cfg: (lambda cfg=cfg: launch(
-                attention_kernel, q, k, v, causal, 1.0 / math.sqrt(D), BLOCK_M=cfg[0], BLOCK_N=cfg[1],
-                num_warps=cfg[2], num_stages=cfg[3])) for cfg in configs})
-            flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
-            best = min(times.values())
-            for (bm, bn, warps, stages), ms in times.items():
-                rows.append((D, causal, f"{bm} x {bn}", warps, stages, ms * 1e3, bench.tflops(flops, ms),
-                             100 * best / ms))
-    return bench.print_table(rows, ["head_dim", "causal", "BLOCK_M x BLOCK_N", "num_warps", "num_stages",
-                                    "kernel µs", "TFLOP/s", "% of best"],
-                             title=f"Block sizes, seq {seq}, {dtype_name(dtype)}",
-                             note=f"batch x heads = {' and '.join(f'{B} x {H}' for B, H, _ in shapes)}."
-                                  f"{bench.SIDE_BY_SIDE_NOTE}" + (f" {bench.TIMING_NOTE}" if INTERPRET else ""))
-
-
 def sdpa_flash(q, k, v, causal=False):
     """PyTorch's SDPA with its flash-attention backend (FlashAttention-2) forced."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-
-def host_cases() -> dict:
-    """For bench.host_costs: the host's share of each call, beside PyTorch's and the bare launch
-    (lesson 1, "What a launch costs")."""
-    B, H, seq, D = 4, 16, 1024, 128
-    q, k, v, o = torch.randn(4, B, H, seq, D, device=DEVICE, dtype=torch.float16)
-    config = GPU_CONFIGS[0].all_kwargs()
-    grid = (cdiv(seq, config["BLOCK_M"]) * B * H,)
-    return {f"SDPA ({B} x {H} x {seq} x {D} float16)": lambda: F.scaled_dot_product_attention(q, k, v),
-            "attention_kernel[grid](...) alone, arguments ready": lambda: attention_kernel[grid](
-                q, k, v, o, 0.125, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D,
-                CAUSAL=False, INPUT_PRECISION="tf32", INDEX_TYPE=tl.int32, **config),
-            "attention(q, k, v)": lambda: attention(q, k, v),
-            "attention(q, k, v, causal=True)": lambda: attention(q, k, v, causal=True)}
 
 
 def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
@@ -474,7 +435,9 @@ def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, t
 def main(argv=None) -> None:
     def configs():
         if args.full:
-            bench_configs()
+            from lesson05_flash_attention import tuning  # the sweep, in the lesson's second file
+
+            tuning.bench_configs()
         else:  # a sweep of minutes on a GPU; the interpreter ignores num_warps and num_stages
             print_recorded(__file__, "Block sizes", keep=lambda row: row["causal"] == "False")
 
@@ -492,7 +455,7 @@ def main(argv=None) -> None:
                          ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
                              (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
 
-        bench.host_costs("lesson05_flash_attention.main:host_cases", __file__)  # lesson 1, "What a launch costs"
+        bench.host_costs("lesson05_flash_attention.tuning:host_cases", __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}

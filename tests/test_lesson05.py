@@ -6,7 +6,7 @@ import torch
 
 from conftest import DEVICE, INTERPRET, run_trace
 from common.checks import rel_error
-from lesson05_flash_attention.main import (TOLERANCE as TOL, attention, attention_standard, bench_configs, check, main,
+from lesson05_flash_attention.main import (TOLERANCE as TOL, attention, attention_standard, check, main,
                                            memory_table)
 
 SHAPES = [(1, 1, 1, 16), (2, 3, 50, 32), (1, 2, 129, 64), (2, 1, 100, 128), (1, 1, 17, 64)]  # B, H, seq, D
@@ -114,6 +114,8 @@ def test_script_sections(capsys):
 
 
 def test_bench_configs_ranks_every_candidate():
+    from lesson05_flash_attention.tuning import bench_configs
+
     table = bench_configs(32, configs=[(16, 16, 4, 3), (32, 16, 4, 3)], shapes=((1, 1, 16),), dtype=torch.float32)
     assert len(table.rows) == 4  # 2 configurations x (causal, not causal)
     best = table.column("% of best")
