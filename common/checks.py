@@ -3,10 +3,8 @@ measured against a reference.
 
 A kernel trusts its pointers: handed a tensor on the wrong device, of the wrong dtype or shape, it
 reads the wrong bytes or crashes deep inside Triton. The launchers call `check_tensors` first. It
-also stops what PyTorch allows but a raw pointer cannot honour: a tensor that requires grad (these
-kernels have no backward pass, so autograd would silently lose the path), and a view with the
-negative bit (`z.conj().imag`), whose memory holds -x: that one is resolved by a copy, as PyTorch's
-own operators do.
+also resolves what PyTorch allows but a raw pointer cannot honour: a view with the negative bit
+(`z.conj().imag`), whose memory holds -x, is copied, as PyTorch's own operators do.
 """
 import torch
 
@@ -22,6 +20,31 @@ def dtype_name(dtype: torch.dtype) -> str:
 def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """||out - ref|| / ||ref||, in float64: the error of a whole result, relative to its size."""
     return ((out.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def grad_errors(fn, reference, inputs: list, **kwargs) -> list[tuple[float, float]]:
+    """For each input: the relative error of fn's gradient, and of the reference's own gradient in
+    the inputs' dtype, both against the reference's gradient in float64 (torch's autograd, from the
+    same inputs): d(sum(out * g))/d(input) for one random g. The second is the yardstick: a
+    gradient in float16 or bfloat16 is only as good as that dtype allows (grad_ok)."""
+    def grads(f, dtype):
+        xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
+        out = f(*xs, **kwargs)
+        return torch.autograd.grad(out, xs, g.to(out.dtype))
+    with torch.no_grad():
+        g = torch.randn(reference(*inputs, **kwargs).shape, dtype=torch.float64, device=inputs[0].device)
+    exact = grads(reference, torch.float64)
+    ours, theirs = grads(fn, inputs[0].dtype), grads(reference, inputs[0].dtype)
+    return [(rel_error(a, e), rel_error(b, e)) for a, b, e in zip(ours, theirs, exact)]
+
+
+GRAD_NOTE = ("Relative error of each gradient against torch's autograd in float64 from the same inputs; in "
+             "brackets or beside it, torch's own in the inputs' dtype. ok: within twice torch's, plus 1e-5.")
+
+
+def grad_ok(ours: float, theirs: float) -> bool:
+    """A gradient passes within twice the error of torch's autograd in the same dtype (plus 1e-5)."""
+    return ours <= 2 * theirs + 1e-5
 
 
 def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_shape: bool = False) -> list:
@@ -60,10 +83,6 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
             # see index_type: indices run a block past n
             raise ValueError(f"{name} has shape {tuple(shape)}: a dimension within 2**16 of 2**31, where the "
                              "kernels' 32-bit loop bounds and indices would wrap; pad or split it")
-        if x.requires_grad and torch.is_grad_enabled():
-            raise RuntimeError(f"{name} requires grad, but these kernels have no backward pass: the result would "
-                               f"have no grad_fn and gradients would silently miss this step. Call it under "
-                               f"torch.no_grad(), or pass {name}.detach()")
         if first is None:
             first, first_index = x, index
         elif index != first_index or x.dtype != first.dtype or (same_shape and shape != first.shape):

@@ -2,6 +2,7 @@
 
 Imported by common.device when the kernels run under the interpreter (numpy on the CPU):
 - a fix for loops over kernel arguments with triton 3.6 and NumPy >= 2.4;
+- float32 -> bfloat16 rounded to nearest, as a GPU does (the interpreter truncates);
 - NumPy's overflow warnings silenced (a GPU gives inf quietly; the lessons show such values);
 - and one rule the launchers follow (common.device.interpretable): NumPy has no bfloat16, so the
   interpreter holds bf16 values as raw 16-bit integers, and arithmetic or tl.dot on them gives
@@ -28,6 +29,30 @@ def _fix_loops() -> None:
     interpreter._patch_lang_tensor = patched
 
 
+def _round_bfloat16() -> None:
+    """The interpreter turns float32 into bfloat16 by dropping the low 16 bits (rounding toward
+    zero); a GPU rounds to nearest (even). Toward zero doubles the error of every bf16 result and
+    biases it, enough to show in a gradient where terms cancel. Round to nearest here too."""
+    builder = getattr(interpreter, "InterpreterBuilder", None)
+    cast = getattr(builder, "cast_impl", None)
+    if cast is None:
+        return
+    import numpy as np
+    import triton.language as tl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            bits = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32)
+            rounded = ((bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+            nan = np.isnan(src.data)  # keep NaN a NaN (rounding could carry it into inf)
+            out = np.where(nan, np.uint32(0x7FC0), rounded).astype(np.uint16)
+            return interpreter.TensorHandle(out, dst_type.scalar)
+        return cast(self, src, dst_type)
+
+    builder.cast_impl = cast_impl
+
+
 _fix_loops()
+_round_bfloat16()
 warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning)
 

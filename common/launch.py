@@ -14,7 +14,17 @@ there cost more than they look, and this file holds the cheap form of each:
   dtype turned into a string, the winner's keyword arguments merged in. `launch` keeps the winner
   under a key the launcher already has, and from the second call on launches the plain kernel
   with it: the same kernel, the same configuration, less Python.
+
+And one thing that costs more than it needs to, once: a custom operator. Lesson 1 section 5
+registers each public function as a PyTorch operator (torch.library.triton_op), so that autograd
+has its backward and torch.compile can trace it; a call through PyTorch's dispatcher pays several
+microseconds more on the host (RESULTS.md, "Host cost per call"). `needs_op` says when a call
+needs the operator; every other call runs the launcher directly. And while torch.compile traces an
+operator's body, `launch` hands the kernel to torch.library.wrap_triton, which records the launch
+in the graph instead of running it.
 """
+import torch
+from torch.library import wrap_triton
 from triton.runtime.autotuner import Autotuner
 
 
@@ -32,11 +42,22 @@ def next_power_of_2(n: int) -> int:
 CHOSEN: dict = {}  # (autotuned kernel, key) -> the keyword arguments of the configuration it chose
 
 
-def launch(kernel, grid, key: tuple, *args, **kwargs) -> None:
+def needs_op(*tensors) -> bool:
+    """Must this call go through the registered operator? Where autograd records the call (grad mode
+    on and an input that requires grad) or torch.compile traces it; not otherwise."""
+    return torch.compiler.is_compiling() or (
+        torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors))
+
+
+def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     """kernel[grid](*args, **kwargs). For an autotuned kernel, the first call with this `key` goes
     through the autotuner and its choice is remembered; later ones launch kernel.fn with that choice
     (after the configuration's pre_hook, if it has one, as the autotuner would run it).
-    `key` must tell apart every call the autotuner's own key does (its key arguments, the dtypes)."""
+    `key` must tell apart every call the autotuner's own key does (its key arguments, the dtypes).
+    Under torch.compile the launch is recorded (wrap_triton), and compile's own autotuning runs."""
+    if torch.compiler.is_compiling():
+        wrap_triton(kernel)[grid](*args, **kwargs)
+        return
     if not isinstance(kernel, Autotuner):
         kernel[grid](*args, **kwargs)
         return

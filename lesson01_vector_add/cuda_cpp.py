@@ -68,7 +68,7 @@ WHO_MANAGES_WHAT = [
     ("threads per block", "you: block_size = 1024, one element each",
      "num_warps x 32; the compiler spreads BLOCK_SIZE over them (8 each at 1024 / 128)"),
     ("the edge", "if (i < num_elements), per thread", "mask=offsets < N, per block"),
-    ("vector loads (16 bytes)", "by hand (float4 and an alignment check)", "the compiler, from alignment (section 5)"),
+    ("vector loads (16 bytes)", "by hand (float4 and an alignment check)", "the compiler, from alignment (main.py section 7)"),
     ("shared memory", "declared and indexed by hand (__shared__)", "allocated by the compiler (reductions, tl.dot tiles)"),
     ("synchronization", "__syncthreads() wherever threads share data", "barriers inserted by the compiler"),
     ("the launch", "<<<num_blocks, block_size, 0, stream>>> + a launch check", "kernel[grid](...)"),

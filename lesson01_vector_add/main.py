@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from common import bench, profile, ptx, roofline
-from common.checks import check_tensors, dtype_name
-from common.launch import cdiv
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok
+from common.launch import cdiv, launch as launch_kernel, needs_op
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
@@ -102,12 +102,14 @@ def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tenso
     if N:
         grid = (cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
         args = [interpretable(t.contiguous()) for t in tensors]
-        kernel[grid](*args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+        launch_kernel(kernel, grid, None, *args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return output
 
 
 def add(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """x + y, element-wise, for float32/float16/bfloat16 tensors of one shape on one device."""
+    if needs_op(x, y):  # autograd or torch.compile: through the registered operator (section 5)
+        return add_op(x, y, BLOCK_SIZE, num_warps)
     return launch(add_kernel, {"x": x, "y": y}, BLOCK_SIZE, num_warps)
 
 
@@ -171,6 +173,8 @@ def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
 
 def gelu(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """GELU (tanh approximation) in one pass: float32/float16/bfloat16, math in float32."""
+    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 5)
+        return gelu_op(x, BLOCK_SIZE, num_warps)
     return launch(gelu_kernel, {"x": x}, BLOCK_SIZE, num_warps)
 
 
@@ -213,7 +217,7 @@ def trace() -> None:
 # %%
 def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
     """Max error of add and gelu against PyTorch. add rounds the exact sum once, as torch does, so
-    it must match exactly (bfloat16 under the interpreter: one bf16 step, see below); gelu in
+    it must match exactly; gelu in
     float16/bfloat16 is off by the output's rounding, 11 / 8 significant bits."""
     step = {torch.float32: 1e-6, torch.float16: 2**-10, torch.bfloat16: 2**-7}  # one rounding step, relative
     rows = []
@@ -222,20 +226,93 @@ def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
     for dtype, n, x in cases:
         y = torch.randn_like(x)
         add_err = (add(x, y).float() - (x + y).float()).abs().max().item()
-        add_ok = step[x.dtype] * (x.float() + y.float()).abs().max().item() if INTERPRET and x.dtype == torch.bfloat16 else 0
         gelu_err = (gelu(x).float() - gelu_torch(x.float())).abs().max().item()
-        ok = add_err <= add_ok and gelu_err <= step[x.dtype] * max(1.0, x.abs().max().item())
+        ok = add_err == 0 and gelu_err <= step[x.dtype] * max(1.0, x.abs().max().item())
         rows.append((dtype if isinstance(dtype, str) else dtype_name(dtype), n, add_err, gelu_err, ok))
     return bench.print_table(
         rows, ["dtype", "N", "add: max |err| vs torch", "gelu: max |err| vs fp32 F.gelu", "ok"],
         title="Check: add and gelu against PyTorch", floatfmt=".2e",
-        note="gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits. The interpreter "
-             "rounds float32 -> bfloat16 toward zero where a GPU rounds to nearest: bf16 sums there can be one "
-             "bf16 step away from torch's; on a GPU they match exactly.")
+        note="gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits.")
 
 
 # %% [markdown]
-# ## 5. Fusion, seen by the profiler: how many kernels does each GELU launch?
+# ## 5. Training: a backward pass, and an operator PyTorch knows
+# Autograd records each operation on tensors that require grad, then walks the record backwards
+# with the chain rule: given dL/d(output), each operation returns dL/d(each input). A bare Triton
+# launch is invisible to it: its output has no grad_fn and the gradient stops there. Two things
+# make a kernel a citizen of PyTorch:
+# - a backward. For out = x + y both gradients are dL/dout itself: no kernel. For y = gelu(x),
+#   dL/dx = dL/dy * gelu'(x): one more element-wise kernel, fused like the forward (reads dy and
+#   x, writes dx), with gelu' worked out below.
+# - a registration. torch.library.triton_op makes the function an operator ("lessons::gelu")
+#   whose kernels torch.compile can see into and trace; register_autograd attaches the backward,
+#   and setup_context keeps what it needs (here x) from the forward.
+# A call through the operator passes PyTorch's dispatcher, microseconds of host time, so add()
+# and gelu() above take it only where autograd or torch.compile needs it (common.launch.needs_op).
+
+
+# %%
+@triton.jit
+def gelu_backward_kernel(dy_ptr, x_ptr, dx_ptr, N, BLOCK_SIZE: tl.constexpr):
+    # gelu(x) = x s with s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (gelu_tanh above), and
+    # sigmoid' = s (1 - s), so gelu'(x) = s + x s (1 - s) 2 du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    dy = tl.load(dy_ptr + offsets, mask=mask, other=0).to(tl.float32)
+    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    s = 1.0 / (1.0 + tl.exp(-2.0 * u))                   # exp overflows to inf for x << 0: s = 0, no NaN
+    du = 0.7978845608028654 * (1.0 + 0.134145 * x * x)
+    dx = dy * (s + 2.0 * x * s * (1.0 - s) * du)
+    tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@torch.library.triton_op("lessons::add", mutates_args=())  # mutates_args: it writes no input
+def add_op(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
+    return launch(add_kernel, {"x": x, "y": y}, BLOCK_SIZE, num_warps)
+
+
+@torch.library.triton_op("lessons::gelu", mutates_args=())
+def gelu_op(x: torch.Tensor, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
+    return launch(gelu_kernel, {"x": x}, BLOCK_SIZE, num_warps)
+
+
+@torch.library.triton_op("lessons::gelu_backward", mutates_args=())
+def gelu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """dL/dx = dy * gelu'(x), in one pass. An operator too: torch.compile traces backward passes."""
+    return launch(gelu_backward_kernel, {"dy": dy, "x": x}, 1024, 4)
+
+
+def keep_input(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])  # saved tensors: autograd checks they were not changed in place
+
+
+def gelu_grad(ctx, dy):
+    (x,) = ctx.saved_tensors
+    return gelu_backward(dy, x), None, None  # one gradient per input; none for the two ints
+
+
+add_op.register_autograd(lambda ctx, dout: (dout, dout, None, None))
+gelu_op.register_autograd(gelu_grad, setup_context=keep_input)
+
+
+def grad_check(sizes=(1, 1000, 65536 + 3)) -> bench.Table:
+    """Gradients through add and gelu against torch's autograd of the same formulas (common.checks.grad_errors)."""
+    rows = []
+    for dtype in DTYPES:
+        for n in sizes:
+            x, y = torch.randn(2, n, device=DEVICE, dtype=dtype) * 3
+            errs = grad_errors(add, torch.add, [x, y]) + grad_errors(gelu, gelu_naive, [x])
+            rows.append((dtype_name(dtype), n, *(f"{a:.1e} ({b:.1e})" for a, b in errs),
+                         all(grad_ok(a, b) for a, b in errs)))
+    return bench.print_table(rows, ["dtype", "N", "add: dx", "add: dy", "gelu: dx", "ok"],
+                             title="Check: gradients against float64 autograd",
+                             note=GRAD_NOTE + " Here the formula gelu_naive is torch's.")
+
+
+# %% [markdown]
+# ## 6. Fusion, seen by the profiler: how many kernels does each GELU launch?
 
 
 # %%
@@ -266,7 +343,7 @@ def fusion(n: int = 1 << 20, use_compile: bool = True) -> list:
 
 
 # %% [markdown]
-# ## 6. Under the hood: the PTX of add_kernel, compiled for an H100/H200 (sm_90), no GPU needed
+# ## 7. Under the hood: the PTX of add_kernel, compiled for an H100/H200 (sm_90), no GPU needed
 
 
 # %%
@@ -297,7 +374,7 @@ def look_at_ptx(ir: str | None = None) -> dict:
 
 
 # %% [markdown]
-# ## 7. The machine: what the timings are measured against
+# ## 8. The machine: what the timings are measured against
 # A GPU is a few dozen to a few hundred SMs (streaming multiprocessors) around one memory. Each SM
 # has its own registers, shared memory and cores, and runs a few programs at a time; all of them
 # share the L2 cache and the HBM behind it. Two numbers bound every kernel: how fast memory
@@ -330,12 +407,12 @@ def machine() -> bench.Table:
 
 
 # %% [markdown]
-# ## 8. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+# ## 9. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
 
 
 # %%
 def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=None) -> bench.Table:
-    """Every implementation of add and gelu at each size; gelu_cuda: section 6's CUDA C++ GELU, where built."""
+    """Every implementation of add and gelu at each size; gelu_cuda: cuda_cpp.py's CUDA C++ GELU, where built."""
     ceiling = bench.copy_bandwidth()
     elem = torch.tensor([], dtype=dtype).element_size()
     rows = []
@@ -411,6 +488,7 @@ def main(argv=None) -> None:
     sections = {
         "trace": ("Trace: add_kernel, program by program (interpreter)", lambda: trace_section(trace, __file__, args.child)),
         "check": ("Check: Triton against PyTorch", check),
+        "grad": ("Training: gradients through the registered operators", grad_check),
         "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=args.compile)),
         "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
         "cuda": ("The same GELU in CUDA C++ (cuda_cpp.py)", cuda_cpp.section),

@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from common import bench, profile, ptx, roofline
-from common.checks import check_tensors, dtype_name, index_type
-from common.launch import cdiv, next_power_of_2
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, index_type
+from common.launch import cdiv, launch as launch_kernel, needs_op, next_power_of_2
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, start_lesson, trace_section)
 from common.results import print_recorded
@@ -236,6 +236,13 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
     (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
     if long_rows not in (None, True, False):  # a string such as "no" would be truthy
         raise TypeError(f"long_rows must be None, True or False, got {long_rows!r}")
+    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 7)
+        return softmax_op(x, long_rows)
+    return launch(x, long_rows)
+
+
+def launch(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
+    """y = softmax(x) by the kernel that fits the row length (x as softmax() checked it)."""
     M, N = x.shape
     y = x.new_empty((M, N))  # same device and dtype as x
     if M == 0 or N == 0:
@@ -245,12 +252,12 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
     INDEX_TYPE = index_type(x, y)
     if long_rows:
         # tiles of 8192 columns, 16 per thread: long enough to keep the loads streaming
-        softmax_online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
-                                    BLOCK_N=8192, INDEX_TYPE=INDEX_TYPE, num_warps=16)
+        launch_kernel(softmax_online_kernel, (M,), None, x, y, N, x.stride(0), x.stride(1), y.stride(0),
+                      BLOCK_N=8192, INDEX_TYPE=INDEX_TYPE, num_warps=16)
     else:
         BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-        softmax_kernel[(cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_M=BLOCK_M,
-                                                   BLOCK_N=BLOCK_N, INDEX_TYPE=INDEX_TYPE, num_warps=num_warps)
+        launch_kernel(softmax_kernel, (cdiv(M, BLOCK_M),), None, x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
+                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INDEX_TYPE=INDEX_TYPE, num_warps=num_warps)
     return y
 
 
@@ -335,7 +342,83 @@ def check() -> bench.Table:
 
 
 # %% [markdown]
-# ## 7. Fusion seen by the profiler, and the timing table
+# ## 7. Training: softmax's backward, one more row reduction
+# For y = softmax(x) over a row, dy_j/dx_i = y_j (delta_ij - y_i), so given dL/dy the chain rule
+# gives dL/dx_i = y_i (dL/dy_i - sum_j dL/dy_j y_j): one row reduction (the dot product of dy and y)
+# and an element-wise step. The backward needs y, not x: the forward's output is what autograd keeps.
+# The kernel walks a row in tiles twice: the dot product first, then dx (for rows that fit in one
+# tile the second pass re-reads from the L2 cache). lesson 1, section 5 shows the registration.
+
+
+# %%
+@triton.jit
+def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, M, N, stride_ym, stride_dym, stride_dxm,
+                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_TYPE: tl.constexpr = tl.int32):
+    pid = tl.program_id(axis=0)
+    rows = pid.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dot = tl.zeros([BLOCK_M], dtype=tl.float32)               # sum_j dy_j y_j, per row
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        y = tl.load(y_ptr + rows[:, None] * stride_ym + cols[None, :], mask=mask, other=0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0).to(tl.float32)
+        dot += tl.sum(y * dy, axis=1)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)
+        y = tl.load(y_ptr + rows[:, None] * stride_ym + cols[None, :], mask=mask, other=0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0).to(tl.float32)
+        dx = y * (dy - dot[:, None])
+        tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+
+
+@torch.library.triton_op("lessons::softmax", mutates_args=())
+def softmax_op(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
+    return launch(x, long_rows)
+
+
+@torch.library.triton_op("lessons::softmax_backward", mutates_args=())
+def softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """dL/dx = y * (dy - rowsum(dy * y)), for y = softmax(x) and dy = dL/dy."""
+    dy = dy.contiguous()  # rows of y, dy and dx are then all contiguous: column stride 1
+    M, N = y.shape
+    dx = torch.empty_like(y)
+    BLOCK_N = min(next_power_of_2(N), 4096)   # tiles of up to 4096 columns, 4096 elements a program
+    BLOCK_M = max(1, 4096 // BLOCK_N)
+    if M and N:
+        launch_kernel(softmax_backward_kernel, (cdiv(M, BLOCK_M),), None, y, dy, dx, M, N, y.stride(0),
+                      dy.stride(0), dx.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                      INDEX_TYPE=index_type(y, dy, dx), num_warps=8)
+    return dx
+
+
+def keep_output(ctx, inputs, output):
+    ctx.save_for_backward(output)
+
+
+def softmax_grad(ctx, dy):
+    (y,) = ctx.saved_tensors
+    return softmax_backward(dy, y), None
+
+
+softmax_op.register_autograd(softmax_grad, setup_context=keep_output)
+
+
+def grad_check() -> bench.Table:
+    """dL/dx through softmax() against torch's autograd of torch.softmax (common.checks.grad_errors)."""
+    rows = []
+    for dtype in DTYPES:
+        for M, N in [(1, 1), (3, 5), (64, 1000), (7, 4097)]:
+            x = 5 * torch.randn(M, N, device=DEVICE, dtype=dtype)
+            ((ours, theirs),) = grad_errors(softmax, lambda t: torch.softmax(t, dim=1), [x])
+            rows.append((dtype_name(dtype), f"{M} x {N}", ours, theirs, grad_ok(ours, theirs)))
+    return bench.print_table(rows, ["dtype", "shape", "dx: relative error", "torch's, same dtype", "ok"],
+                             floatfmt=".1e", title="Check: softmax's gradient against float64 autograd",
+                             note=GRAD_NOTE)
+
+
+# %% [markdown]
+# ## 8. Fusion seen by the profiler, and the timing table
 
 
 # %%
@@ -431,6 +514,7 @@ def main(argv=None) -> None:
                   lambda: trace_section(trace, __file__, args.child)),
         "tree": ("The reduction tree: rounds, and the shuffles in the PTX", tree),
         "check": ("Check: Triton against torch.softmax in float32", check),
+        "grad": ("Training: softmax's gradient", grad_check),
         "fusion": ("Fusion: traffic and kernels launched",
                    lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=args.compile)),
         "bench": ("Timing", timing),

@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from common import bench, ptx, roofline
-from common.checks import INDEX_ROOM, check_tensors, dtype_name, index_type
-from common.launch import cdiv, next_power_of_2
+from common.checks import GRAD_NOTE, INDEX_ROOM, check_tensors, dtype_name, grad_errors, grad_ok, index_type
+from common.launch import cdiv, launch as launch_kernel, needs_op, next_power_of_2
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         start_lesson, trace_section)
 from common.results import print_recorded
@@ -127,8 +127,8 @@ def launch(x: torch.Tensor, y: torch.Tensor, cols: int) -> None:
     M, N = x.shape
     BLOCK_M, BLOCK_N, num_warps = tile_config(N)
     grid = (cdiv(M, BLOCK_M) * cdiv(N, cols),)
-    row_sum_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                         INDEX_TYPE=offset_type(x, y, cols), num_warps=num_warps)
+    launch_kernel(row_sum_kernel, grid, None, x, y, M, N, x.stride(0), x.stride(1), y.stride(0), cols,
+                  BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INDEX_TYPE=offset_type(x, y, cols), num_warps=num_warps)
 
 
 def offset_type(x: torch.Tensor, y: torch.Tensor, cols: int):
@@ -145,6 +145,13 @@ def row_sum(x: torch.Tensor, splits: int | None = None) -> torch.Tensor:
     (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
     if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
         raise ValueError(f"splits must be a whole number >= 1 (or None), got {splits!r}")
+    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 7)
+        return row_sum_op(x, splits)
+    return sum_rows(x, splits)
+
+
+def sum_rows(x: torch.Tensor, splits: int | None) -> torch.Tensor:
+    """row_sum's launches, for x as row_sum() checked it: one, or two where rows are split."""
     M, N = x.shape
     y = x.new_empty(M)  # as (M, 1): one partial sum per row
     if M == 0 or N == 0:
@@ -333,7 +340,38 @@ def check() -> bench.Table:
 
 
 # %% [markdown]
-# ## 7. Timing against torch.sum(dim=1)
+# ## 7. Training: the gradient of a sum is a broadcast
+# y_i = sum_j x_ij, so dy_i/dx_ij = 1 and dL/dx_ij = dL/dy_i: each row's gradient copied across
+# the row. There is nothing to compute, and nothing to write either: expand() makes an (M, N) view
+# of the M numbers (column stride 0), which autograd hands on as it is. No backward kernel: the
+# registered operator (lesson 1, section 5) only needs the rule.
+
+
+# %%
+@torch.library.triton_op("lessons::row_sum", mutates_args=())
+def row_sum_op(x: torch.Tensor, splits: int | None) -> torch.Tensor:
+    return sum_rows(x, splits)
+
+
+def keep_shape(ctx, inputs, output):
+    ctx.shape = inputs[0].shape
+
+
+row_sum_op.register_autograd(lambda ctx, dy: (dy[:, None].expand(ctx.shape), None), setup_context=keep_shape)
+
+
+def grad_check() -> bench.Table:
+    rows = []
+    for dtype in DTYPES:
+        for M, N in [(1, 1), (5, 12345), (3, 70000)]:
+            ((ours, theirs),) = grad_errors(row_sum, lambda t: t.sum(dim=1), [torch.randn(M, N, device=DEVICE, dtype=dtype)])
+            rows.append((dtype_name(dtype), f"{M} x {N}", ours, theirs, grad_ok(ours, theirs)))
+    return bench.print_table(rows, ["dtype", "shape", "dx: relative error", "torch's, same dtype", "ok"],
+                             floatfmt=".1e", title="Check: row_sum's gradient against float64 autograd", note=GRAD_NOTE)
+
+
+# %% [markdown]
+# ## 8. Timing against torch.sum(dim=1)
 
 
 # %%
@@ -374,7 +412,7 @@ def bench_all(shapes, dtype=torch.float32) -> bench.Table:
 
 
 # %% [markdown]
-# ## 8. Coalescing: the same bytes, read along rows and down columns
+# ## 9. Coalescing: the same bytes, read along rows and down columns
 # A warp's 32 threads load together, and memory answers in 128-byte lines of four 32-byte sectors.
 # When thread t reads element t of a row, the 32 loads of 4 bytes fill one line; when it reads
 # element t of a column (a row apart), they touch 32 lines, a sector of each, and use 4 of its 32
@@ -452,6 +490,7 @@ def main(argv=None) -> None:
         "waves": (f"Programs against SMs ({sm_count()} SMs{', an H200 assumed' if INTERPRET else ''})", waves_section),
         "occupancy": ("Occupancy: programs per SM", occupancy_table),
         "check": ("Check: Triton against a float64 sum", check),
+        "grad": ("Training: row_sum's gradient", grad_check),
         "bench": ("Timing", timing),
         "coalescing": ("Coalescing: along rows and down columns", coalescing),
     }

@@ -121,7 +121,10 @@ def tma_ok(a, b, N) -> bool:
 
 
 def pays(a, b) -> bool:
-    """Does main.matmul() run this kernel for a @ b? Where it can run, from TMA_FROM up."""
+    """Does main.matmul() run this kernel for a @ b? Where it can run, from TMA_FROM up; not while
+    torch.compile traces, whose tensors have no memory to check the alignment of."""
+    if torch.compiler.is_compiling():
+        return False
     M, K = a.shape
     N = b.shape[1]
     return HOPPER and a.dtype != torch.float32 and tma_ok(a, b, N) and M * N * K >= TMA_FROM

@@ -20,6 +20,8 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
+if __name__ == "__main__":  # run as a script: be the module hopper.py imports, not a second copy of it
+    sys.modules.setdefault("lesson04_matmul.main", sys.modules[__name__])
 
 from common.device import DEVICE, INTERPRET, interpretable
 
@@ -29,13 +31,13 @@ import triton
 import triton.language as tl
 
 from common import bench, roofline
-from common.checks import check_tensors, dtype_name, index_type, rel_error
-from common.launch import cdiv, launch as launch_tuned  # the autotuner's pick, remembered
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, index_type, rel_error
+from common.launch import cdiv, launch as launch_tuned, needs_op  # launch_tuned: the autotuner's pick, remembered
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
-from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
+from lesson01_vector_add.main import gelu_backward, gelu_tanh  # lesson 1's GELU, fused here into the epilogue
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = (None, "relu", "gelu")
@@ -312,6 +314,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
         raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
     if tma not in (None, True, False):
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    if needs_op(a, b):  # autograd or torch.compile: through the registered operator (section 9)
+        return matmul_op(a, b, activation, precision, tma)
+    return run(a, b, activation, precision, tma)
+
+
+def run(a, b, activation, precision, tma) -> torch.Tensor:
+    """matmul's kernels, for a and b as matmul() checked them."""
     (M, K), N = a.shape, b.shape[1]
     if M == 0 or N == 0 or K == 0:  # nothing to compute; an empty sum is 0, and relu(0) = gelu(0) = 0
         return torch.zeros((M, N), device=a.device, dtype=a.dtype)
@@ -333,7 +342,7 @@ def reference(a, b, activation=None):
 
 
 # %%
-TINY = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)  # 16 x 16 x 16 tiles, for contrast (section 9)
+TINY = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)  # 16 x 16 x 16 tiles, for contrast (section 10)
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
 
 
@@ -358,7 +367,59 @@ def check() -> bench.Table:
 
 
 # %% [markdown]
-# ## 9. Timing: against cuBLAS, the fused epilogue, and the order of the tiles
+# ## 9. Training: the backward pass is two more matmuls
+# For C = A @ B and a loss L: dL/dA = dL/dC @ B^T (M x N times N x K) and dL/dB = A^T @ dL/dC
+# (K x M times M x N). B^T and A^T are views: the same memory with the strides swapped, and the
+# kernel reads any strides (section 3), so the backward runs the same kernel with no copy.
+# With an activation, C = act(Z) for Z = A @ B, and dL/dZ = dL/dC * act'(Z) comes first:
+# - relu' is 1 where Z > 0, and C > 0 exactly there: C itself tells, no Z needed;
+# - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per
+#   layer for the whole of training; recomputing it costs one more matmul in the backward (as
+#   activation checkpointing does). Then lesson 1's gelu_backward kernel: dL/dZ = dL/dC * gelu'(Z).
+
+
+# %%
+@torch.library.triton_op("lessons::matmul", mutates_args=())
+def matmul_op(a: torch.Tensor, b: torch.Tensor, activation: str | None, precision: str, tma: bool | None) -> torch.Tensor:
+    return run(a, b, activation, precision, tma)
+
+
+def keep_inputs(ctx, inputs, output):
+    a, b, ctx.activation, ctx.precision, _ = inputs
+    ctx.save_for_backward(a, b, output if ctx.activation == "relu" else None)
+
+
+def matmul_grad(ctx, dc):
+    a, b, c = ctx.saved_tensors
+    if ctx.activation == "relu":
+        dc = torch.where(c > 0, dc, 0)
+    elif ctx.activation == "gelu":
+        dc = gelu_backward(dc, matmul_op(a, b, None, ctx.precision, None))  # Z, recomputed
+    da = matmul_op(dc, b.t(), None, ctx.precision, None) if ctx.needs_input_grad[0] else None  # dC @ B^T
+    db = matmul_op(a.t(), dc, None, ctx.precision, None) if ctx.needs_input_grad[1] else None  # A^T @ dC
+    return da, db, None, None, None
+
+
+matmul_op.register_autograd(matmul_grad, setup_context=keep_inputs)
+
+
+def grad_check() -> bench.Table:
+    rows = []
+    for dtype in DTYPES:
+        for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255)]:
+            a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
+            for act in ACTIVATIONS:
+                errs = grad_errors(lambda a, b, activation: matmul(a, b, activation, precision="ieee"), reference,
+                                   [a, b], activation=act)
+                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", act or "-",
+                             *(f"{e:.1e} ({t:.1e})" for e, t in errs), all(grad_ok(e, t) for e, t in errs)))
+    return bench.print_table(rows, ["dtype", "M x N x K", "activation", "dA", "dB", "ok"],
+                             title="Check: matmul's gradients against float64 autograd", note=GRAD_NOTE +
+                             " float32 multiplies in full precision here (precision='ieee'), as torch's does.")
+
+
+# %% [markdown]
+# ## 10. Timing: against cuBLAS, the fused epilogue, and the order of the tiles
 
 
 # %%
@@ -439,6 +500,7 @@ def main(argv=None) -> None:
                   lambda: trace_section(trace, __file__, args.child)),
         "order": ("The order of the tiles", order_demo),
         "check": ("Check: against float64", check),
+        "grad": ("Training: matmul's gradients", grad_check),
         "bench": ("Timing", timing),
         "library": ("torch.matmul's kernel for each shape (library.py)",
                     lambda: library.kernels_by_shape(matmul, sys.modules[__name__], hopper)),

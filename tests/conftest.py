@@ -11,8 +11,7 @@ from common.device import DEVICE, INTERPRET, ROOT  # noqa: F401  (before triton)
 
 
 def assert_matches(out: torch.Tensor, ref: torch.Tensor) -> None:
-    """torch's default tolerances for the dtype (bf16: 2 of its 8-bit steps). The interpreter rounds
-    float32 -> bfloat16 toward zero, a GPU to nearest, so bf16 can differ by one step there."""
+    """torch's default tolerances for the dtype (bf16: 2 of its 8-bit steps)."""
     assert out.dtype == ref.dtype and out.shape == ref.shape
     torch.testing.assert_close(out, ref)
 
