@@ -19,6 +19,8 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
+if __name__ == "__main__":  # run as a script: be the module tuning.py imports, not a second copy of it
+    sys.modules.setdefault("lesson05_flash_attention.main", sys.modules[__name__])
 
 from common.device import DEVICE, INTERPRET, interpretable
 
@@ -29,11 +31,12 @@ import triton.language as tl
 
 from common import bench, roofline
 from common.checks import check_tensors, dtype_name, index_type, rel_error
-from common.launch import cdiv, launch as launch_tuned  # the autotuner's pick, remembered
+from common.launch import cdiv, launch as launch_tuned, needs_op  # launch_tuned: the autotuner's pick, remembered
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
+from lesson05_flash_attention import backward  # the backward pass, in the lesson's second part
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -167,6 +170,7 @@ def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len
 @triton.jit
 def attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,
+    lse_ptr,                                            # L per query row, (B, H, seq), for the backward
     sm_scale, H, seq_len,                               # heads, sequence length
     stride_qb, stride_qh, stride_qn, stride_qd,         # strides of q, in elements
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -217,6 +221,9 @@ def attention_kernel(
                            full_end, masked_end, BLOCK_N=BLOCK_N, MASKED=True, CAUSAL=CAUSAL,
                            INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
     out = acc / l_i[:, None]                    # the normalisation, once, at the end
+    # For the backward (backward.py): L = m + log2(l), the log of the softmax's sum in base 2, from
+    # which exp2(scores - L) gives back any tile of probabilities. One float per row.
+    tl.store(lse_ptr + pid_bh.to(INDEX_TYPE) * seq_len + rows, m_i + tl.log2(l_i), mask=rows < seq_len)
     if TRACE:
         show("output", out)
     tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + dims[None, :] * stride_od,
@@ -254,11 +261,12 @@ attention_kernel_tuned = triton.autotune(CONFIGS, key=["seq_len", "HEAD_DIM", "C
                                          )(attention_kernel)
 
 
-def launch(kernel, q, k, v, causal, sm_scale, **meta) -> torch.Tensor:
-    """o = attention(q, k, v) by `kernel`: attention_kernel with block sizes in `meta`, or the
-    autotuned one. One program per block of query rows per (batch, head)."""
+def launch(kernel, q, k, v, causal, sm_scale, **meta) -> tuple[torch.Tensor, torch.Tensor]:
+    """o = attention(q, k, v) and its L per row, by `kernel`: attention_kernel with block sizes in
+    `meta`, or the autotuned one. One program per block of query rows per (batch, head)."""
     B, H, seq_len, D = q.shape
     o = q.new_empty(q.shape)
+    lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
     # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -268,9 +276,9 @@ def launch(kernel, q, k, v, causal, sm_scale, **meta) -> torch.Tensor:
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
         return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
 
-    launch_tuned(kernel, grid, (seq_len, D, causal, q.dtype), q, k, v, o, sm_scale, H, seq_len, *q.stride(),
+    launch_tuned(kernel, grid, (seq_len, D, causal, q.dtype), q, k, v, o, lse, sm_scale, H, seq_len, *q.stride(),
                  *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, **meta)
-    return o
+    return o, lse
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
@@ -289,9 +297,36 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
-    if B * H * seq_len == 0:
-        return torch.empty(q.shape, device=q.device, dtype=q.dtype)
-    return launch(attention_kernel_tuned, q, k, v, bool(causal), sm_scale)
+    if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
+        return attention_op(q, k, v, causal, sm_scale)[0]
+    return run(q, k, v, causal, sm_scale)[0]
+
+
+def run(q, k, v, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    if q.numel() == 0:
+        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+    return launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
+
+
+# Training (lesson 1, section 5, registers an operator; backward.py holds the backward's kernels).
+# The operator returns L beside O: autograd keeps both (and q, k, v) for the backward.
+@torch.library.triton_op("lessons::attention", mutates_args=())
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                 sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return run(q, k, v, causal, sm_scale)
+
+
+def keep_for_backward(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.sm_scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+
+
+def attention_grad(ctx, do, dlse):  # dlse: L is an output too, but nothing differentiates through it
+    q, k, v, o, lse = ctx.saved_tensors
+    return *backward.attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
+
+
+attention_op.register_autograd(attention_grad, setup_context=keep_for_backward)
 
 
 # %% [markdown]
@@ -315,7 +350,7 @@ def trace() -> None:
     k[0, 0, :, 0] = scores
     k[0, 0, :, 1] = torch.tensor([0.0, 1, 2, 0, 1, 0, 1, 2])
     v = values.reshape(1, 1, 8, 2).to(DEVICE)
-    o = launch(attention_kernel, q, k, v, False, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
+    o, _ = launch(attention_kernel, q, k, v, False, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
     ref = attention_standard(q, k, v, sm_scale=1.0)
     print(f"kernel output row 0 = {o[0, 0, 0].tolist()}, standard attention: {ref[0, 0, 0].tolist()}; "
           f"max |difference| over all rows = {(o - ref).abs().max().item():.1e}")
@@ -323,9 +358,13 @@ def trace() -> None:
     print("\nCausal, the same problem: query block 0 stops after key block 0 (block 1 lies wholly")
     print("above the diagonal and is skipped); query block 1 takes key block 0 unmasked, then block 1")
     print("masked, where the scores of later keys are -inf.")
-    oc = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
+    oc, _ = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
     refc = attention_standard(q, k, v, causal=True, sm_scale=1.0)
     print(f"causal: max |difference| from standard attention = {(oc - refc).abs().max().item():.1e}")
+
+    print("\nThe backward (backward.py), the same problem, causal, with dO = 1 everywhere: the key")
+    print("blocks' kernel first (dK, dV), then the query blocks' (dQ); torch's autograd beside them.")
+    backward.trace(q, k, v, attention_standard)
 
 
 # %% [markdown]
@@ -438,6 +477,7 @@ def main(argv=None) -> None:
             from lesson05_flash_attention import tuning  # the sweep, in the lesson's second file
 
             tuning.bench_configs()
+            backward.bench_configs()
         else:  # a sweep of minutes on a GPU; the interpreter ignores num_warps and num_stages
             print_recorded(__file__, "Block sizes", keep=lambda row: row["causal"] == "False")
 
@@ -445,6 +485,8 @@ def main(argv=None) -> None:
         bench_all(args.seqs or sizes(args, SIZES), shapes=sizes(args, SHAPES),
                   dtypes=(torch.float32,) if INTERPRET else (torch.float16, torch.bfloat16) if args.full
                   else (torch.float16,))
+        backward.bench_backward(args.seqs or ([4096, 16384] if args.full else sizes(args, SIZES)), sizes(args, SHAPES),
+                                torch.float32 if INTERPRET else torch.float16)
         if INTERPRET:  # beside the interpreter's numbers, the H200's
             print_recorded(__file__, "Timing", keep=lambda row: row["dtype"] == "float16" and row["seq"] == "4096"
                            and row["causal"] == "True")
@@ -469,6 +511,7 @@ def main(argv=None) -> None:
                   lambda: trace_section(trace, __file__, args.child)),
         "memory": ("Memory", lambda: memory_table([1024, 4096, 8192, 16384, 32768] if args.full else [1024, 4096, 16384])),
         "check": ("Check: against float64 standard attention", check),
+        "grad": ("Training: the gradients (backward.py)", backward.grad_check),
         "configs": ("Block sizes, side by side", configs),
         "bench": ("Timing", timing),
     }

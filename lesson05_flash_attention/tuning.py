@@ -47,11 +47,12 @@ def host_cases() -> dict:
     (lesson 1, "What a launch costs")."""
     B, H, seq, D = 4, 16, 1024, 128
     q, k, v, o = torch.randn(4, B, H, seq, D, device=DEVICE, dtype=torch.float16)
+    lse = torch.empty(B, H, seq, device=DEVICE)
     config = GPU_CONFIGS[0].all_kwargs()
     grid = (cdiv(seq, config["BLOCK_M"]) * B * H,)
     return {f"SDPA ({B} x {H} x {seq} x {D} float16)": lambda: F.scaled_dot_product_attention(q, k, v),
             "attention_kernel[grid](...) alone, arguments ready": lambda: attention_kernel[grid](
-                q, k, v, o, 0.125, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D,
+                q, k, v, o, lse, 0.125, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D,
                 CAUSAL=False, INPUT_PRECISION="tf32", INDEX_TYPE=tl.int32, **config),
             "attention(q, k, v)": lambda: attention(q, k, v),
             "attention(q, k, v, causal=True)": lambda: attention(q, k, v, causal=True)}

@@ -1,0 +1,355 @@
+"""Lesson 5, second part: the backward pass (FlashAttention-2's), for training.
+
+The forward wrote O and, per query row, one more number: L, the log of the softmax's sum (in base
+2 and with the max folded in: L = m + log2(l)). From Q, K and L any tile of P comes back exactly:
+P = exp2(q k^T * qk_scale - L), no running max, no rescaling. So the backward, like the forward,
+never holds the seq x seq matrices. With dO = dL/dO (the gradient arriving from above):
+
+    dV = P^T dO                      dP = dO V^T
+    dS = P * (dP - D), D = rowsum(dO * O)   (softmax's backward, lesson 2: rowsum(dP * P) = D)
+    dQ = dS K * sm_scale             dK = dS^T Q * sm_scale
+
+dK and dV sum over query rows, dQ over keys. A program that owned a block of queries would have
+to add into dK and dV from every program at once (atomics, in a fixed order or not); so, as
+FlashAttention-2 does, two kernels: one program per block of KEYS walks the query blocks and
+owns its dK, dV; one program per block of QUERIES walks the key blocks and owns its dQ. Each
+recomputes P for its tiles (the exp2s twice over: the price of not storing P). Before them, a
+small kernel computes D.
+
+Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
+diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
+"""
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from common import bench
+from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok, index_type
+from common.device import DEVICE, INTERPRET, interpretable
+from common.launch import cdiv, launch as launch_tuned
+from common.trace import show
+
+LOG2E = tl.constexpr(1.4426950408889634)
+
+
+@triton.jit
+def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
+                      INDEX_TYPE: tl.constexpr = tl.int32):
+    """D = rowsum(dO * O), one number per query row, in fp32."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    bh = tl.program_id(1).to(INDEX_TYPE)
+    dims = tl.arange(0, HEAD_DIM)
+    offsets = bh * seq_len * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]  # contiguous (B, H, seq, D)
+    o = tl.load(o_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh * seq_len + rows, tl.sum(o * do, axis=1), mask=rows < seq_len)
+
+
+@triton.jit
+def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, hi,
+                BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                INPUT_PRECISION: tl.constexpr, TRACE: tl.constexpr):
+    """Add query blocks lo..hi into one key block's dk, dv ([BLOCK_N, HEAD_DIM], fp32). The pointers
+    address row 0 of this (batch, head); everything is computed transposed, keys down."""
+    dims = tl.arange(0, HEAD_DIM)
+    for start_m in range(lo, hi, BLOCK_M):
+        rows = start_m + tl.arange(0, BLOCK_M)             # the query rows of this block
+        if MASKED:  # rows past the end: q = dO = 0, and P^T is zeroed below
+            q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
+            do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
+            lse = tl.load(lse_ptr + rows, mask=rows < seq_len, other=0.0)
+            delta = tl.load(delta_ptr + rows, mask=rows < seq_len, other=0.0)
+        else:
+            q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :])
+            do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :])
+            lse = tl.load(lse_ptr + rows)
+            delta = tl.load(delta_ptr + rows)
+        # P^T, recomputed: [BLOCK_N, BLOCK_M], exactly the forward's probabilities (L folds in m and l)
+        pT = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse[None, :])
+        if MASKED:
+            keep = rows[None, :] < seq_len
+            if CAUSAL:
+                keep = keep & (keys[:, None] <= rows[None, :])  # query i sees keys j <= i
+            pT = tl.where(keep, pT, 0.0)
+        dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)            # dV += P^T dO
+        dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)                # dP^T = V dO^T
+        dsT = pT * (dpT - delta[None, :])                                             # dS^T
+        dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)            # dK += dS^T Q (scaled later)
+        if TRACE:
+            show("query block", start_m // BLOCK_M, indent=2)
+            show("P^T (keys down, queries across)", pT)
+            show("dS^T", dsT)
+            show("dV so far", dv)
+            show("dK so far (before * sm_scale)", dk)
+    return dk, dv
+
+
+@triton.jit
+def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, sm_scale, seq_len,
+                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
+                TRACE: tl.constexpr = False):
+    """One program per block of BLOCK_N keys of one (batch, head): its rows of dK and dV."""
+    tl.static_assert(BLOCK_N % BLOCK_M == 0)  # so the causal diagonal ends on a query-block boundary
+    start_n = tl.program_id(0) * BLOCK_N
+    bh = tl.program_id(1).to(INDEX_TYPE)
+    base = bh * seq_len * HEAD_DIM                         # every tensor is contiguous (B, H, seq, D)
+    q_ptr, k_ptr, v_ptr, do_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base
+    lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
+    keys = start_n + tl.arange(0, BLOCK_N)
+    dims = tl.arange(0, HEAD_DIM)
+    # Keys past the end load as 0; their rows of dk, dv are never stored.
+    k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
+    v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
+    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * LOG2E
+    # Three stages: the diagonal (causal: queries start_n .. start_n + BLOCK_N, masked), the whole
+    # query blocks below it (no mask), the ragged last block (masked). Not causal: no diagonal.
+    if CAUSAL:
+        lo, mid = start_n, start_n + BLOCK_N
+    else:
+        lo, mid = 0, 0
+    full_end = (seq_len // BLOCK_M) * BLOCK_M
+    if TRACE:
+        show("program (key block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, mid,
+                         BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, mid, full_end,
+                         BLOCK_M, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale,
+                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, TRACE)
+    offsets = base + keys[:, None] * HEAD_DIM + dims[None, :]
+    tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
+    tl.store(dv_ptr + offsets, dv.to(dv_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
+
+
+@triton.jit
+def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, seq_len, qk_scale, lo, hi, BLOCK_N: tl.constexpr,
+              HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+    """Add key blocks lo..hi into one query block's dq ([BLOCK_M, HEAD_DIM], fp32)."""
+    dims = tl.arange(0, HEAD_DIM)
+    for start_n in range(lo, hi, BLOCK_N):
+        keys = start_n + tl.arange(0, BLOCK_N)
+        if MASKED:
+            k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
+            v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
+        else:
+            k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :])
+            v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :])
+        p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale - lse[:, None])
+        if MASKED:
+            keep = keys[None, :] < seq_len
+            if CAUSAL:
+                keep = keep & (keys[None, :] <= rows[:, None])
+            p = tl.where(keep, p, 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)                 # dP = dO V^T
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=INPUT_PRECISION)             # dQ += dS K (scaled later)
+    return dq
+
+
+@triton.jit
+def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale, seq_len,
+              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+              INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
+              TRACE: tl.constexpr = False):
+    """One program per block of BLOCK_M queries of one (batch, head): its rows of dQ. The stages
+    are the forward's: whole key blocks below the diagonal (or all whole ones), then the rest, masked."""
+    tl.static_assert(BLOCK_M % BLOCK_N == 0)
+    start_m = tl.program_id(0) * BLOCK_M
+    bh = tl.program_id(1).to(INDEX_TYPE)
+    base = bh * seq_len * HEAD_DIM
+    rows = start_m + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, HEAD_DIM)
+    offsets = base + rows[:, None] * HEAD_DIM + dims[None, :]
+    q = tl.load(q_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)
+    do = tl.load(do_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)
+    lse = tl.load(lse_ptr + bh * seq_len + rows, mask=rows < seq_len, other=0.0)
+    delta = tl.load(delta_ptr + bh * seq_len + rows, mask=rows < seq_len, other=0.0)
+    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    qk_scale = sm_scale * LOG2E
+    if CAUSAL:
+        full_end, masked_end = start_m, tl.minimum(start_m + BLOCK_M, seq_len)
+    else:
+        full_end, masked_end = (seq_len // BLOCK_N) * BLOCK_N, seq_len
+    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, 0, full_end,
+                   BLOCK_N, HEAD_DIM, False, CAUSAL, INPUT_PRECISION)
+    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, full_end, masked_end,
+                   BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION)
+    if TRACE:
+        show("program (query block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
+        show("dQ", dq * sm_scale)
+    tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
+
+
+# Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x HEAD_DIM
+# fp32), beside K and V, so the key block is the size to keep modest at head_dim 128; the query
+# blocks stream past it. The dQ kernel is the forward's shape. RESULTS.md, "Backward block sizes",
+# times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
+DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                for bm, bn, w, s in [(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (32, 64, 4, 2)]]
+DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+              for bm, bn, w, s in [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]]
+if INTERPRET:
+    DKDV_CONFIGS = DQ_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
+
+
+def small_problems_untuned(configs, named_args, **kwargs):
+    """As the forward's: every configuration from 2^30 B H seq^2 head_dim up, else the last."""
+    big = named_args["q_ptr"].numel() * named_args["seq_len"] >= 2**30
+    return configs if big else configs[-1:]
+
+
+PRUNE = {"early_config_prune": small_problems_untuned}
+KEY = ["seq_len", "HEAD_DIM", "CAUSAL"]
+dkdv_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dkdv_kernel)
+dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_kernel)
+
+
+def launch(do, q, k, v, o, lse, causal: bool, sm_scale: float, dkdv=dkdv_kernel_tuned, dq=dq_kernel_tuned,
+           dkdv_meta=None, dq_meta=None) -> tuple:
+    """dq, dk, dv for attention's output o (with its lse) and the gradient do. The kernels read
+    contiguous tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
+    B, H, seq_len, D = q.shape
+    dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
+    if q.numel() == 0:
+        return dq_out, dk_out, dv_out
+    q, k, v, do = (interpretable(t.contiguous()) for t in (q, k, v, do))
+    o = interpretable(o)
+    delta = torch.empty_like(lse)
+    index = index_type(q, k, v, do, o)
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    launch_tuned(preprocess_kernel, (cdiv(seq_len, 64), B * H), None, o, do, delta, seq_len, HEAD_DIM=D,
+                 BLOCK_M=64, INDEX_TYPE=index)
+    key = (seq_len, D, causal, q.dtype)
+    launch_tuned(dkdv, lambda meta: (cdiv(seq_len, meta["BLOCK_N"]), B * H), key, q, k, v, do, lse, delta,
+                 dk_out, dv_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision,
+                 INDEX_TYPE=index, **(dkdv_meta or {}))
+    launch_tuned(dq, lambda meta: (cdiv(seq_len, meta["BLOCK_M"]), B * H), key, q, k, v, do, lse, delta,
+                 dq_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision,
+                 INDEX_TYPE=index, **(dq_meta or {}))
+    return dq_out, dk_out, dv_out
+
+
+@torch.library.triton_op("lessons::attention_backward", mutates_args=())
+def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                       lse: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv): the gradients of attention for dO = do (main.attention's operator calls it)."""
+    return launch(do, q, k, v, o, lse, causal, sm_scale)
+
+
+def trace(q, k, v, standard) -> dict:
+    """The backward on main.trace()'s tiny problem (seq 8, head_dim 2, blocks of 4, causal, sm_scale 1,
+    dO = 1), from inside the kernels, then the same gradients from torch's autograd."""
+    from lesson05_flash_attention.main import attention_kernel, launch as forward
+
+    o, lse = forward(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
+    do = torch.ones_like(o)
+    print("D = rowsum(dO * O), per query row:", [round(x, 4) for x in (do * o).sum(-1).flatten().tolist()])
+    grads = launch(do, q, k, v, o, lse, True, 1.0, dkdv_kernel, dq_kernel, dict(BLOCK_M=4, BLOCK_N=4, TRACE=True),
+                   dict(BLOCK_M=4, BLOCK_N=4, TRACE=True))
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    standard(*leaves, causal=True, sm_scale=1.0).backward(do.double())
+    for name, ours, leaf in zip(("dQ", "dK", "dV"), grads, leaves):
+        print(f"{name}: kernel {[[round(x, 4) for x in row] for row in ours[0, 0].tolist()]}")
+        print(f"    autograd {[[round(x, 4) for x in row] for row in leaf.grad[0, 0].tolist()]}, "
+              f"max |difference| {(ours.double() - leaf.grad).abs().max().item():.1e}")
+    return {name: leaf.grad for name, leaf in zip(("dq", "dk", "dv"), leaves)}
+
+
+def grad_check() -> bench.Table:
+    """dQ, dK, dV through main.attention against torch's autograd of standard attention in float64,
+    on awkward sizes: one row, lengths that are not a multiple of any block, causal and not."""
+    from lesson05_flash_attention.main import DTYPES, attention, attention_standard
+
+    rows = []
+    for dtype in DTYPES:
+        for B, H, seq, D in [(1, 1, 1, 64), (2, 3, 50, 32), (1, 2, 129, 64)]:
+            q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
+            for causal in (False, True):
+                errs = grad_errors(attention, attention_standard, [q, k, v], causal=causal)
+                rows.append((dtype_name(dtype), f"{B} x {H} x {seq} x {D}", causal,
+                             *(f"{e:.1e} ({t:.1e})" for e, t in errs), all(grad_ok(e, t) for e, t in errs)))
+    return bench.print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "dQ", "dK", "dV", "ok"],
+                             title="Check: attention's gradients against float64 autograd",
+                             note=GRAD_NOTE + " torch's: standard attention (section 1) in the inputs' dtype.")
+
+
+def sdpa(backend):
+    """PyTorch's scaled_dot_product_attention with one backend forced (FLASH_ATTENTION is
+    FlashAttention-2; CUDNN_ATTENTION, on Hopper, cuDNN's kernels in FlashAttention-3's style)."""
+    from torch.nn.attention import sdpa_kernel
+
+    def run(q, k, v, causal):
+        with sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    return run
+
+
+def bench_backward(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtype=torch.float16) -> bench.Table:
+    """Forward and backward side by side: main.attention against SDPA's FlashAttention-2 and cuDNN
+    backends. The backward is the time of the gradient call, torch.autograd.grad(o, (q, k, v), dO)."""
+    from torch.nn.attention import SDPBackend
+
+    from lesson05_flash_attention.main import attention
+
+    impls = {"Triton flash": attention}
+    if INTERPRET:
+        impls["SDPA default"] = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    else:
+        impls |= {"SDPA flash backend": sdpa(SDPBackend.FLASH_ATTENTION), "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION)}
+    rows = []
+    for B, H, D in shapes:
+        for seq in seqs:
+            for causal in (False, True):
+                q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
+                do = torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype)
+                outs = {name: fn(q, k, v, causal) for name, fn in impls.items()}
+                forward = bench.side_by_side({name: (lambda fn=fn: fn(q, k, v, causal)) for name, fn in impls.items()})
+                backward = bench.side_by_side({name: (lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
+                                               for name, o in outs.items()})
+                flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
+                ref = backward.get("SDPA flash backend")
+                for name in impls:
+                    rows.append((f"{B} x {H} x {D}", seq, causal, name, forward[name] * 1e3, backward[name] * 1e3)
+                                + (() if INTERPRET else (bench.tflops(flops, forward[name]),
+                                                         bench.tflops(2.5 * flops, backward[name]), ref / backward[name])))
+                del q, k, v, do, outs
+    note = f"{bench.stamp()}. {dtype_name(dtype)}. {bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE}"
+    headers = ["B x H x head_dim", "seq", "causal", "implementation", "forward µs", "backward µs"]
+    if INTERPRET:
+        headers[-2:] = ["forward, interpreter µs", "backward, interpreter µs"]
+    else:
+        headers += ["forward TFLOP/s", "backward TFLOP/s", "backward x SDPA flash"]
+        note += (" TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls "
+                 "to the forward's two); 'backward x SDPA flash': the SDPA flash backend's backward time over this one's.")
+    return bench.print_table(rows, headers, title="Forward and backward against SDPA's backends", note=note)
+
+
+def bench_configs(seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), dtype=torch.float16) -> bench.Table:
+    """Every candidate block size of the two backward kernels, timed side by side (the autotuner's
+    job done by hand; its lists are DKDV_CONFIGS and DQ_CONFIGS)."""
+    from lesson05_flash_attention.main import attention_kernel_tuned, launch as forward
+
+    rows = []
+    for B, H, D in shapes:
+        q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
+        for causal in (False, True):
+            o, lse = forward(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
+            for kind, configs in (("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS)):
+                def run(config):
+                    meta = dict(config.all_kwargs())
+                    kernels = dict(dkdv=dkdv_kernel, dkdv_meta=meta) if kind == "dK, dV" else dict(dq=dq_kernel, dq_meta=meta)
+                    return lambda: launch(do, q, k, v, o, lse, causal, D ** -0.5, **kernels)
+                times = bench.side_by_side({config: run(config) for config in configs})
+                best = min(times.values())
+                for config, ms in times.items():
+                    rows.append((D, causal, kind, f"{config.kwargs['BLOCK_M']} x {config.kwargs['BLOCK_N']}",
+                                 config.num_warps, config.num_stages, ms * 1e3, 100 * best / ms))
+    return bench.print_table(rows, ["head_dim", "causal", "kernel varied", "BLOCK_M x BLOCK_N", "num_warps",
+                                    "num_stages", "whole backward µs", "% of best"],
+                             title=f"Backward block sizes, seq {seq}, {dtype_name(dtype)}",
+                             note="Each row times the whole backward (preprocess, dK/dV, dQ) with one kernel's "
+                                  f"configuration varied; the other kernel is autotuned.{bench.SIDE_BY_SIDE_NOTE}")

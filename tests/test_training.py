@@ -1,0 +1,71 @@
+"""Training: every public function is a PyTorch operator with a backward. Gradients against
+torch's autograd in float64 (the lessons' grad checks, awkward shapes included), the backward
+trace's numbers, the operator taken only where needed, and torch.compile(fullgraph=True) of a
+small model that calls every op (GPU only: the interpreter's kernels cannot be compiled)."""
+import pytest
+import torch
+
+from conftest import DEVICE, INTERPRET
+from common.checks import grad_errors, grad_ok
+from lesson01_vector_add.main import add, gelu, grad_check as grad_check01
+from lesson02_softmax.main import grad_check as grad_check02, softmax
+from lesson03_rowsum.main import grad_check as grad_check03, row_sum
+from lesson04_matmul.main import grad_check as grad_check04, matmul
+from lesson05_flash_attention import backward
+from lesson05_flash_attention.main import attention, attention_standard
+
+
+@pytest.mark.parametrize("grad_check", [grad_check01, grad_check02, grad_check03, grad_check04, backward.grad_check])
+def test_every_lessons_gradients_match_float64(grad_check):
+    assert all(grad_check().column("ok"))
+
+
+@pytest.mark.parametrize("head_dim", [16, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_gradients_other_head_dims_and_views(head_dim, causal):
+    # (B, seq, H, D) memory seen as (B, H, seq, D): the backward copies such views once
+    q, k, v = (torch.randn(2, 37, 3, head_dim, device=DEVICE).transpose(1, 2) for _ in range(3))
+    errs = grad_errors(attention, attention_standard, [q, k, v], causal=causal)
+    assert all(grad_ok(ours, theirs) for ours, theirs in errs), errs
+
+
+def test_the_backward_trace_matches_autograd():
+    from lesson05_flash_attention import main
+
+    q, k, v = (torch.randn(1, 1, 8, 2, device=DEVICE) for _ in range(3))
+    exact = backward.trace(q, k, v, main.attention_standard)
+    o, lse = main.launch(main.attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
+    ours = backward.launch(torch.ones_like(o), q, k, v, o, lse, True, 1.0, backward.dkdv_kernel, backward.dq_kernel,
+                           dict(BLOCK_M=4, BLOCK_N=4), dict(BLOCK_M=4, BLOCK_N=4))
+    for name, grad in zip(("dq", "dk", "dv"), ours):
+        torch.testing.assert_close(grad.double(), exact[name], atol=1e-5, rtol=1e-5)
+
+
+def test_the_operator_only_where_autograd_needs_it():
+    x = torch.randn(4, 8, device=DEVICE)
+    assert softmax(x).grad_fn is None  # nothing requires grad: the launcher ran directly
+    y = softmax(x.requires_grad_())
+    assert "lessons::softmax" in type(y.grad_fn).__name__ or y.grad_fn is not None
+    with torch.no_grad():
+        assert softmax(x).grad_fn is None
+
+
+@pytest.mark.skipif(INTERPRET, reason="torch.compile generates GPU code; the interpreter's kernels cannot be compiled")
+def test_torch_compile_fullgraph_model_with_every_op():
+    torch._dynamo.reset()
+
+    def model(x, w1, w2, q, k, v):
+        h = matmul(x, w1, activation="gelu")          # (64, 128)
+        h = add(h, gelu(h))
+        p = softmax(matmul(h, w2))                    # (64, 32)
+        o = attention(q, k, v, causal=True)
+        return row_sum(p).sum() + row_sum(o.flatten(0, 2).float()).sum()
+
+    inputs = [torch.randn(64, 96, device=DEVICE), torch.randn(96, 128, device=DEVICE) / 10,
+              torch.randn(128, 32, device=DEVICE) / 10] + [torch.randn(2, 2, 64, 64, device=DEVICE) for _ in range(3)]
+    eager = [x.clone().requires_grad_() for x in inputs]
+    model(*eager).backward()
+    compiled = [x.clone().requires_grad_() for x in inputs]
+    torch.compile(model, fullgraph=True)(*compiled).backward()  # fullgraph: a graph break is an error
+    for a, b in zip(compiled, eager):
+        torch.testing.assert_close(a.grad, b.grad, atol=2e-3, rtol=2e-3)
