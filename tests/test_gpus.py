@@ -15,6 +15,7 @@ from lesson02_softmax.main import one_pass_settings
 from lesson03_rowsum.main import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import GPU_CONFIGS as MATMUL_CONFIGS
+from lesson05_flash_attention.backward import DKDV_CONFIGS, DQ_CONFIGS
 from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS
 
 
@@ -76,10 +77,19 @@ def jobs_for(arch: int) -> dict:
     for dtype, config, causal, must_fit in (("fp16", ATTENTION_CONFIGS[0], False, False),
                                             ("fp32", ATTENTION_CONFIGS[-1], True, True)):
         job = dict(module=l5, kernel="attention_kernel",
-                   signature={**pointers(dtype, "q_ptr", "k_ptr", "v_ptr", "o_ptr"), **attention_args},
+                   signature={**pointers(dtype, "q_ptr", "k_ptr", "v_ptr", "o_ptr"), "lse_ptr": "*fp32", **attention_args},
                    divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "o_ptr"), **from_config(config))
         job["constexprs"].update(HEAD_DIM=128, CAUSAL=causal, INPUT_PRECISION="ieee" if dtype == "fp32" else "tf32")
         jobs[f"attention_kernel, {dtype}, head_dim 128, causal {causal}, {config}", must_fit] = job
+    backward_args = {**pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", "seq_len": "i32"}
+    for kernel, configs, outputs in (("dkdv_kernel", DKDV_CONFIGS, ("dk_ptr", "dv_ptr")), ("dq_kernel", DQ_CONFIGS, ("dq_ptr",))):
+        for dtype, config, must_fit in (("fp32", configs[-1], True),):  # the configuration small problems get
+            job = dict(module="lesson05_flash_attention.backward", kernel=kernel,
+                       signature={**pointers(dtype, "q_ptr", "k_ptr", "v_ptr", "do_ptr"), **backward_args,
+                                  **pointers(dtype, *outputs)},
+                       divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr"), **from_config(config))
+            job["constexprs"].update(HEAD_DIM=128, CAUSAL=True, INPUT_PRECISION="ieee" if dtype == "fp32" else "tf32")
+            jobs[f"{kernel}, {dtype}, head_dim 128, {config}", must_fit] = job
     if arch >= 90:  # TMA came with Hopper: compiled where it exists, then the launcher's rule is checked
         BM, BN, BK = (SMALLEST_TMA.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
         jobs[f"matmul_kernel_tma, fp16, {SMALLEST_TMA}", False] = dict(
