@@ -113,7 +113,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
         lo, mid = 0, 0
     full_end = (seq_len // BLOCK_M) * BLOCK_M
     if TRACE:
-        show("program (key block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
+        show("dK, dV program (key block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, mid,
                          BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, TRACE)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, mid, full_end,
@@ -179,7 +179,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, full_end, masked_end,
                    BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION)
     if TRACE:
-        show("program (query block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
+        show("dQ program (query block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
         show("dQ", dq * sm_scale)
     tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
 
@@ -188,10 +188,10 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # fp32), beside K and V, so the key block is the size to keep modest at head_dim 128; the query
 # blocks stream past it. The dQ kernel is the forward's shape. RESULTS.md, "Backward block sizes",
 # times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
-DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                for bm, bn, w, s in [(64, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3), (32, 64, 4, 2)]]
+DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # the last fits a T4
+                for bm, bn, w, s in [(64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]]  # in fp32
 DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-              for bm, bn, w, s in [(128, 64, 8, 3), (128, 32, 4, 3), (64, 64, 4, 3), (64, 32, 4, 2)]]
+              for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
 if INTERPRET:
     DKDV_CONFIGS = DQ_CONFIGS = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
 
@@ -253,9 +253,9 @@ def trace(q, k, v, standard) -> dict:
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
     standard(*leaves, causal=True, sm_scale=1.0).backward(do.double())
     for name, ours, leaf in zip(("dQ", "dK", "dV"), grads, leaves):
-        print(f"{name}: kernel {[[round(x, 4) for x in row] for row in ours[0, 0].tolist()]}")
-        print(f"    autograd {[[round(x, 4) for x in row] for row in leaf.grad[0, 0].tolist()]}, "
-              f"max |difference| {(ours.double() - leaf.grad).abs().max().item():.1e}")
+        print(f"{name}: kernel   {[[round(x, 4) for x in row] for row in ours[0, 0].tolist()]}")
+        print(f"    autograd {[[round(x, 4) for x in row] for row in leaf.grad[0, 0].tolist()]}")
+        show(f"max |{name} - autograd's|", (ours.double() - leaf.grad).abs().max().item(), indent=4)
     return {name: leaf.grad for name, leaf in zip(("dq", "dk", "dv"), leaves)}
 
 

@@ -101,6 +101,11 @@ def test_trace_online_softmax_and_kernel(traced):
     assert log["program (query block, batch x head)"] == [[0, 0], [1, 0], [0, 0], [1, 0]]
     assert log["key block"] == [0, 1, 0, 1, 0, 0, 1]
     assert log["scores (natural units)"][-1][0][1] == float("-inf")  # key 5 is after query 4: masked
+    # the backward, causal: key block 0 takes query block 0 (its diagonal) then 1; key block 1 only 1
+    assert log["dK, dV program (key block, batch x head)"] == [[0, 0], [1, 0]]
+    assert log["query block"] == [0, 1, 1]
+    assert log["dQ program (query block, batch x head)"] == [[0, 0], [1, 0]]
+    assert all(log[f"max |{name} - autograd's|"][0] < 1e-5 for name in ("dQ", "dK", "dV"))
 
 
 def test_check_passes():

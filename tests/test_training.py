@@ -29,16 +29,20 @@ def test_attention_gradients_other_head_dims_and_views(head_dim, causal):
     assert all(grad_ok(ours, theirs) for ours, theirs in errs), errs
 
 
-def test_the_backward_trace_matches_autograd():
+@pytest.mark.skipif(not INTERPRET, reason="blocks of 4 are below tl.dot's 16 on a GPU (the trace runs interpreted)")
+def test_the_backward_in_tiny_blocks_matches_autograd():
     from lesson05_flash_attention import main
 
-    q, k, v = (torch.randn(1, 1, 8, 2, device=DEVICE) for _ in range(3))
-    exact = backward.trace(q, k, v, main.attention_standard)
-    o, lse = main.launch(main.attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
-    ours = backward.launch(torch.ones_like(o), q, k, v, o, lse, True, 1.0, backward.dkdv_kernel, backward.dq_kernel,
-                           dict(BLOCK_M=4, BLOCK_N=4), dict(BLOCK_M=4, BLOCK_N=4))
-    for name, grad in zip(("dq", "dk", "dv"), ours):
-        torch.testing.assert_close(grad.double(), exact[name], atol=1e-5, rtol=1e-5)
+    q, k, v = (torch.randn(1, 1, 11, 2, device=DEVICE) for _ in range(3))  # three key blocks, the last ragged
+    for causal in (False, True):
+        o, lse = main.launch(main.attention_kernel, q, k, v, causal, 0.7, BLOCK_M=4, BLOCK_N=4)
+        do = torch.randn_like(o)
+        ours = backward.launch(do, q, k, v, o, lse, causal, 0.7, backward.dkdv_kernel, backward.dq_kernel,
+                               dict(BLOCK_M=4, BLOCK_N=4), dict(BLOCK_M=4, BLOCK_N=4))
+        leaves = [t.double().requires_grad_() for t in (q, k, v)]
+        attention_standard(*leaves, causal=causal, sm_scale=0.7).backward(do.double())
+        for grad, leaf in zip(ours, leaves):
+            torch.testing.assert_close(grad.double(), leaf.grad, atol=1e-5, rtol=1e-5)
 
 
 def test_the_operator_only_where_autograd_needs_it():
