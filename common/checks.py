@@ -92,6 +92,8 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
             first, first_index = x, index
         elif index != first_index or x.dtype != first.dtype or (same_shape and shape != first.shape):
             _mismatch(tensors)
+    if torch.compiler.is_compiling():  # Dynamo cannot trace is_neg(): torch.compile's tensors pass as they are
+        return list(tensors.values())
     # x.is_neg(): a lazy negation. x.resolve_neg() writes -x into new memory (x itself if the bit is off).
     return [x.resolve_neg() if x.is_neg() else x for x in tensors.values()]
 

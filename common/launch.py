@@ -23,8 +23,13 @@ needs the operator; every other call runs the launcher directly. And while torch
 operator's body, `launch` hands the kernel to torch.library.wrap_triton, which records the launch
 in the graph instead of running it.
 """
+import inspect
+
 import torch
+from torch._subclasses.fake_tensor import is_fake
 from torch.library import wrap_triton
+
+from common.device import INTERPRET
 from triton.runtime.autotuner import Autotuner
 
 
@@ -49,14 +54,27 @@ def needs_op(*tensors) -> bool:
         torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors))
 
 
+def tracing(x) -> bool:
+    """Is torch.compile tracing, with x one of its fake tensors (a shape, a dtype, a device, no memory)?
+    (An operator's body also runs on fake tensors, outside Dynamo, to learn its outputs' shapes.)"""
+    return torch.compiler.is_compiling() or (type(x) is not torch.Tensor and is_fake(x))
+
+
 def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     """kernel[grid](*args, **kwargs). For an autotuned kernel, the first call with this `key` goes
     through the autotuner and its choice is remembered; later ones launch kernel.fn with that choice
     (after the configuration's pre_hook, if it has one, as the autotuner would run it).
     `key` must tell apart every call the autotuner's own key does (its key arguments, the dtypes).
-    Under torch.compile the launch is recorded (wrap_triton), and compile's own autotuning runs."""
-    if torch.compiler.is_compiling():
-        wrap_triton(kernel)[grid](*args, **kwargs)
+    While torch.compile traces (args[0] tells), the launch is recorded (wrap_triton) and compile's own
+    autotuning runs."""
+    if tracing(args[0]):
+        if INTERPRET:
+            raise RuntimeError("torch.compile cannot trace kernels that Triton's interpreter runs (no CUDA GPU here): "
+                               "on the CPU, call the lessons' functions without torch.compile")
+        fn = kernel.fn if isinstance(kernel, Autotuner) else kernel
+        defaults = {name: p.default for name, p in inspect.signature(fn.fn).parameters.items()
+                    if p.default is not p.empty and name not in kwargs}  # TRACE=False: the tracer wants them all
+        wrap_triton(kernel)[grid](*args, **defaults, **kwargs)
         return
     if not isinstance(kernel, Autotuner):
         kernel[grid](*args, **kwargs)

@@ -39,15 +39,24 @@ def fmt(v, precision: int = 4) -> str:
     return str(v)
 
 
-def _show(label, value, indent: int = 4):
-    v = value_of(value)
-    LOG.append((label, v))
-    text = fmt(v)
-    pad = " " * indent
-    if "\n" in text:
-        text = text.replace("\n", "\n" + pad + " " * (len(label) + 3))
-    print(f"{pad}{label} = {text}")
+class Show:
+    """show(label, value, indent=4): print a value (and keep it in LOG)."""
+
+    def __call__(self, label, value, indent: int = 4):
+        v = value_of(value)
+        LOG.append((label, v))
+        text = fmt(v)
+        pad = " " * indent
+        if "\n" in text:
+            text = text.replace("\n", "\n" + pad + " " * (len(label) + 3))
+        print(f"{pad}{label} = {text}")
+
+    def __repr__(self):
+        # torch.compile copies the global constants a kernel names into the code it generates, as
+        # `show = tl.constexpr(<repr>)`: the repr must be valid Python. That code runs with TRACE off,
+        # where show is never called, so print stands in for it.
+        return "print"
 
 
-show = tl.constexpr(_show)  # show(label, value, indent=4)
+show = tl.constexpr(Show())
 

@@ -31,7 +31,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 from common import bench, ptx
 from common.checks import dtype_name
-from common.launch import cdiv, launch as launch_tuned
+from common.launch import cdiv, launch as launch_tuned, tracing
 from common.results import print_recorded
 from lesson04_matmul.main import GPU_CONFIGS, gelu_tanh, grouped_pid, launch, matmul, matmul_kernel
 
@@ -123,7 +123,7 @@ def tma_ok(a, b, N) -> bool:
 def pays(a, b) -> bool:
     """Does main.matmul() run this kernel for a @ b? Where it can run, from TMA_FROM up; not while
     torch.compile traces, whose tensors have no memory to check the alignment of."""
-    if torch.compiler.is_compiling():
+    if tracing(a):
         return False
     M, K = a.shape
     N = b.shape[1]

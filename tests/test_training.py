@@ -73,3 +73,10 @@ def test_torch_compile_fullgraph_model_with_every_op():
     torch.compile(model, fullgraph=True)(*compiled).backward()  # fullgraph: a graph break is an error
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a.grad, b.grad, atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's limit")
+def test_torch_compile_on_the_interpreter_says_why_not():
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="torch.compile cannot trace kernels that Triton's interpreter runs"):
+        torch.compile(lambda x: softmax(x), fullgraph=True, backend="eager")(torch.randn(4, 8))
