@@ -57,6 +57,12 @@ class Show:
         # where show is never called, so print stands in for it.
         return "print"
 
+    def __eq__(self, other):  # Triton checks that a kernel's globals keep their values: one show is the same as another
+        return isinstance(other, Show)
+
+    def __hash__(self):
+        return hash(Show)
+
 
 show = tl.constexpr(Show())
 

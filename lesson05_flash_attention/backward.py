@@ -317,10 +317,12 @@ def bench_backward(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtype=torch.float16
                                 + (() if INTERPRET else (bench.tflops(flops, forward[name]),
                                                          bench.tflops(2.5 * flops, backward[name]), ref / backward[name])))
                 del q, k, v, do, outs
-    note = f"{bench.stamp()}. {dtype_name(dtype)}. {bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE}"
+    note = (f"{bench.stamp()}. {dtype_name(dtype)}. µs: the GPU kernels' own time (profiler), L2 flushed between "
+            f"calls.{bench.SIDE_BY_SIDE_NOTE}")
     headers = ["B x H x head_dim", "seq", "causal", "implementation", "forward µs", "backward µs"]
     if INTERPRET:
         headers[-2:] = ["forward, interpreter µs", "backward, interpreter µs"]
+        note = f"{bench.stamp()}. {dtype_name(dtype)}. {bench.TIMING_NOTE}"
     else:
         headers += ["forward TFLOP/s", "backward TFLOP/s", "backward x SDPA flash"]
         note += (" TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls "
