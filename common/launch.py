@@ -24,7 +24,6 @@ operator's body, `launch` hands the kernel to torch.library.wrap_triton, which r
 in the graph instead of running it.
 """
 import inspect
-from math import inf
 
 import torch
 from torch._subclasses.fake_tensor import is_fake
@@ -73,10 +72,10 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
             raise RuntimeError("torch.compile cannot trace kernels that Triton's interpreter runs (no CUDA GPU here): "
                                "on the CPU, call the lessons' functions without torch.compile")
         fn = kernel.fn if isinstance(kernel, Autotuner) else kernel
-        # The tracer wants every argument (TRACE=False included), and writes each into generated
-        # code by its repr: -inf (softmax's PAD) is left to the kernel's own default.
+        # The tracer wants every argument, defaults included (TRACE=False), and writes each into the
+        # code it generates by its repr, so a default must be a plain value (not inf).
         defaults = {name: p.default for name, p in inspect.signature(fn.fn).parameters.items()
-                    if p.default is not p.empty and name not in kwargs and p.default not in (inf, -inf)}
+                    if p.default is not p.empty and name not in kwargs}
         wrap_triton(kernel)[grid](*args, **defaults, **kwargs)
         return
     if not isinstance(kernel, Autotuner):

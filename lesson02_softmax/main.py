@@ -76,7 +76,7 @@ def softmax_kernel(
     stride_ym,                  # y is allocated contiguous: its column stride is 1
     BLOCK_M: tl.constexpr,      # rows per program
     BLOCK_N: tl.constexpr,      # next power of two >= N: a whole row at once
-    PAD: tl.constexpr = float("-inf"),  # what masked-off lanes hold (the trace tries 0.0)
+    PAD_ZERO: tl.constexpr = False,     # masked-off lanes hold -inf; the trace tries 0.0 instead
     STABLE: tl.constexpr = True,        # subtract the row max first (the trace tries without)
     INDEX_TYPE: tl.constexpr = tl.int32,  # of the offsets: tl.int64 past 2**31 elements (section 4)
     TRACE: tl.constexpr = False,
@@ -89,7 +89,7 @@ def softmax_kernel(
     x_ptrs = x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn
     # Masked lanes take part in the max and the sum below, so the padding must change neither:
     # -inf is below every number, and exp(-inf) = 0.
-    x = tl.load(x_ptrs, mask=mask, other=PAD).to(tl.float32)  # math in fp32 for every dtype
+    x = tl.load(x_ptrs, mask=mask, other=0.0 if PAD_ZERO else float("-inf")).to(tl.float32)  # math in fp32
     if STABLE:
         x_max = tl.max(x, axis=1)                 # reduction 1: one max per row
         z = x - x_max[:, None]                    # every exponent <= 0: exp cannot overflow
@@ -295,7 +295,7 @@ def trace() -> None:
     row = [[-3.0, -2, -5, -1, -4]]
     print("\nWhy -inf and not 0: [-3, -2, -5, -1, -4] padded to 8 lanes. With 0, the max becomes 0")
     print("(a padding lane) and three exp(0) = 1 join the sum:")
-    y_zero = run_rows(row, PAD=0.0, TRACE=True)
+    y_zero = run_rows(row, PAD_ZERO=True, TRACE=True)
     print("  with -inf:")
     y_inf = run_rows(row, TRACE=True)
     print(f"  padded with 0:    {[round(v, 4) for v in y_zero[0].tolist()]} (sums to "
