@@ -325,7 +325,7 @@ def trace() -> None:
 def check() -> bench.Table:
     """Max error against torch.softmax in float32. The outputs are at most 1, so the error is
     absolute: float16 / bfloat16 round them to 11 / 8 significant bits."""
-    tolerance = {torch.float32: 1e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}
+    tolerance = {torch.float32: 4e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}  # fp32: a sum of 40000 terms
     rows = []
     cases = [(dtype, 5 * torch.randn(M, N, device=DEVICE, dtype=dtype))
              for dtype in DTYPES for M, N in [(1, 1), (3, 5), (64, 1000), (7, 4097), (2, 40000)]]

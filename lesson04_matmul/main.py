@@ -406,7 +406,7 @@ matmul_op.register_autograd(matmul_grad, setup_context=keep_inputs)
 def grad_check() -> bench.Table:
     rows = []
     for dtype in DTYPES:
-        for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255)]:
+        for M, N, K in [(1, 1, 1), (70, 50, 45)] + ([] if INTERPRET else [(127, 33, 255)]):  # tests: more
             a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
             for act in ACTIVATIONS:
                 errs = grad_errors(lambda a, b, activation: matmul(a, b, activation, precision="ieee"), reference,

@@ -45,6 +45,18 @@ def test_the_backward_in_tiny_blocks_matches_autograd():
             torch.testing.assert_close(grad.double(), leaf.grad, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("activation", [None, "relu", "gelu"])
+def test_matmul_gradients_through_views_and_ragged_tiles(activation):
+    a, b = torch.randn(255, 127, device=DEVICE).t(), torch.randn(33, 255, device=DEVICE).t()  # (127, 255) @ (255, 33)
+    errs = grad_errors(lambda a, b: matmul(a, b, activation, precision="ieee"),
+                       lambda a, b: grad_reference(a @ b, activation), [a, b])
+    assert all(grad_ok(ours, theirs) for ours, theirs in errs), errs
+
+
+def grad_reference(c, activation):
+    return torch.relu(c) if activation == "relu" else torch.nn.functional.gelu(c, approximate="tanh") if activation else c
+
+
 def test_the_operator_only_where_autograd_needs_it():
     x = torch.randn(4, 8, device=DEVICE)
     assert softmax(x).grad_fn is None  # nothing requires grad: the launcher ran directly
