@@ -44,7 +44,7 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-CHOSEN: dict = {}  # (autotuned kernel, key) -> the keyword arguments of the configuration it chose
+CHOSEN: dict = {}  # (autotuned kernel, key) -> (the configuration it chose, that configuration's keyword arguments)
 
 
 def needs_op(*tensors) -> bool:

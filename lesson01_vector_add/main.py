@@ -306,7 +306,7 @@ def grad_check(sizes=(1, 1000, 65536 + 3)) -> bench.Table:
             errs = grad_errors(add, torch.add, [x, y]) + grad_errors(gelu, gelu_naive, [x])
             rows.append((dtype_name(dtype), n, *(f"{a:.1e} ({b:.1e})" for a, b in errs),
                          all(grad_ok(a, b) for a, b in errs)))
-    return bench.print_table(rows, ["dtype", "N", "add: dx", "add: dy", "gelu: dx", "ok"],
+    return bench.print_table(rows, ["dtype", "N", "add: grad of x", "add: grad of y", "gelu: grad of x", "ok"],
                              title="Check: gradients against float64 autograd",
                              note=GRAD_NOTE + " Here the formula gelu_naive is torch's.")
 

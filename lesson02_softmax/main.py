@@ -380,7 +380,7 @@ def softmax_op(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
 @torch.library.triton_op("lessons::softmax_backward", mutates_args=())
 def softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """dL/dx = y * (dy - rowsum(dy * y)), for y = softmax(x) and dy = dL/dy."""
-    dy = dy.contiguous()  # rows of y, dy and dx are then all contiguous: column stride 1
+    dy, y = dy.contiguous(), y.contiguous()  # rows then contiguous in all three: column stride 1
     M, N = y.shape
     dx = torch.empty_like(y)
     BLOCK_N = min(next_power_of_2(N), 4096)   # tiles of up to 4096 columns, 4096 elements a program

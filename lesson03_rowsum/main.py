@@ -343,8 +343,9 @@ def check() -> bench.Table:
 # ## 7. Training: the gradient of a sum is a broadcast
 # y_i = sum_j x_ij, so dy_i/dx_ij = 1 and dL/dx_ij = dL/dy_i: each row's gradient copied across
 # the row. There is nothing to compute, and nothing to write either: expand() makes an (M, N) view
-# of the M numbers (column stride 0), which autograd hands on as it is. No backward kernel: the
-# registered operator (lesson 1, section 5) only needs the rule.
+# of the M numbers (column stride 0), which autograd hands on to the operation before (only a leaf's
+# .grad gets a dense copy, as with torch.sum). No backward kernel: the registered operator (lesson 1,
+# section 5) only needs the rule.
 
 
 # %%

@@ -370,12 +370,16 @@ def check() -> bench.Table:
 # ## 9. Training: the backward pass is two more matmuls
 # For C = A @ B and a loss L: dL/dA = dL/dC @ B^T (M x N times N x K) and dL/dB = A^T @ dL/dC
 # (K x M times M x N). B^T and A^T are views: the same memory with the strides swapped, and the
-# kernel reads any strides (section 3), so the backward runs the same kernel with no copy.
+# kernel reads any strides (section 3), so the backward runs the same kernel with no copy. (Not
+# hopper.py's TMA kernel, which the forward takes for large fp16 products on an H100/H200: TMA wants
+# rows that are contiguous, and a transposed view's are not.)
 # With an activation, C = act(Z) for Z = A @ B, and dL/dZ = dL/dC * act'(Z) comes first:
 # - relu' is 1 where Z > 0, and C > 0 exactly there: C itself tells, no Z needed;
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per
-#   layer for the whole of training; recomputing it costs one more matmul in the backward (as
-#   activation checkpointing does). Then lesson 1's gelu_backward kernel: dL/dZ = dL/dC * gelu'(Z).
+#   layer, held from each step's forward to its backward; recomputing it costs one more matmul in
+#   the backward (as activation checkpointing does). Then lesson 1's gelu_backward kernel:
+#   dL/dZ = dL/dC * gelu'(Z). ctx.needs_input_grad says which inputs want a gradient: a frozen
+#   weight's dB is never computed.
 
 
 # %%

@@ -1,20 +1,23 @@
 """Lesson 5, second part: the backward pass (FlashAttention-2's), for training.
 
-The forward wrote O and, per query row, one more number: L, the log of the softmax's sum (in base
-2 and with the max folded in: L = m + log2(l)). From Q, K and L any tile of P comes back exactly:
-P = exp2(q k^T * qk_scale - L), no running max, no rescaling. So the backward, like the forward,
-never holds the seq x seq matrices. With dO = dL/dO (the gradient arriving from above):
+Write S = sm_scale Q K^T for the scores and P = softmax(S) row by row, so O = P V. The forward
+wrote O and, per query row, one more number, lse: the log of the softmax's sum, with the max
+folded in and in base 2 (lse = m + log2(l), which is logsumexp(S) * log2(e)). From Q, K and lse
+any tile of P comes back, to float32 rounding: P = exp2(q k^T * qk_scale - lse), no running max,
+no rescaling. So the backward, like the forward, never holds the seq x seq matrices. With dO the
+loss's gradient with respect to O (arriving from above):
 
     dV = P^T dO                      dP = dO V^T
-    dS = P * (dP - D), D = rowsum(dO * O)   (softmax's backward, lesson 2: rowsum(dP * P) = D)
-    dQ = dS K * sm_scale             dK = dS^T Q * sm_scale
+    dS = P * (dP - Delta), Delta = rowsum(dO * O)   (softmax's backward, lesson 2: rowsum(dP * P) = Delta)
+    dQ = dS K * sm_scale             dK = dS^T Q * sm_scale      (S carries sm_scale)
 
-dK and dV sum over query rows, dQ over keys. A program that owned a block of queries would have
-to add into dK and dV from every program at once (atomics, in a fixed order or not); so, as
-FlashAttention-2 does, two kernels: one program per block of KEYS walks the query blocks and
-owns its dK, dV; one program per block of QUERIES walks the key blocks and owns its dQ. Each
-recomputes P for its tiles (the exp2s twice over: the price of not storing P). Before them, a
-small kernel computes D.
+dK and dV sum over query rows, dQ over keys. The FlashAttention-2 paper gives each program a
+block of keys, which owns its dK and dV, and adds each dQ contribution into memory with atomics
+(in no fixed order: the result varies in its last bits from run to run). Here, as in Triton's
+fused-attention tutorial, dQ gets a pass of its own instead: one program per block of KEYS walks
+the query blocks for dK, dV; one program per block of QUERIES walks the key blocks for dQ. Each
+recomputes P for its tiles (the exp2s twice over: the price of not storing P, and of no
+atomics). Before them, a small kernel computes Delta (`delta` in the code).
 
 Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
 diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
@@ -36,8 +39,8 @@ LOG2E = tl.constexpr(1.4426950408889634)
 @triton.jit
 def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                       INDEX_TYPE: tl.constexpr = tl.int32):
-    """D = rowsum(dO * O), one number per query row, in fp32."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    """Delta = rowsum(dO * O), one number per query row, in fp32."""
+    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     bh = tl.program_id(1).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
     offsets = bh * seq_len * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]  # contiguous (B, H, seq, D)
@@ -49,12 +52,12 @@ def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr,
 @triton.jit
 def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, hi,
                 BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                INPUT_PRECISION: tl.constexpr, TRACE: tl.constexpr):
+                INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
     """Add query blocks lo..hi into one key block's dk, dv ([BLOCK_N, HEAD_DIM], fp32). The pointers
     address row 0 of this (batch, head); everything is computed transposed, keys down."""
     dims = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
-        rows = start_m + tl.arange(0, BLOCK_M)             # the query rows of this block
+        rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)  # the query rows of this block
         if MASKED:  # rows past the end: q = dO = 0, and P^T is zeroed below
             q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
             do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
@@ -65,7 +68,7 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, 
             do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :])
             lse = tl.load(lse_ptr + rows)
             delta = tl.load(delta_ptr + rows)
-        # P^T, recomputed: [BLOCK_N, BLOCK_M], exactly the forward's probabilities (L folds in m and l)
+        # P^T, recomputed: [BLOCK_N, BLOCK_M], the forward's probabilities (lse folds in m and l)
         pT = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse[None, :])
         if MASKED:
             keep = rows[None, :] < seq_len
@@ -97,7 +100,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     base = bh * seq_len * HEAD_DIM                         # every tensor is contiguous (B, H, seq, D)
     q_ptr, k_ptr, v_ptr, do_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base
     lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
-    keys = start_n + tl.arange(0, BLOCK_N)
+    keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
     # Keys past the end load as 0; their rows of dk, dv are never stored.
     k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
@@ -115,11 +118,11 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     if TRACE:
         show("dK, dV program (key block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, mid,
-                         BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, TRACE)
+                         BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, mid, full_end,
-                         BLOCK_M, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, TRACE)
+                         BLOCK_M, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale,
-                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, TRACE)
+                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
     offsets = base + keys[:, None] * HEAD_DIM + dims[None, :]
     tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
     tl.store(dv_ptr + offsets, dv.to(dv_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
@@ -127,11 +130,12 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
 
 @triton.jit
 def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, seq_len, qk_scale, lo, hi, BLOCK_N: tl.constexpr,
-              HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr):
+              HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+              INDEX_TYPE: tl.constexpr):
     """Add key blocks lo..hi into one query block's dq ([BLOCK_M, HEAD_DIM], fp32)."""
     dims = tl.arange(0, HEAD_DIM)
     for start_n in range(lo, hi, BLOCK_N):
-        keys = start_n + tl.arange(0, BLOCK_N)
+        keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
         if MASKED:
             k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
             v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
@@ -161,7 +165,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     start_m = tl.program_id(0) * BLOCK_M
     bh = tl.program_id(1).to(INDEX_TYPE)
     base = bh * seq_len * HEAD_DIM
-    rows = start_m + tl.arange(0, BLOCK_M)
+    rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
     offsets = base + rows[:, None] * HEAD_DIM + dims[None, :]
     q = tl.load(q_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)
@@ -175,9 +179,9 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     else:
         full_end, masked_end = (seq_len // BLOCK_N) * BLOCK_N, seq_len
     dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, 0, full_end,
-                   BLOCK_N, HEAD_DIM, False, CAUSAL, INPUT_PRECISION)
+                   BLOCK_N, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, full_end, masked_end,
-                   BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION)
+                   BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     if TRACE:
         show("dQ program (query block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
         show("dQ", dq * sm_scale)
@@ -185,21 +189,21 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 
 
 # Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x HEAD_DIM
-# fp32), beside K and V, so the key block is the size to keep modest at head_dim 128; the query
-# blocks stream past it. The dQ kernel is the forward's shape. RESULTS.md, "Backward block sizes",
-# times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
-DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # the last fits a T4
-                for bm, bn, w, s in [(64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]]  # in fp32
-DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-              for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
-if INTERPRET:
-    DKDV_CONFIGS = DQ_CONFIGS = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]
+# fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
+# the BLOCK_N keys, so big key blocks pay, as long as the registers hold (8 warps for 128 keys).
+# The dQ kernel is the forward's shape. RESULTS.md, "Backward block sizes", times the candidates;
+# the autotuner picks among them per (seq_len, head_dim, causal).
+GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # the last fits a
+                    for bm, bn, w, s in [(64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]]  # T4 in fp32
+GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                  for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
+INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]
+DKDV_CONFIGS, DQ_CONFIGS = (INTERPRETED, INTERPRETED) if INTERPRET else (GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS)
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
-    """As the forward's: every configuration from 2^30 B H seq^2 head_dim up, else the last."""
-    big = named_args["q_ptr"].numel() * named_args["seq_len"] >= 2**30
-    return configs if big else configs[-1:]
+    """As the forward's: every configuration from seq_len 512 up, else the last."""
+    return configs if named_args["seq_len"] >= 512 else configs[-1:]
 
 
 PRUNE = {"early_config_prune": small_problems_untuned}
@@ -211,13 +215,13 @@ dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(d
 def launch(do, q, k, v, o, lse, causal: bool, sm_scale: float, dkdv=dkdv_kernel_tuned, dq=dq_kernel_tuned,
            dkdv_meta=None, dq_meta=None) -> tuple:
     """dq, dk, dv for attention's output o (with its lse) and the gradient do. The kernels read
-    contiguous tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
+    contiguous tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here. (The
+    backward's 5 matmuls of useful work take 7 tl.dots: S and dP are computed in both kernels.)"""
     B, H, seq_len, D = q.shape
     dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
     if q.numel() == 0:
         return dq_out, dk_out, dv_out
-    q, k, v, do = (interpretable(t.contiguous()) for t in (q, k, v, do))
-    o = interpretable(o)
+    q, k, v, do, o = (interpretable(t.contiguous()) for t in (q, k, v, do, o))
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -242,12 +246,13 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
 
 def trace(q, k, v, standard) -> dict:
     """The backward on main.trace()'s tiny problem (seq 8, head_dim 2, blocks of 4, causal, sm_scale 1,
-    dO = 1), from inside the kernels, then the same gradients from torch's autograd."""
+    dO = 1 on the first output column), from inside the kernels, then torch's autograd's gradients."""
     from lesson05_flash_attention.main import attention_kernel, launch as forward
 
     o, lse = forward(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
-    do = torch.ones_like(o)
-    print("D = rowsum(dO * O), per query row:", [round(x, 4) for x in (do * o).sum(-1).flatten().tolist()])
+    do = torch.zeros_like(o)
+    do[..., 0] = 1  # the loss: the sum of the outputs' first column
+    print("Delta = rowsum(dO * O), per query row:", [round(x, 4) for x in (do * o).sum(-1).flatten().tolist()])
     grads = launch(do, q, k, v, o, lse, True, 1.0, dkdv_kernel, dq_kernel, dict(BLOCK_M=4, BLOCK_N=4, TRACE=True),
                    dict(BLOCK_M=4, BLOCK_N=4, TRACE=True))
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]

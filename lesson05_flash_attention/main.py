@@ -170,7 +170,7 @@ def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len
 @triton.jit
 def attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,
-    lse_ptr,                                            # L per query row, (B, H, seq), for the backward
+    lse_ptr,                                            # per query row, for the backward (below)
     sm_scale, H, seq_len,                               # heads, sequence length
     stride_qb, stride_qh, stride_qn, stride_qd,         # strides of q, in elements
     stride_kb, stride_kh, stride_kn, stride_kd,
@@ -221,8 +221,8 @@ def attention_kernel(
                            full_end, masked_end, BLOCK_N=BLOCK_N, MASKED=True, CAUSAL=CAUSAL,
                            INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
     out = acc / l_i[:, None]                    # the normalisation, once, at the end
-    # For the backward (backward.py): L = m + log2(l), the log of the softmax's sum in base 2, from
-    # which exp2(scores - L) gives back any tile of probabilities. One float per row.
+    # For the backward (backward.py): lse = m + log2(l), the log of the softmax's sum (the max
+    # folded in, base 2), from which exp2(scores - lse) gives back any tile of P. One float per row.
     tl.store(lse_ptr + pid_bh.to(INDEX_TYPE) * seq_len + rows, m_i + tl.log2(l_i), mask=rows < seq_len)
     if TRACE:
         show("output", out)
@@ -234,8 +234,8 @@ def attention_kernel(
 # ## 4. The launcher
 # One launch path: checks, then the autotuned kernel. The rule for the block sizes: on a GPU the
 # autotuner picks among three configurations per (sequence length, head dim, causal), except
-# below 2^30 B H seq^2 head_dim, where timing them costs more than it saves and the last (the
-# smallest) runs untimed; under the interpreter one small configuration runs. The K/V blocks in
+# below 512 queries, where timing them costs more than it saves and the last (the smallest) runs
+# untimed; under the interpreter one small configuration runs. The K/V blocks in
 # flight wait in shared memory, and GPUs have 64 KB (T4) to 227 KB (H100) of it per program: the
 # autotuner skips a configuration that does not fit, and the last fits them all (in float32 at
 # head_dim 128: 72 KB, 64 KB on a T4, which has no tensor cores that Triton uses).
@@ -251,9 +251,10 @@ CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 16, "BLOC
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
-    """Autotune's early prune: every configuration from 2^30 B H seq^2 head_dim up, else the last."""
-    q, seq_len = named_args["q_ptr"], named_args["seq_len"]
-    return configs if q.numel() * seq_len >= 2**30 else configs[-1:]
+    """Autotune's early prune: every configuration from seq_len 512 up, else the last. It reads
+    only what the autotuner's key holds: the choice is kept per key, so a rule on the batch size
+    too would let a first, small batch fix the smallest configuration for every later one."""
+    return configs if named_args["seq_len"] >= 512 else configs[-1:]
 
 
 attention_kernel_tuned = triton.autotune(CONFIGS, key=["seq_len", "HEAD_DIM", "CAUSAL"],
@@ -262,7 +263,7 @@ attention_kernel_tuned = triton.autotune(CONFIGS, key=["seq_len", "HEAD_DIM", "C
 
 
 def launch(kernel, q, k, v, causal, sm_scale, **meta) -> tuple[torch.Tensor, torch.Tensor]:
-    """o = attention(q, k, v) and its L per row, by `kernel`: attention_kernel with block sizes in
+    """o = attention(q, k, v) and its lse per row, by `kernel`: attention_kernel with block sizes in
     `meta`, or the autotuned one. One program per block of query rows per (batch, head)."""
     B, H, seq_len, D = q.shape
     o = q.new_empty(q.shape)
@@ -309,7 +310,7 @@ def run(q, k, v, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Ten
 
 
 # Training (lesson 1, section 5, registers an operator; backward.py holds the backward's kernels).
-# The operator returns L beside O: autograd keeps both (and q, k, v) for the backward.
+# The operator returns lse beside O: autograd keeps both (and q, k, v) for the backward.
 @torch.library.triton_op("lessons::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                  sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -319,9 +320,10 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 def keep_for_backward(ctx, inputs, output):
     q, k, v, ctx.causal, ctx.sm_scale = inputs
     ctx.save_for_backward(q, k, v, *output)
+    ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
 
 
-def attention_grad(ctx, do, dlse):  # dlse: L is an output too, but nothing differentiates through it
+def attention_grad(ctx, do, dlse):
     q, k, v, o, lse = ctx.saved_tensors
     return *backward.attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
 
@@ -362,8 +364,8 @@ def trace() -> None:
     refc = attention_standard(q, k, v, causal=True, sm_scale=1.0)
     print(f"causal: max |difference| from standard attention = {(oc - refc).abs().max().item():.1e}")
 
-    print("\nThe backward (backward.py), the same problem, causal, with dO = 1 everywhere: the key")
-    print("blocks' kernel first (dK, dV), then the query blocks' (dQ); torch's autograd beside them.")
+    print("\nThe backward (backward.py), the same problem, causal, the loss the sum of the outputs' first")
+    print("column: the key blocks' kernel first (dK, dV), then the query blocks' (dQ); torch's autograd beside.")
     backward.trace(q, k, v, attention_standard)
 
 

@@ -15,7 +15,7 @@ from lesson02_softmax.main import one_pass_settings
 from lesson03_rowsum.main import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import GPU_CONFIGS as MATMUL_CONFIGS
-from lesson05_flash_attention.backward import DKDV_CONFIGS, DQ_CONFIGS
+from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS
 from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS
 
 
@@ -82,7 +82,8 @@ def jobs_for(arch: int) -> dict:
         job["constexprs"].update(HEAD_DIM=128, CAUSAL=causal, INPUT_PRECISION="ieee" if dtype == "fp32" else "tf32")
         jobs[f"attention_kernel, {dtype}, head_dim 128, causal {causal}, {config}", must_fit] = job
     backward_args = {**pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", "seq_len": "i32"}
-    for kernel, configs, outputs in (("dkdv_kernel", DKDV_CONFIGS, ("dk_ptr", "dv_ptr")), ("dq_kernel", DQ_CONFIGS, ("dq_ptr",))):
+    for kernel, configs, outputs in (("dkdv_kernel", GPU_DKDV_CONFIGS, ("dk_ptr", "dv_ptr")),
+                                     ("dq_kernel", GPU_DQ_CONFIGS, ("dq_ptr",))):
         for dtype, config, must_fit in (("fp32", configs[-1], True),):  # the configuration small problems get
             job = dict(module="lesson05_flash_attention.backward", kernel=kernel,
                        signature={**pointers(dtype, "q_ptr", "k_ptr", "v_ptr", "do_ptr"), **backward_args,

@@ -126,3 +126,27 @@ def test_torch_compile_on_the_interpreter_says_why_not():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="torch.compile cannot trace kernels that Triton's interpreter runs"):
         torch.compile(lambda x: softmax(x), fullgraph=True, backend="eager")(torch.randn(4, 8))
+
+
+def test_backward_operators_take_views_of_their_saved_tensors():
+    from lesson02_softmax.main import softmax_backward
+
+    y, dy = torch.softmax(torch.randn(6, 40, device=DEVICE), dim=1), torch.randn(6, 40, device=DEVICE)
+    y_view = y.t().contiguous().t()  # the same values, columns contiguous instead of rows
+    torch.testing.assert_close(softmax_backward(dy, y_view), softmax_backward(dy, y))
+    from lesson05_flash_attention import main
+
+    q, k, v, do = (torch.randn(1, 2, 40, 32, device=DEVICE) for _ in range(4))
+    o, lse = main.attention_op(q, k, v, False, 0.2)
+    o_view = o.transpose(1, 2).contiguous().transpose(1, 2)
+    for a, b in zip(backward.attention_backward(do, q, k, v, o_view, lse, False, 0.2),
+                    backward.attention_backward(do, q, k, v, o, lse, False, 0.2)):
+        torch.testing.assert_close(a, b)
+
+
+def test_lse_is_not_differentiable():
+    from lesson05_flash_attention import main
+
+    q, k, v = (torch.randn(1, 1, 8, 16, device=DEVICE, requires_grad=True) for _ in range(3))
+    o, lse = main.attention_op(q, k, v, False, 0.25)
+    assert o.requires_grad and not lse.requires_grad
