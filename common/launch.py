@@ -50,8 +50,11 @@ CHOSEN: dict = {}  # (autotuned kernel, key) -> (the configuration it chose, tha
 def needs_op(*tensors) -> bool:
     """Must this call go through the registered operator? Where autograd records the call (grad mode
     on and an input that requires grad) or torch.compile traces it; not otherwise."""
-    return torch.compiler.is_compiling() or (
-        torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors))
+    if torch.is_grad_enabled():  # a plain loop: this runs on every call (lesson 1, "What a launch costs")
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                return True
+    return torch.compiler.is_compiling()
 
 
 def tracing(x) -> bool:
