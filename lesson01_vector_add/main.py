@@ -245,8 +245,9 @@ def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
 #   dL/dx = dL/dy * gelu'(x): one more element-wise kernel, fused like the forward (reads dy and
 #   x, writes dx), with gelu' worked out below.
 # - a registration. torch.library.triton_op makes the function an operator ("lessons::gelu")
-#   whose kernels torch.compile can see into and trace; register_autograd attaches the backward,
-#   and setup_context keeps what it needs (here x) from the forward.
+#   whose kernels torch.compile can see into and trace (while it traces, common/launch.py hands
+#   each launch to torch.library.wrap_triton, which records it); register_autograd attaches the
+#   backward, and setup_context keeps what it needs (here x) from the forward.
 # A call through the operator passes PyTorch's dispatcher, microseconds of host time, so add()
 # and gelu() above take it only where autograd or torch.compile needs it (common.launch.needs_op).
 
