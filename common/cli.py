@@ -37,6 +37,14 @@ def positive_int(text: str) -> int:
     return value
 
 
+def shape_arg(text: str) -> tuple[int, int]:
+    """An argparse type: 'MxN', two whole numbers >= 1."""
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: write rows x columns, e.g. 4096x16384")
+    return tuple(positive_int(part) for part in parts)
+
+
 def lesson_parser(doc: str, sections: list) -> argparse.ArgumentParser:
     """A parser with --sections, --skip and --full; the lesson adds its own options (sizes ...)."""
     p = argparse.ArgumentParser(description=doc.split("\n")[0])

@@ -447,22 +447,6 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=No
                                        ceiling_label="device copy (measured)"))
 
 
-def block_size_sweep(n: int = 1 << 26) -> bench.Table:
-    """BLOCK_SIZE (data per program) against num_warps (threads per program), for add, timed."""
-    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
-    torch_us = bench.time_ms(lambda: x + y) * 1e3
-    rows = []
-    for BLOCK_SIZE in (512, 1024, 2048, 4096, 8192):
-        row = [BLOCK_SIZE]
-        for num_warps in (4, 8, 16):
-            row.append(bench.time_ms(lambda: add(x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)) * 1e3)
-        rows.append(row)
-    return bench.print_table(rows, ["BLOCK_SIZE", "µs, num_warps 4", "num_warps 8", "num_warps 16"],
-                             title="BLOCK_SIZE against num_warps",
-                             note=f"Triton add, N = 2^{int(math.log2(n))} float32 (torch x + y: {torch_us:.1f} µs). "
-                                  "Elements per thread = BLOCK_SIZE / (32 num_warps). The launchers use 1024 and 4.")
-
-
 # %% The script
 def main(argv=None) -> None:
     def timing_section():
@@ -478,12 +462,6 @@ def main(argv=None) -> None:
                          ("gelu_naive (8 kernels, 18N traffic)", "2^26 float32"):
                              (lambda: gelu_naive(x), GELU_FLOPS * n, 4 * NAIVE_TRAFFIC * n)}, __file__)
 
-    def blocks():
-        if INTERPRET:  # the interpreter ignores num_warps: only a GPU can answer this
-            print_recorded(__file__, "BLOCK_SIZE against num_warps")
-        else:
-            block_size_sweep(1 << 26 if args.full else 1 << 24)
-
     from lesson01_vector_add import cuda_cpp, timing  # the lesson's second part (they take what they need as arguments)
 
     sections = {
@@ -498,7 +476,8 @@ def main(argv=None) -> None:
         "bench": ("Timing", timing_section),
         "launch": ("What a launch costs (timing.py)", timing.launch_section),
         "graphs": ("CUDA graphs (timing.py)", lambda: timing.graphs_section(args.compile)),
-        "blocks": ("Data per program against threads per program", blocks),
+        "blocks": ("Data per program against threads per program (timing.py)",
+                   lambda: timing.blocks_section(add, args.full)),
     }
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N", help=sizes_help("bench sizes", SIZES))

@@ -12,6 +12,8 @@ has even started. Three consequences, one section each, all run from main.py:
   functions keep their share of it small.
 - "graphs": the cure for small kernels in a loop. Record the launches once as a CUDA graph and
   replay the whole sequence with one call; or let torch.compile do it.
+
+And "blocks": BLOCK_SIZE (data per program) against num_warps (threads per program), timed.
 """
 import contextlib
 import math
@@ -269,3 +271,26 @@ def graphs_section(use_compile: bool) -> None:
         print_recorded(__file__, "CUDA graphs")
     else:
         bench.fresh("lesson01_vector_add.timing:graphs", use_compile=use_compile)
+
+
+def block_size_sweep(add, n: int = 1 << 26) -> bench.Table:
+    """BLOCK_SIZE (data per program) against num_warps (threads per program), for main.add, timed."""
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    torch_us = bench.time_ms(lambda: x + y) * 1e3
+    rows = []
+    for BLOCK_SIZE in (512, 1024, 2048, 4096, 8192):
+        row = [BLOCK_SIZE]
+        for num_warps in (4, 8, 16):
+            row.append(bench.time_ms(lambda: add(x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)) * 1e3)
+        rows.append(row)
+    return bench.print_table(rows, ["BLOCK_SIZE", "µs, num_warps 4", "num_warps 8", "num_warps 16"],
+                             title="BLOCK_SIZE against num_warps",
+                             note=f"Triton add, N = 2^{int(math.log2(n))} float32 (torch x + y: {torch_us:.1f} µs). "
+                                  "Elements per thread = BLOCK_SIZE / (32 num_warps). The launchers use 1024 and 4.")
+
+
+def blocks_section(add, full: bool) -> None:
+    if INTERPRET:  # the interpreter ignores num_warps: only a GPU can answer this
+        print_recorded(__file__, "BLOCK_SIZE against num_warps")
+    else:
+        block_size_sweep(add, 1 << 26 if full else 1 << 24)

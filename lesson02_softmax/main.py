@@ -19,6 +19,8 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
+if __name__ == "__main__":  # run as a script: be the module backward.py imports, not a second copy of it
+    sys.modules.setdefault("lesson02_softmax.main", sys.modules[__name__])
 
 from common.device import DEVICE, INTERPRET
 
@@ -27,12 +29,13 @@ import triton
 import triton.language as tl
 
 from common import bench, profile, ptx, roofline
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, index_type
+from common.checks import check_tensors, dtype_name, index_type
 from common.launch import cdiv, launch as launch_kernel, needs_op, next_power_of_2
 from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
                         sizes, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
+from lesson02_softmax import backward  # the backward pass, in the lesson's second file
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 SIZES = {"cpu": (16, [256, 1024, 4096]), "gpu": (4096, [256, 1024, 4096, 16384, 131072]),  # M, then N
@@ -346,50 +349,14 @@ def check() -> bench.Table:
 # For y = softmax(x) over a row, dy_j/dx_i = y_j (delta_ij - y_i), so given dL/dy the chain rule
 # gives dL/dx_i = y_i (dL/dy_i - sum_j dL/dy_j y_j): one row reduction (the dot product of dy and y)
 # and an element-wise step. The backward needs y, not x: the forward's output is what autograd keeps.
-# The kernel walks a row in tiles twice: the dot product first, then dx (for rows that fit in one
-# tile the second pass re-reads from the L2 cache). lesson 1, section 5 shows the registration.
+# Its kernel, softmax_backward_kernel, and the check of the gradients live in backward.py; here,
+# the registration (lesson 1, section 5 shows how it works).
 
 
 # %%
-@triton.jit
-def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, M, N, stride_ym, stride_dym, stride_dxm,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INDEX_TYPE: tl.constexpr = tl.int32):
-    pid = tl.program_id(axis=0)
-    rows = pid.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
-    dot = tl.zeros([BLOCK_M], dtype=tl.float32)               # sum_j dy_j y_j, per row
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        y = tl.load(y_ptr + rows[:, None] * stride_ym + cols[None, :], mask=mask, other=0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0).to(tl.float32)
-        dot += tl.sum(y * dy, axis=1)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        y = tl.load(y_ptr + rows[:, None] * stride_ym + cols[None, :], mask=mask, other=0).to(tl.float32)
-        dy = tl.load(dy_ptr + rows[:, None] * stride_dym + cols[None, :], mask=mask, other=0).to(tl.float32)
-        dx = y * (dy - dot[:, None])
-        tl.store(dx_ptr + rows[:, None] * stride_dxm + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
 @torch.library.triton_op("lessons::softmax", mutates_args=())
 def softmax_op(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
     return launch(x, long_rows)
-
-
-@torch.library.triton_op("lessons::softmax_backward", mutates_args=())
-def softmax_backward(dy: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """dL/dx = y * (dy - rowsum(dy * y)), for y = softmax(x) and dy = dL/dy."""
-    dy, y = dy.contiguous(), y.contiguous()  # rows then contiguous in all three: column stride 1
-    M, N = y.shape
-    dx = torch.empty_like(y)
-    BLOCK_N = min(next_power_of_2(N), 4096)   # tiles of up to 4096 columns, 4096 elements a program
-    BLOCK_M = max(1, 4096 // BLOCK_N)
-    if M and N:
-        launch_kernel(softmax_backward_kernel, (cdiv(M, BLOCK_M),), None, y, dy, dx, M, N, y.stride(0),
-                      dy.stride(0), dx.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                      INDEX_TYPE=index_type(y, dy, dx), num_warps=8)
-    return dx
 
 
 def keep_output(ctx, inputs, output):
@@ -398,23 +365,10 @@ def keep_output(ctx, inputs, output):
 
 def softmax_grad(ctx, dy):
     (y,) = ctx.saved_tensors
-    return softmax_backward(dy, y), None
+    return backward.softmax_backward(dy, y), None
 
 
 softmax_op.register_autograd(softmax_grad, setup_context=keep_output)
-
-
-def grad_check() -> bench.Table:
-    """dL/dx through softmax() against torch's autograd of torch.softmax (common.checks.grad_errors)."""
-    rows = []
-    for dtype in DTYPES:
-        for M, N in [(1, 1), (3, 5), (64, 1000), (7, 4097)]:
-            x = 5 * torch.randn(M, N, device=DEVICE, dtype=dtype)
-            ((ours, theirs),) = grad_errors(softmax, lambda t: torch.softmax(t, dim=1), [x])
-            rows.append((dtype_name(dtype), f"{M} x {N}", ours, theirs, grad_ok(ours, theirs)))
-    return bench.print_table(rows, ["dtype", "shape", "dx: relative error", "torch's, same dtype", "ok"],
-                             floatfmt=".1e", title="Check: softmax's gradient against float64 autograd",
-                             note=GRAD_NOTE)
 
 
 # %% [markdown]
@@ -514,7 +468,7 @@ def main(argv=None) -> None:
                   lambda: trace_section(trace, __file__, args.child)),
         "tree": ("The reduction tree: rounds, and the shuffles in the PTX", tree),
         "check": ("Check: Triton against torch.softmax in float32", check),
-        "grad": ("Training: softmax's gradient", grad_check),
+        "grad": ("Training: softmax's gradient (backward.py)", backward.grad_check),
         "fusion": ("Fusion: traffic and kernels launched",
                    lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=args.compile)),
         "bench": ("Timing", timing),

@@ -16,7 +16,6 @@ Without a CUDA GPU the kernel runs under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson03_rowsum/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
-import argparse
 import pathlib
 import sys
 
@@ -31,7 +30,7 @@ import triton.language as tl
 from common import bench, ptx, roofline
 from common.checks import GRAD_NOTE, INDEX_ROOM, check_tensors, dtype_name, grad_errors, grad_ok, index_type
 from common.launch import cdiv, launch as launch_kernel, needs_op, next_power_of_2
-from common.cli import (lesson_parser, positive_int, run_sections, sizes,
+from common.cli import (lesson_parser, run_sections, shape_arg, sizes,
                         start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
@@ -450,14 +449,6 @@ def coalescing(M: int = 4096, N: int = 16384) -> bench.Table | None:
                                   "each row, a line per element." + bench.SIDE_BY_SIDE_NOTE,
                              plot=dict(x="layout", y="GB/s", series=["implementation"], ceiling=bench.copy_bandwidth(),
                                        ceiling_label="device copy (measured)"))
-
-
-def shape_arg(text: str) -> tuple[int, int]:
-    """An argparse type: 'MxN', two whole numbers >= 1."""
-    parts = text.lower().split("x")
-    if len(parts) != 2:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: write rows x columns, e.g. 4096x16384")
-    return tuple(positive_int(part) for part in parts)
 
 
 # %% The script

@@ -31,13 +31,14 @@ import triton
 import triton.language as tl
 
 from common import bench, roofline
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, index_type, rel_error
+from common.checks import check_tensors, dtype_name, index_type, rel_error
 from common.launch import cdiv, launch as launch_tuned, needs_op  # launch_tuned: the autotuner's pick, remembered
 from common.cli import (lesson_parser, positive_int, run_sections, sizes,
                         sizes_help, start_lesson, trace_section)
 from common.results import print_recorded
 from common.trace import show
-from lesson01_vector_add.main import gelu_backward, gelu_tanh  # lesson 1's GELU, fused here into the epilogue
+from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
+from lesson04_matmul import backward  # the backward pass, in a file of its own
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = (None, "relu", "gelu")
@@ -378,8 +379,8 @@ def check() -> bench.Table:
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per
 #   layer, held from each step's forward to its backward; recomputing it costs one more matmul in
 #   the backward (as activation checkpointing does). Then lesson 1's gelu_backward kernel:
-#   dL/dZ = dL/dC * gelu'(Z). ctx.needs_input_grad says which inputs want a gradient: a frozen
-#   weight's dB is never computed.
+#   dL/dZ = dL/dC * gelu'(Z).
+# The backward itself, matmul_grad, and the check of the gradients live in backward.py.
 
 
 # %%
@@ -388,38 +389,7 @@ def matmul_op(a: torch.Tensor, b: torch.Tensor, activation: str | None, precisio
     return run(a, b, activation, precision, tma)
 
 
-def keep_inputs(ctx, inputs, output):
-    a, b, ctx.activation, ctx.precision, _ = inputs
-    ctx.save_for_backward(a, b, output if ctx.activation == "relu" else None)
-
-
-def matmul_grad(ctx, dc):
-    a, b, c = ctx.saved_tensors
-    if ctx.activation == "relu":
-        dc = torch.where(c > 0, dc, 0)
-    elif ctx.activation == "gelu":
-        dc = gelu_backward(dc, matmul_op(a, b, None, ctx.precision, None))  # Z, recomputed
-    da = matmul_op(dc, b.t(), None, ctx.precision, None) if ctx.needs_input_grad[0] else None  # dC @ B^T
-    db = matmul_op(a.t(), dc, None, ctx.precision, None) if ctx.needs_input_grad[1] else None  # A^T @ dC
-    return da, db, None, None, None
-
-
-matmul_op.register_autograd(matmul_grad, setup_context=keep_inputs)
-
-
-def grad_check() -> bench.Table:
-    rows = []
-    for dtype in DTYPES:
-        for M, N, K in [(1, 1, 1), (70, 50, 45)] + ([] if INTERPRET else [(127, 33, 255)]):  # tests: more
-            a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
-            for act in ACTIVATIONS:
-                errs = grad_errors(lambda a, b, activation: matmul(a, b, activation, precision="ieee"), reference,
-                                   [a, b], activation=act)
-                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", act or "-",
-                             *(f"{e:.1e} ({t:.1e})" for e, t in errs), all(grad_ok(e, t) for e, t in errs)))
-    return bench.print_table(rows, ["dtype", "M x N x K", "activation", "dA", "dB", "ok"],
-                             title="Check: matmul's gradients against float64 autograd", note=GRAD_NOTE +
-                             " float32 multiplies in full precision here (precision='ieee'), as torch's does.")
+matmul_op.register_autograd(backward.matmul_grad, setup_context=backward.keep_inputs)  # in backward.py
 
 
 # %% [markdown]
@@ -504,7 +474,7 @@ def main(argv=None) -> None:
                   lambda: trace_section(trace, __file__, args.child)),
         "order": ("The order of the tiles", order_demo),
         "check": ("Check: against float64", check),
-        "grad": ("Training: matmul's gradients", grad_check),
+        "grad": ("Training: matmul's gradients (backward.py)", backward.grad_check),
         "bench": ("Timing", timing),
         "library": ("torch.matmul's kernel for each shape (library.py)",
                     lambda: library.kernels_by_shape(matmul, sys.modules[__name__], hopper)),

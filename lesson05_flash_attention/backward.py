@@ -237,6 +237,19 @@ def launch(do, q, k, v, o, lse, causal: bool, sm_scale: float, dkdv=dkdv_kernel_
     return dq_out, dk_out, dv_out
 
 
+def keep_for_backward(ctx, inputs, output):
+    """main.attention_op's setup_context: what the backward needs from the forward."""
+    q, k, v, ctx.causal, ctx.sm_scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
+
+
+def attention_grad(ctx, do, dlse):
+    """main.attention_op's backward: (dq, dk, dv, and none for causal, sm_scale)."""
+    q, k, v, o, lse = ctx.saved_tensors
+    return *attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
+
+
 @torch.library.triton_op("lessons::attention_backward", mutates_args=())
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                        lse: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -283,29 +296,17 @@ def grad_check() -> bench.Table:
                              note=GRAD_NOTE + " torch's: standard attention (section 1) in the inputs' dtype.")
 
 
-def sdpa(backend):
-    """PyTorch's scaled_dot_product_attention with one backend forced (FLASH_ATTENTION is
-    FlashAttention-2; CUDNN_ATTENTION, on Hopper, cuDNN's kernels in FlashAttention-3's style)."""
-    from torch.nn.attention import sdpa_kernel
-
-    def run(q, k, v, causal):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    return run
-
-
 def bench_backward(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtype=torch.float16) -> bench.Table:
     """Forward and backward side by side: main.attention against SDPA's FlashAttention-2 and cuDNN
     backends. The backward is the time of the gradient call, torch.autograd.grad(o, (q, k, v), dO)."""
-    from torch.nn.attention import SDPBackend
-
-    from lesson05_flash_attention.main import attention
+    from lesson05_flash_attention.main import attention, sdpa_flash
 
     impls = {"Triton flash": attention}
     if INTERPRET:
         impls["SDPA default"] = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    else:
-        impls |= {"SDPA flash backend": sdpa(SDPBackend.FLASH_ATTENTION), "SDPA cuDNN": sdpa(SDPBackend.CUDNN_ATTENTION)}
+    else:  # cuDNN's kernels, on Hopper, work in FlashAttention-3's style
+        impls |= {"SDPA flash backend": sdpa_flash,
+                  "SDPA cuDNN": lambda q, k, v, causal: sdpa_flash(q, k, v, causal, "CUDNN_ATTENTION")}
     rows = []
     for B, H, D in shapes:
         for seq in seqs:

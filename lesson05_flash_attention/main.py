@@ -309,26 +309,16 @@ def run(q, k, v, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Ten
     return launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
 
 
-# Training (lesson 1, section 5, registers an operator; backward.py holds the backward's kernels).
-# The operator returns lse beside O: autograd keeps both (and q, k, v) for the backward.
+# Training (lesson 1, section 5, registers an operator; backward.py holds the backward: kernels,
+# launcher, and what autograd keeps). The operator returns lse beside O: autograd keeps both, and
+# q, k, v, for the backward.
 @torch.library.triton_op("lessons::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                  sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
     return run(q, k, v, causal, sm_scale)
 
 
-def keep_for_backward(ctx, inputs, output):
-    q, k, v, ctx.causal, ctx.sm_scale = inputs
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
-
-
-def attention_grad(ctx, do, dlse):
-    q, k, v, o, lse = ctx.saved_tensors
-    return *backward.attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
-
-
-attention_op.register_autograd(attention_grad, setup_context=keep_for_backward)
+attention_op.register_autograd(backward.attention_grad, setup_context=backward.keep_for_backward)
 
 
 # %% [markdown]
@@ -393,38 +383,9 @@ def check() -> bench.Table:
 
 # %% [markdown]
 # ## 7. Memory: the quadratic term against the linear one
-
-
-# %%
-def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
-    rows = []
-    for seq in seqs:
-        qkv_out = 4 * B * H * seq * D * torch.tensor([], dtype=dtype).element_size()
-        scores = score_bytes(B, H, seq, torch.float32) + score_bytes(B, H, seq, dtype)  # s in fp32, p
-        measured = ["-", "-"]
-        if not INTERPRET:
-            for i, fn in enumerate((attention_standard, attention)):
-                q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-                if fn is attention:  # once first: autotuning allocates a buffer of its own
-                    fn(q, k, v)
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                try:
-                    fn(q, k, v)
-                    torch.cuda.synchronize()
-                    measured[i] = f"{(torch.cuda.max_memory_allocated() - base) / 2**30:.2f}"
-                except torch.OutOfMemoryError:
-                    measured[i] = "out of memory"
-                del q, k, v
-                torch.cuda.empty_cache()
-        rows.append((seq, qkv_out / 2**30, scores / 2**30, *measured))
-    return bench.print_table(rows, ["seq", "q, k, v, o (GiB)", "scores s and p (GiB)",
-                                    "standard: peak extra GiB", "flash: peak extra GiB"], floatfmt=".2f",
-                             title=f"Memory, batch {B}, {H} heads, head_dim {D}, {dtype_name(dtype)}",
-                             note="The scores grow as seq^2, everything else as seq. Standard attention's peak holds "
-                                  "more than s and p: q k^T in the input dtype, its float32 copy, the float32 "
-                                  "softmax and p.")
+# q, k, v and o grow as seq; the scores, in fp32 and again as p, as seq^2 (score_bytes, section 1).
+# tuning.memory_table sets the two side by side and, on a GPU, measures each implementation's peak:
+# standard attention's grows with the scores until it runs out of memory; flash attention's is o.
 
 
 # %% [markdown]
@@ -438,11 +399,12 @@ def memory_table(seqs, B=4, H=32, D=64, dtype=torch.float16) -> bench.Table:
 
 
 # %%
-def sdpa_flash(q, k, v, causal=False):
-    """PyTorch's SDPA with its flash-attention backend (FlashAttention-2) forced."""
+def sdpa_flash(q, k, v, causal=False, backend="FLASH_ATTENTION"):
+    """PyTorch's SDPA with one backend forced: by default its flash-attention backend
+    (FlashAttention-2); "CUDNN_ATTENTION" is cuDNN's."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    with sdpa_kernel(getattr(SDPBackend, backend)):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
@@ -474,10 +436,10 @@ def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, t
 
 # %% The script
 def main(argv=None) -> None:
+    from lesson05_flash_attention import tuning  # what most readers skip, in the lesson's second file
+
     def configs():
         if args.full:
-            from lesson05_flash_attention import tuning  # the sweep, in the lesson's second file
-
             tuning.bench_configs()
             backward.bench_configs()
         else:  # a sweep of minutes on a GPU; the interpreter ignores num_warps and num_stages
@@ -501,17 +463,12 @@ def main(argv=None) -> None:
 
         bench.host_costs("lesson05_flash_attention.tuning:host_cases", __file__)  # lesson 1, "What a launch costs"
 
-        def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
-            qkv = {(B, H, D): torch.randn(3, B, H, 4096, D, device=DEVICE, dtype=torch.float16) for B, H, D in SHAPES["full"]}
-            return {f"attention(q, k, v, causal={causal}), {B} x {H} x 4096 x {D} float16":
-                    (lambda t=t, causal=causal: attention(*t, causal=causal))
-                    for (B, H, D), t in qkv.items() for causal in (False, True)}
-        bench.offsets_cost(offsets_cases, __file__, run=args.full)
+        bench.offsets_cost(tuning.offsets_cases, __file__, run=args.full)  # int64 offsets' cost (lesson 2)
 
     sections = {
         "trace": ("Trace: online softmax, then attention_kernel block by block (interpreter)",
                   lambda: trace_section(trace, __file__, args.child)),
-        "memory": ("Memory", lambda: memory_table([1024, 4096, 8192, 16384, 32768] if args.full else [1024, 4096, 16384])),
+        "memory": ("Memory (tuning.py)", lambda: tuning.memory_table([1024, 4096, 8192, 16384, 32768] if args.full else [1024, 4096, 16384])),
         "check": ("Check: against float64 standard attention", check),
         "grad": ("Training: the gradients (backward.py)", backward.grad_check),
         "configs": ("Block sizes, side by side", configs),
