@@ -107,6 +107,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
     qk_scale = sm_scale * LOG2E
     # Three stages: the diagonal (causal: queries start_n .. start_n + BLOCK_N, masked), the whole
     # query blocks below it (no mask), the ragged last block (masked). Not causal: no diagonal.
@@ -173,6 +174,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     lse = tl.load(lse_ptr + bh * seq_len + rows, mask=rows < seq_len, other=0.0)
     delta = tl.load(delta_ptr + bh * seq_len + rows, mask=rows < seq_len, other=0.0)
     dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
     qk_scale = sm_scale * LOG2E
     if CAUSAL:
         full_end, masked_end = start_m, tl.minimum(start_m + BLOCK_M, seq_len)

@@ -66,14 +66,15 @@ def test_the_operator_only_where_autograd_needs_it():
 
 OPS = {"add": lambda x, w: add(x, x), "gelu": lambda x, w: gelu(x), "softmax": lambda x, w: softmax(x),
        "row_sum": lambda x, w: row_sum(x), "matmul": lambda x, w: matmul(x, w),
-       "matmul, gelu epilogue": lambda x, w: matmul(x, w, activation="gelu")}
+       "matmul, gelu epilogue": lambda x, w: matmul(x, w, activation="gelu"),
+       "attention, causal": lambda x, w: attention(*x.view(3, 2, 1, 32, 32), causal=True)}  # q, k, v: views of x
 
 
 @pytest.mark.skipif(INTERPRET, reason="torch.compile generates GPU code; the interpreter's kernels cannot be compiled")
 @pytest.mark.parametrize("op", OPS)
 def test_torch_compile_fullgraph_inductor(op):
     # The default backend: inductor generates the code that launches the lesson's kernels, forward
-    # and backward (attention's kernel it does not yet compile: the README says where it stops)
+    # and backward, and hands Python floats (attention's sm_scale) to them as float64
     torch._dynamo.reset()
     x, w = torch.randn(64, 96, device=DEVICE), torch.randn(96, 128, device=DEVICE)
     g = torch.randn_like(OPS[op](x, w))
@@ -87,10 +88,11 @@ def test_torch_compile_fullgraph_inductor(op):
 
 
 @pytest.mark.skipif(INTERPRET, reason="torch.compile traces GPU kernels only")
-def test_torch_compile_fullgraph_every_op_traced():
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_torch_compile_fullgraph_every_op_traced(backend):
     # Dynamo and AOTAutograd trace the whole model, every backward included, with no graph break;
-    # aot_eager then runs the traced graphs, the kernels as wrap_triton recorded them. (Inductor,
-    # the default backend, fails to compile attention_kernel here: the README says where.)
+    # aot_eager then runs the traced graphs, the kernels as wrap_triton recorded them, and inductor
+    # (the default) generates the code around them and launches them itself.
     def model(x, w1, w2, q, k, v):
         h = matmul(x, w1, activation="gelu")          # (64, 128)
         h = add(h, gelu(h))
@@ -104,7 +106,7 @@ def test_torch_compile_fullgraph_every_op_traced():
     eager = [x.clone().requires_grad_() for x in inputs]
     model(*eager).backward()
     compiled = [x.clone().requires_grad_() for x in inputs]
-    torch.compile(model, fullgraph=True, backend="aot_eager")(*compiled).backward()  # a graph break fails
+    torch.compile(model, fullgraph=True, backend=backend)(*compiled).backward()  # a graph break fails
     for a, b in zip(compiled, eager):
         torch.testing.assert_close(a.grad, b.grad, atol=2e-3, rtol=2e-3)
 
