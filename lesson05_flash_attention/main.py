@@ -204,7 +204,9 @@ def attention_kernel(
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
-    qk_scale = sm_scale * LOG2E                 # fold log2(e) in: exp2 below is exp
+    # fold log2(e) in (exp2 below is exp), in float32 whoever launches: torch.compile's generated
+    # code passes a Python float as float64, which would carry float64 through every score.
+    qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
     # Stage 1 walks the key blocks that need no mask, stage 2 the one or two that do.
     if CAUSAL:
         full_end = pid_m * BLOCK_M                                # keys below the diagonal block
