@@ -14,6 +14,14 @@ there cost more than they look, and this file holds the cheap form of each:
   dtype turned into a string, the winner's keyword arguments merged in. `launch` keeps the winner
   under a key the launcher already has, and from the second call on launches the plain kernel
   with it: the same kernel, the same configuration, less Python.
+- kernel[grid](...) itself redoes, on every call, what the first call settled: it binds the
+  arguments to the kernel's parameters, works out what the compiled code was specialized on
+  (each tensor's dtype and whether its address is a multiple of 16 bytes; each integer's class:
+  1, a multiple of 16, past 32 bits), spells that out as a string and looks the compiled kernel
+  up by it: a cost that grows with the number of arguments (attention has 25). `launch` keeps
+  the compiled kernel under a key made of the same facts (the tensors' dtypes, devices and
+  alignment, the integers themselves) and from then on launches it directly:
+  compiled[grid](*arguments), Triton's own handle on a compiled kernel.
 
 And one thing that costs more than it needs to, once: a custom operator. Lesson 1 section 5
 registers each public function as a PyTorch operator (torch.library.triton_op), so that autograd
@@ -45,6 +53,7 @@ def next_power_of_2(n: int) -> int:
 
 
 CHOSEN: dict = {}  # (autotuned kernel, key) -> (the configuration it chose, that configuration's keyword arguments)
+COMPILED: dict = {}  # (kernel, key, what its compiled code depends on) -> (the compiled kernel, the arguments after *args)
 
 
 def needs_op(*tensors) -> bool:
@@ -68,6 +77,9 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     through the autotuner and its choice is remembered; later ones launch kernel.fn with that choice
     (after the configuration's pre_hook, if it has one, as the autotuner would run it).
     `key` must tell apart every call the autotuner's own key does (its key arguments, the dtypes).
+    On a GPU, the compiled kernel is kept under what it was specialized for, and later calls with
+    the same launch it directly. `args` are the kernel's leading parameters, in order; `kwargs` the
+    rest (constexprs) and launch options (num_warps).
     While torch.compile traces (args[0] tells), the launch is recorded (wrap_triton) and compile's own
     autotuning runs."""
     if tracing(args[0]):
@@ -81,16 +93,43 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
                     if p.default is not p.empty and name not in kwargs}
         wrap_triton(kernel)[grid](*args, **defaults, **kwargs)
         return
-    if not isinstance(kernel, Autotuner):
-        kernel[grid](*args, **kwargs)
+    fn, config_kwargs = kernel, {}
+    if isinstance(kernel, Autotuner):
+        chosen = CHOSEN.get((kernel, key))
+        if chosen is None:
+            kernel[grid](*args, **kwargs)  # the autotuner: times the configurations once per its key
+            config = kernel.best_config
+            CHOSEN[kernel, key] = config, config.all_kwargs()  # BLOCK_M=..., num_warps=..., num_stages=...
+            return
+        config, config_kwargs = chosen
+        if config.pre_hook is not None:  # (no configuration here has one)
+            config.pre_hook({**dict(zip(kernel.arg_names, args)), **kwargs, **config_kwargs})
+        fn = kernel.fn
+    if INTERPRET:
+        fn[grid](*args, **kwargs, **config_kwargs)
         return
-    chosen = CHOSEN.get((kernel, key))
-    if chosen is None:
-        kernel[grid](*args, **kwargs)  # the autotuner: times the configurations once per its key
-        config = kernel.best_config
-        CHOSEN[kernel, key] = config, config.all_kwargs()  # BLOCK_M=..., num_warps=..., num_stages=...
+    spec = (fn, key, *kwargs.values(), *specialization(args))
+    try:
+        compiled = COMPILED.get(spec)
+    except TypeError:  # an argument Python cannot hash (a TMA descriptor built on the host): Triton's path
+        fn[grid](*args, **kwargs, **config_kwargs)
         return
-    config, config_kwargs = chosen
-    if config.pre_hook is not None:  # e.g. lesson 4's TMA kernel: set the descriptors' tile shapes
-        config.pre_hook({**dict(zip(kernel.arg_names, args)), **kwargs, **config_kwargs})
-    kernel.fn[grid](*args, **kwargs, **config_kwargs)
+    if compiled is None:  # the first call: Triton binds, specializes, compiles if it must, launches
+        compiled = fn[grid](*args, **kwargs, **config_kwargs)
+        meta = {**kwargs, **config_kwargs}
+        rest = [meta.get(p.name, p.default) for p in list(inspect.signature(fn.fn).parameters.values())[len(args):]]
+        if len(COMPILED) > 4096:  # integers that change call after call (a growing sequence): start afresh
+            COMPILED.clear()
+        COMPILED[spec] = compiled, rest
+        return
+    compiled, rest = compiled
+    if callable(grid):
+        grid = grid({**kwargs, **config_kwargs})
+    compiled[(*grid, 1, 1)](*args, *rest)  # the grid, padded to its three axes
+
+
+def specialization(args) -> list:
+    """What Triton compiles a kernel for, argument by argument: a tensor's dtype, device and whether
+    its address is a multiple of 16 bytes; anything else as it is (numbers: a superset of what
+    Triton looks at, their value class)."""
+    return [(a.dtype, a.get_device(), a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else a for a in args]

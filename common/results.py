@@ -2,6 +2,7 @@
 
     python -m common.results                        # every lesson, on a CUDA GPU
     python -m common.results lesson02_softmax       # just one
+    python -m common.results lesson02_softmax --sections host   # refresh just these sections' tables
 
 Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take
 the others down); a failure is reported at the end and the other lessons still get written.
@@ -9,8 +10,10 @@ The child runs the lesson's own command line with `--full --skip trace`, so a re
 exactly the tables a learner can print with --full, and turns them into a page: a stamp (GPU,
 driver, CUDA, torch, triton, date, the ceilings measured on the way), each titled table with its
 note, and a plot of throughput against size, ceiling drawn in, where a table asks for one (with
-matplotlib installed). Without a GPU, `print_recorded` shows a lesson's page beside the
-interpreter's timings.
+matplotlib installed). With --sections, the child runs just those sections and their tables
+replace the ones of the same title on the existing page (each table's note carries its own
+stamp; the page's stamp must match the machine's GPU, driver, CUDA, torch and triton). Without a
+GPU, `print_recorded` shows a lesson's page beside the interpreter's timings.
 """
 import datetime
 import importlib
@@ -92,7 +95,7 @@ def write_results(folder: str, title: str, stamp: dict, tables: list) -> str:
     """
     lines = [f"# {title}", "",
              "Measured by `python -m common.results` (see the README). Every number below comes from",
-             "this run, on this machine:", "",
+             "this run, on this machine (a table refreshed alone, with --sections, says so in its note):", "",
              "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
              "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
     for i, table in enumerate(tables):
@@ -110,13 +113,43 @@ def write_results(folder: str, title: str, stamp: dict, tables: list) -> str:
     return text
 
 
-def run_lesson(name: str) -> None:
-    """In the child process: the lesson's full run (every section but the trace), then its page."""
+def run_lesson(name: str, sections: list | None = None) -> None:
+    """In the child process: the lesson's full run (every section but the trace), then its page; or
+    just `sections`, whose tables then replace their namesakes on the page."""
     module = importlib.import_module(f"{name}.main")
+    if sections:
+        module.main(["--full", "--sections", *sections])
+        return update_results(os.path.join(ROOT, name), machine_stamp({}), bench.TABLES)
     module.main(["--full", "--skip", "trace"])
     bench.copy_bandwidth()  # in the stamp of every page
     title = module.__doc__.splitlines()[0].split(".")[0] + ": results on a real GPU"
     write_results(os.path.join(ROOT, name), title, machine_stamp(bench.CEILINGS), bench.TABLES)
+
+
+def update_results(folder: str, stamp: dict, tables: list) -> None:
+    """Replace, on folder/RESULTS.md, each table of the same title as one of `tables` (tables without
+    a plot only: a plot's file is numbered by the full run)."""
+    path = os.path.join(folder, "RESULTS.md")
+    page = read_table(path, "")  # the first table: any will do, for the page's stamp
+    if page is None:
+        raise SystemExit(f"no page {path} yet: run the whole lesson (without --sections)")
+    for key in ("GPU", "driver", "CUDA", "torch", "triton"):
+        if page["stamp"].get(key) != str(stamp[key]):
+            raise SystemExit(f"{path} was measured with {key} {page['stamp'].get(key)}, this machine has {stamp[key]}: "
+                             "run the whole lesson (without --sections)")
+    text = open(path).read()
+    for table in tables:
+        if table.plot:
+            raise SystemExit(f"'{table.title}' has a plot: run the whole lesson (without --sections)")
+        note = f"{table.note} Refreshed apart from the rest of this page (common.results --sections).".strip()
+        block = "\n".join([f"## {table.title}", "", note, "", table.markdown(), ""])
+        start = text.find(f"\n## {table.title}\n")
+        if start < 0:
+            raise SystemExit(f"no table '{table.title}' on {path}: run the whole lesson (without --sections)")
+        end = text.find("\n## ", start + 1)
+        text = text[:start + 1] + block + (text[end:] if end >= 0 else "")
+    with open(path, "w") as f:
+        f.write(text)
 
 
 def read_table(path: str, heading: str) -> dict | None:
@@ -162,8 +195,10 @@ def print_recorded(script: str, heading: str, keep=None) -> None:
 
 
 def main(argv: list) -> int:
+    sections = argv[argv.index("--sections") + 1:] if "--sections" in argv else []
+    argv = argv[:argv.index("--sections")] if sections else argv
     if len(argv) == 2 and argv[0] == "--one":
-        run_lesson(argv[1])
+        run_lesson(argv[1], sections)
         return 0
     if INTERPRET:
         print("common.results needs a CUDA GPU: the results pages hold real GPU numbers, and the "
@@ -174,14 +209,15 @@ def main(argv: list) -> int:
     for i, name in enumerate(lessons, 1):
         print(f"[{i}/{len(lessons)}] {name} ...", flush=True)
         start = time.time()
-        done = subprocess.run([sys.executable, "-m", "common.results", "--one", name], cwd=ROOT)
+        done = subprocess.run([sys.executable, "-m", "common.results", "--one", name]
+                              + (["--sections", *sections] if sections else []), cwd=ROOT)
         status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
         print(f"[{i}/{len(lessons)}] {name}: {status}, {time.time() - start:.0f} s", flush=True)
         if done.returncode:
             failed.append(name)
     from common import roofline
 
-    if roofline.plot():
+    if not sections and roofline.plot():
         print(f"Roofline of every lesson's kernels: {os.path.relpath(os.path.join(ROOT, 'roofline.png'), ROOT)}")
     if failed:
         print(f"Results NOT written for: {', '.join(failed)} (their output is above).")

@@ -456,7 +456,6 @@ def main(argv=None) -> None:
                          ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
                              (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}, __file__)
 
-        bench.host_costs("lesson02_softmax.main:host_cases", __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # section 4: what int64 offsets would cost at these sizes (timed with --full)
             xs = [torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]]
@@ -472,6 +471,8 @@ def main(argv=None) -> None:
         "fusion": ("Fusion: traffic and kernels launched",
                    lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=args.compile)),
         "bench": ("Timing", timing),
+        "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
+                 lambda: bench.host_costs("lesson02_softmax.main:host_cases", __file__)),
     }
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--rows", type=positive_int,

@@ -470,7 +470,6 @@ def main(argv=None) -> None:
                          ("torch.sum(dim=1)", f"{M} x {N} float32"): (lambda: x.sum(dim=1), M * N, 4 * (M * N + M))},
                         __file__)
 
-        bench.host_costs("lesson03_rowsum.main:host_cases", __file__)  # lesson 1, "What a launch costs"
 
         def offsets_cases():  # what int64 offsets (lesson 2, section 4) would cost here (timed with --full)
             xs = [torch.randn(M, N, device=DEVICE) for M, N in SIZES["gpu"]]
@@ -484,6 +483,8 @@ def main(argv=None) -> None:
         "check": ("Check: Triton against a float64 sum", check),
         "grad": ("Training: row_sum's gradient", grad_check),
         "bench": ("Timing", timing),
+        "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
+                 lambda: bench.host_costs("lesson03_rowsum.main:host_cases", __file__)),
         "coalescing": ("Coalescing: along rows and down columns", coalescing),
     }
     p = lesson_parser(__doc__, list(sections))

@@ -268,7 +268,7 @@ def launch(kernel, q, k, v, causal, sm_scale, **meta) -> tuple[torch.Tensor, tor
     """o = attention(q, k, v) and its lse per row, by `kernel`: attention_kernel with block sizes in
     `meta`, or the autotuned one. One program per block of query rows per (batch, head)."""
     B, H, seq_len, D = q.shape
-    o = q.new_empty(q.shape)
+    o = torch.empty_like(q)  # q's layout (a view of (B, seq, H, D) memory gives o the same strides)
     lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
     # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
@@ -463,8 +463,6 @@ def main(argv=None) -> None:
                          ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
                              (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
 
-        bench.host_costs("lesson05_flash_attention.tuning:host_cases", __file__)  # lesson 1, "What a launch costs"
-
         bench.offsets_cost(tuning.offsets_cases, __file__, run=args.full)  # int64 offsets' cost (lesson 2)
 
     sections = {
@@ -475,6 +473,8 @@ def main(argv=None) -> None:
         "grad": ("Training: the gradients (backward.py)", backward.grad_check),
         "configs": ("Block sizes, side by side", configs),
         "bench": ("Timing", timing),
+        "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
+                 lambda: bench.host_costs("lesson05_flash_attention.tuning:host_cases", __file__)),
     }
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ", help=sizes_help("sequence lengths", SIZES))

@@ -129,6 +129,26 @@ def test_results_page_written_and_read_back(tmp_path, capsys):
     assert "no table 'No such table'" in capsys.readouterr().out
 
 
+def test_results_page_updated_section_by_section(tmp_path):
+    from common import results
+
+    stamp = {"GPU": "NVIDIA H200", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0", "triton": "3.6.0",
+             "date": "2026-11-29"}
+    tables = [bench.Table(["a"], [[1]], title="First", note="old note"), bench.Table(["b"], [[2]], title="Second"),
+              bench.Table(["c"], [[3]], title="Third")]
+    results.write_results(str(tmp_path), "Lesson 9: results", stamp, tables)
+    results.update_results(str(tmp_path), stamp, [bench.Table(["a"], [[10]], title="First", note="new note"),
+                                                  bench.Table(["c"], [[30]], title="Third")])
+    lines = (tmp_path / "RESULTS.md").read_text().splitlines()
+    assert "new note Refreshed apart from the rest of this page (common.results --sections)." in lines
+    assert "old note" not in lines and "|  10 |" in lines and "|  30 |" in lines
+    assert "|   2 |" in lines and [line for line in lines if line.startswith("## ")] == ["## First", "## Second", "## Third"]
+    with pytest.raises(SystemExit, match="measured with triton 3.6.0, this machine has 3.9.0"):
+        results.update_results(str(tmp_path), {**stamp, "triton": "3.9.0"}, [])
+    with pytest.raises(SystemExit, match="no table 'Fourth'"):
+        results.update_results(str(tmp_path), stamp, [bench.Table(["d"], [[4]], title="Fourth")])
+
+
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU the command would run every benchmark")
 def test_results_refuse_the_interpreter(capsys):
     from common import results
