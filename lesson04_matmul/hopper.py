@@ -6,8 +6,11 @@ cuBLAS on Hopper (H100, H200) feeds its tensor cores with two things main.py's k
   it, the hardware computes every address, fills what falls outside the shape with zeros (no
   masks), and lands the tile in shared memory already in the swizzled layout the tensor cores
   read; desc.store clips at the edges. The rules: the last stride is 1, the other strides and the
-  base are multiples of 16 bytes. The host builds the descriptors (TensorDescriptor) and passes
-  them as arguments, so programs start with them ready.
+  base are multiples of 16 bytes. Each program builds its three descriptors as it starts
+  (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that Triton asks the
+  allocator below for at every launch). The host could build them instead (TensorDescriptor) and
+  pass them as arguments, but then the launcher encodes all three on every call: host time that
+  exceeded the kernel's own at 2048^3 (lesson 1, "What a launch costs").
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight
@@ -16,8 +19,10 @@ Triton's pipeliner already turns main.py's pointer loads into asynchronous copie
 PTX counts of copy_instructions() show it), so the gains here are the last few percent.
 bench_steps() times each step side by side (RESULTS.md, "What each step bought"); matmul() runs
 this kernel where it can and where that table says it pays: a Hopper GPU, float16 or bfloat16,
-rows TMA can address, and M * N * K >= 2048^3: from there up this kernel won at every shape in
-RESULTS.md, while below it neither kernel won reliably (small problems leave SMs idle, and the
+rows TMA can address, and M * N * K >= 4096^3. Building the descriptors costs every program a
+few microseconds as it starts (in one program per tile, every one of them pays it; persistent,
+132 programs pay it once each), which a 2048^3 product does not win back and a 4096^3 one does
+(RESULTS.md); below 2048^3 neither kernel won reliably (small problems leave SMs idle, and the
 autotuner's one-shot timings of them are noisy).
 
 This file is the last section of `python lesson04_matmul/main.py`; it imports main.py's pieces.
@@ -27,7 +32,6 @@ from common.device import DEVICE, INTERPRET, capability, interpretable, shared_m
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from common import bench, ptx
 from common.checks import dtype_name
@@ -35,18 +39,23 @@ from common.launch import cdiv, launch as launch_tuned, tracing
 from common.results import print_recorded
 from lesson04_matmul.main import GPU_CONFIGS, gelu_tanh, grouped_pid, launch, matmul, matmul_kernel
 
-TMA_FROM = 2048**3  # M * N * K from which this kernel won at every shape on the H200 (RESULTS.md)
+TMA_FROM = 4096**3  # M * N * K from which this kernel won on the H200 (RESULTS.md, "What each step bought")
 
 
 # %% The kernel: main.py's, with descriptor loads and a loop over tiles
 @triton.jit
 def matmul_kernel_tma(
-    a_desc, b_desc, c_desc,             # tensor descriptors of A, B, C (their tile shapes: below)
+    a_ptr, b_ptr, c_ptr,
     M, N, K,
+    stride_am, stride_bk, stride_cm,    # the row strides; each row's elements are adjacent
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr,              # pipeline across tiles (a persistent grid)
     ACTIVATION: tl.constexpr = "",
 ):
+    # The descriptors: each matrix's base, shape and strides, and the tile a load or store moves.
+    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     # A grid of one program per tile runs this loop once; a smaller grid makes it persistent:
@@ -65,33 +74,23 @@ def matmul_kernel_tma(
         c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
 
 
-# %% Descriptors and autotuning
-def tile_shapes(BLOCK_M, BLOCK_N, BLOCK_K):
-    """The tiles the kernel loads from A and B and stores to C."""
-    return [BLOCK_M, BLOCK_K], [BLOCK_K, BLOCK_N], [BLOCK_M, BLOCK_N]
+# %% The scratch memory, and autotuning
+def scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory for the descriptors the programs build, which Triton asks for at each launch."""
+    return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
 
-def tma_descriptors(a, b, c, BLOCK_M=128, BLOCK_N=128, BLOCK_K=64):
-    """The descriptors of A, B and C (for autotuned launches the hook below sets each config's tiles)."""
-    shapes = tile_shapes(BLOCK_M, BLOCK_N, BLOCK_K)
-    return tuple(TensorDescriptor.from_tensor(t, shape) for t, shape in zip((a, b, c), shapes))
-
-
-def tile_shapes_hook(nargs):
-    """Autotune pre-hook: before each configuration runs, its tile shapes go into the descriptors."""
-    shapes = tile_shapes(nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"])
-    for name, shape in zip(("a_desc", "b_desc", "c_desc"), shapes):
-        nargs[name].block_shape = shape
+triton.set_allocator(scratch)  # (for this thread: Triton keeps the allocator in a context variable)
 
 
 # The large tiles of main.py's CONFIGS, persistent and flattened (bench_steps: each step paid).
 GPU_TMA_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True},
-                  num_stages=stages, num_warps=8, pre_hook=tile_shapes_hook)
+                  num_stages=stages, num_warps=8)
     for bm, bn, stages in ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 4))
 ]
 TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [
-    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True}, pre_hook=tile_shapes_hook)]
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True})]
 
 
 def shared_bytes(config, itemsize: int = 2) -> int:
@@ -151,8 +150,8 @@ def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tens
         tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
         return (min(programs or sm_count(), tiles),)
 
-    launch_tuned(matmul_kernel_tma_tuned, grid, (M, N, K, a.dtype), *tma_descriptors(a, b, c), M, N, K,
-                 ACTIVATION=activation or "")
+    launch_tuned(matmul_kernel_tma_tuned, grid, (M, N, K, a.dtype), a, b, c, M, N, K, a.stride(0), b.stride(0),
+                 c.stride(0), ACTIVATION=activation or "")
     return c
 
 
@@ -171,12 +170,10 @@ def host_cases(n: int = 2048) -> dict:
              "matmul(a32, b32): float32, pointers": lambda: matmul(a32, b32),
              'matmul(a, b, activation="gelu", tma=False)': lambda: matmul(a, b, activation="gelu", tma=False)}
     if HOPPER:
-        tma = GPU_TMA_CONFIGS[0]
-        kwargs = tma.all_kwargs()
-        descriptors = tma_descriptors(a, b, c, *(tma.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")))
-        cases |= {"matmul_kernel_tma[grid](...) alone, descriptors ready": lambda: matmul_kernel_tma[(sm_count(),)](
-                      *descriptors, n, n, n, **kwargs),
-                  "matmul(a, b): float16, the TMA path (descriptors built per call)": lambda: matmul(a, b)}
+        kwargs = GPU_TMA_CONFIGS[0].all_kwargs()
+        cases |= {"matmul_kernel_tma[grid](...) alone, arguments ready": lambda: matmul_kernel_tma[(sm_count(),)](
+                      a, b, c, n, n, n, n, n, n, **kwargs),
+                  "matmul(a, b, tma=True): float16, the TMA path": lambda: matmul(a, b, tma=True)}
     return cases
 
 
@@ -199,10 +196,10 @@ def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
             divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
         "matmul_kernel_tma (descriptors)": dict(
             module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
-            signature={"a_desc": f"tensordesc<fp16[{BM},{BK}]>", "b_desc": f"tensordesc<fp16[{BK},{BN}]>",
-                       "c_desc": f"tensordesc<fp16[{BM},{BN}]>", **sizes, **dict.fromkeys(tile, "constexpr"),
-                       "FLATTEN": "constexpr"},
-            constexprs=dict(**tile, FLATTEN=True), divisible_by_16=("M", "N", "K")),
+            signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
+                       "stride_bk": "i32", "stride_cm": "i32", **dict.fromkeys(tile, "constexpr"), "FLATTEN": "constexpr"},
+            constexprs=dict(**tile, FLATTEN=True),
+            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
     }
     counts = {}
     for name, asm in zip(jobs, ptx.compile_kernels([dict(job, num_warps=8) for job in jobs.values()])):
@@ -225,10 +222,9 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
         b = torch.randn(n, n, device=DEVICE, dtype=dtype)
         c = torch.empty(n, n, device=DEVICE, dtype=dtype)
         tiles = cdiv(n, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"])
-        descriptors = tma_descriptors(a, b, c, tile["BLOCK_M"], tile["BLOCK_N"], tile["BLOCK_K"])
 
         def tma(programs, flatten):
-            matmul_kernel_tma[(programs,)](*descriptors, n, n, n, **tile, FLATTEN=flatten)
+            matmul_kernel_tma[(programs,)](a, b, c, n, n, n, n, n, n, **tile, FLATTEN=flatten)
 
         cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
                  "tl.dot tiles, pointer loads (main.py)": lambda: launch(matmul_kernel, a, b, **tile),

@@ -92,12 +92,12 @@ def jobs_for(arch: int) -> dict:
             job["constexprs"].update(HEAD_DIM=128, CAUSAL=True, INPUT_PRECISION="ieee" if dtype == "fp32" else "tf32")
             jobs[f"{kernel}, {dtype}, head_dim 128, {config}", must_fit] = job
     if arch >= 90:  # TMA came with Hopper: compiled where it exists, then the launcher's rule is checked
-        BM, BN, BK = (SMALLEST_TMA.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
         jobs[f"matmul_kernel_tma, fp16, {SMALLEST_TMA}", False] = dict(
             module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
-            signature={"a_desc": f"tensordesc<fp16[{BM},{BK}]>", "b_desc": f"tensordesc<fp16[{BK},{BN}]>",
-                       "c_desc": f"tensordesc<fp16[{BM},{BN}]>", **ints("M", "N", "K")},
-            divisible_by_16=("M", "N", "K"), **from_config(SMALLEST_TMA))
+            signature={**pointers("fp16", "a_ptr", "b_ptr", "c_ptr"),
+                       **ints("M", "N", "K", "stride_am", "stride_bk", "stride_cm")},
+            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"),
+            **from_config(SMALLEST_TMA))
     for job in jobs.values():
         job.update(arch=arch, asm=["ptx"] if arch in (75, 80) else [])
     return jobs

@@ -163,11 +163,11 @@ def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
 def test_matmul_picks_tma_where_it_can():
     from common.profile import kernels_launched
 
-    a = torch.randn(2048, 2048, device=DEVICE, dtype=torch.float16)  # TMA_FROM: 2048^3
+    a = torch.randn(4096, 4096, device=DEVICE, dtype=torch.float16)  # TMA_FROM: 4096^3
     names = lambda fn: [name for name, _, _ in kernels_launched(fn)]
     assert names(lambda: matmul(a, a)) == ["matmul_kernel_tma"]
     assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel"]  # a column-major A: pointer loads
-    assert names(lambda: matmul(a[:1024], a[:, :1024])) == ["matmul_kernel"]  # smaller: pointer loads
+    assert names(lambda: matmul(a[:2048], a[:, :2048])) == ["matmul_kernel"]  # smaller: pointer loads
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOL[torch.float16]
 
 
