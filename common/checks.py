@@ -11,6 +11,8 @@ import torch
 from common.device import DEVICE, INTERPRET  # first: it decides how triton is imported
 import triton.language as tl  # noqa: E402
 
+ON_GPU = DEVICE == "cuda"
+
 
 def dtype_name(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> 'bfloat16'."""
@@ -65,7 +67,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
     for name, x in tensors.items():
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-        if not (x.is_cuda if DEVICE == "cuda" else x.is_cpu):
+        if not (x.is_cuda if ON_GPU else x.is_cpu):
             if x.is_meta:
                 raise ValueError(f"{name} is on meta: a meta tensor has a shape but no data to compute on")
             where = "the CPU (Triton interpreter)" if INTERPRET else "the GPU"
@@ -84,7 +86,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
         shape = x.shape
         if ndim is not None and len(shape) != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(shape)}")
-        if shape and max(shape) >= 2**31 - INDEX_ROOM and any(2**31 - INDEX_ROOM <= n < 2**31 for n in shape):
+        if shape and max(shape) >= NEAR_2_31 and any(NEAR_2_31 <= n < 2**31 for n in shape):
             # see index_type: indices run a block past n
             raise ValueError(f"{name} has shape {tuple(shape)}: a dimension within 2**16 of 2**31, where the "
                              "kernels' 32-bit loop bounds and indices would wrap; pad or split it")
@@ -112,6 +114,7 @@ def _mismatch(tensors: dict):
 
 FORCED_INDEX_TYPE = None  # set only by bench.offsets_cost, to time one launch with both types
 INDEX_ROOM = 2**16  # how far past a tensor's edge an index may run: the widest block of any kernel here
+NEAR_2_31 = 2**31 - INDEX_ROOM
 
 
 def index_type(*tensors: torch.Tensor):
@@ -130,7 +133,7 @@ def index_type(*tensors: torch.Tensor):
     if FORCED_INDEX_TYPE is not None:
         return FORCED_INDEX_TYPE
     for t in tensors:
-        if t.is_contiguous() and 0 < t.numel() < 2**31 - INDEX_ROOM:  # the common case, decided cheaply:
+        if t.is_contiguous() and 0 < t.numel() < NEAR_2_31:  # the common case, decided cheaply:
             continue  # farthest offset numel - 1, and no dimension longer than numel
         farthest = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) if t.numel() else 0
         if farthest >= 2**31 or max(t.shape, default=0) + INDEX_ROOM >= 2**31:

@@ -132,4 +132,5 @@ def specialization(args) -> list:
     """What Triton compiles a kernel for, argument by argument: a tensor's dtype, device and whether
     its address is a multiple of 16 bytes; anything else as it is (numbers: a superset of what
     Triton looks at, their value class)."""
-    return [(a.dtype, a.get_device(), a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else a for a in args]
+    return [a if type(a) is int else  # most arguments: sizes and strides (tested first: it is the cheaper test)
+            (a.dtype, a.get_device(), a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else a for a in args]

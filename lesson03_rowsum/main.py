@@ -16,6 +16,7 @@ Without a CUDA GPU the kernel runs under Triton's interpreter; timings then meas
 interpreter. Real H200 numbers: lesson03_rowsum/RESULTS.md.
 """
 # %% Set-up: choose GPU or interpreter before triton is imported
+import functools
 import pathlib
 import sys
 
@@ -98,6 +99,7 @@ def row_sum_kernel(
 
 
 # %%
+@functools.cache  # (every call asks, up to three times: the answer is kept per N)
 def tile_config(N: int) -> tuple[int, int, int]:
     """BLOCK_M, BLOCK_N, num_warps for rows of N columns."""
     BLOCK_N = min(next_power_of_2(N), 4096)
@@ -106,6 +108,7 @@ def tile_config(N: int) -> tuple[int, int, int]:
     return BLOCK_M, BLOCK_N, num_warps
 
 
+@functools.cache
 def choose_splits(M: int, N: int) -> int:
     """How many programs share a row (section 4). The source documents' rule of thumb: launch at
     least 4 programs per SM, so that no SM idles and the last wave is a small part of the work.
