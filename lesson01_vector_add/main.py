@@ -475,6 +475,8 @@ def main(argv=None) -> None:
         "pitfalls": ("How to time a GPU call, and how not to (timing.py)", timing.pitfalls_section),
         "bench": ("Timing", timing_section),
         "launch": ("What a launch costs (timing.py)", timing.launch_section),
+        "host": ("What a call costs the host (timing.py)",
+                 lambda: bench.host_costs("lesson01_vector_add.timing:host_cases", timing.__file__)),
         "graphs": ("CUDA graphs (timing.py)", lambda: timing.graphs_section(args.compile)),
         "blocks": ("Data per program against threads per program (timing.py)",
                    lambda: timing.blocks_section(add, args.full)),

@@ -178,10 +178,10 @@ def launch_cost(sizes=tuple(2**k for k in range(10, 27, 2))) -> bench.Table:
 
 
 def launch_section() -> None:
-    """The host-against-kernel table, where the lines cross, then the lesson's functions' host costs."""
+    """The host-against-kernel table and where the lines cross (main.py's "host" section follows with
+    the host cost of each function)."""
     if INTERPRET:
         print_recorded(__file__, "Host time against kernel time")
-        bench.host_costs("lesson01_vector_add.timing:host_cases", __file__)
         return
     table = bench.fresh("lesson01_vector_add.timing:launch_cost")
     ns = table.column("N")
@@ -189,7 +189,6 @@ def launch_section() -> None:
         n = crossover(ns, table.column(f"{name}: host µs"), table.column(f"{name}: kernel µs"))
         where = f"N = 2^{math.log2(n):.1f} = {n / 1e6:.1f} M elements ({12 * n / 1e6:.0f} MB moved)" if n else "never"
         print(f"{name}: the kernel outlasts its launch from {where}.")
-    bench.host_costs("lesson01_vector_add.timing:host_cases", __file__)
 
 
 def host_cases(n: int = 4096) -> dict:
