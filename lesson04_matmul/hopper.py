@@ -76,11 +76,10 @@ def matmul_kernel_tma(
 
 # %% The scratch memory, and autotuning
 def scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global memory for the descriptors the programs build, which Triton asks for at each launch."""
+    """Global memory for the descriptors the programs build, which Triton asks for at each launch.
+    matmul_tma() hands it to Triton on every call: Triton keeps it per thread (a context variable),
+    and autograd runs the backward's matmuls on a thread of its own."""
     return torch.empty(size, dtype=torch.int8, device=DEVICE)
-
-
-triton.set_allocator(scratch)  # (for this thread: Triton keeps the allocator in a context variable)
 
 
 # The large tiles of main.py's CONFIGS, persistent and flattened (bench_steps: each step paid).
@@ -145,6 +144,7 @@ def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tens
                          f"{shared_memory() >> 10} KB")
     c = a.new_empty((M, N))
     a, b = interpretable(a), interpretable(b)
+    triton.set_allocator(scratch)  # the descriptors' memory (scratch() says why on every call)
 
     def grid(meta):
         tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
@@ -170,6 +170,7 @@ def host_cases(n: int = 2048) -> dict:
              "matmul(a32, b32): float32, pointers": lambda: matmul(a32, b32),
              'matmul(a, b, activation="gelu", tma=False)': lambda: matmul(a, b, activation="gelu", tma=False)}
     if HOPPER:
+        triton.set_allocator(scratch)
         kwargs = GPU_TMA_CONFIGS[0].all_kwargs()
         cases |= {"matmul_kernel_tma[grid](...) alone, arguments ready": lambda: matmul_kernel_tma[(sm_count(),)](
                       a, b, c, n, n, n, n, n, n, **kwargs),
@@ -222,6 +223,7 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
         b = torch.randn(n, n, device=DEVICE, dtype=dtype)
         c = torch.empty(n, n, device=DEVICE, dtype=dtype)
         tiles = cdiv(n, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"])
+        triton.set_allocator(scratch)
 
         def tma(programs, flatten):
             matmul_kernel_tma[(programs,)](a, b, c, n, n, n, n, n, n, **tile, FLATTEN=flatten)

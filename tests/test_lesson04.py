@@ -171,6 +171,18 @@ def test_matmul_picks_tma_where_it_can():
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOL[torch.float16]
 
 
+@pytest.mark.skipif(INTERPRET or not HOPPER, reason="the TMA kernel's scratch memory: Hopper GPUs only")
+def test_the_tma_path_runs_on_any_thread():
+    # Triton keeps the allocator of the descriptors' scratch memory per thread; a call from a thread
+    # that did not import hopper.py (a worker pool, autograd's own threads) must find it too
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = torch.randn(256, 256, device=DEVICE, dtype=torch.float16)
+    with ThreadPoolExecutor(1) as pool:
+        c = pool.submit(matmul, a, a, tma=True).result()  # an error in the thread is raised here
+    assert rel_error(c, reference(a.double(), a.double())) < TOL[torch.float16]
+
+
 def test_the_documents_tile_arithmetic():
     from lesson04_matmul.main import tile_counts
 
