@@ -2,8 +2,8 @@
 
 Every call of a lesson's public function runs Python before its kernel starts: checks, the
 output's allocation, the grid, then Triton's launcher. For small inputs that host time, not the
-kernel, is what the caller waits for (lesson 1, "What a launch costs"). Two things measured
-there cost more than they look, and this file holds the cheap form of each:
+kernel, is what the caller waits for (lesson 1, "What a launch costs"). Three things cost more
+than they look, and this file holds the cheap form of each:
 
 - triton.cdiv and triton.next_power_of_2 are "constexpr functions" (the same function runs inside
   kernels), and a call from Python goes through that machinery: about a microsecond each, 30 times
@@ -18,12 +18,16 @@ there cost more than they look, and this file holds the cheap form of each:
   arguments to the kernel's parameters, works out what the compiled code was specialized on
   (each tensor's dtype and whether its address is a multiple of 16 bytes; each integer's class:
   1, a multiple of 16, past 32 bits), spells that out as a string and looks the compiled kernel
-  up by it: a cost that grows with the number of arguments (attention has 25). `launch` keeps
-  the compiled kernel under a key made of the same facts (the tensors' dtypes, devices and
-  alignment, the integers themselves) and from then on launches it directly:
-  compiled[grid](*arguments), Triton's own handle on a compiled kernel.
+  up by it: a cost that grows with the number of arguments (attention's kernel takes 24).
+  `launch` keeps the compiled kernel under a key that holds at least those facts (each tensor's
+  dtype, device and 16-byte alignment; each integer itself, which fixes its class; any other
+  argument with its type; the constexprs by name) and from then on launches it directly:
+  compiled[grid](*arguments), Triton's own handle on a compiled kernel. Two calls with the same
+  key are calls Triton would have sent to the same compiled code, so the shortcut is safe.
+  (What it skips besides: Triton's check that a global the kernel reads has not changed; the
+  lessons' globals are constants.)
 
-And one thing that costs more than it needs to, once: a custom operator. Lesson 1 section 5
+One more cost, paid only where it buys something: a custom operator. Lesson 1 section 5
 registers each public function as a PyTorch operator (torch.library.triton_op), so that autograd
 has its backward and torch.compile can trace it; a call through PyTorch's dispatcher pays several
 microseconds more on the host (RESULTS.md, "Host cost per call"). `needs_op` says when a call
@@ -77,9 +81,10 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     through the autotuner and its choice is remembered; later ones launch kernel.fn with that choice
     (after the configuration's pre_hook, if it has one, as the autotuner would run it).
     `key` must tell apart every call the autotuner's own key does (its key arguments, the dtypes).
-    On a GPU, the compiled kernel is kept under what it was specialized for, and later calls with
-    the same launch it directly. `args` are the kernel's leading parameters, in order; `kwargs` the
-    rest (constexprs) and launch options (num_warps).
+    On a GPU, the compiled kernel is kept under what it was specialized for, and later calls that
+    match all of it launch it directly. `args` are the kernel's leading parameters, in order;
+    `kwargs` the rest (constexprs) and launch options (num_warps). The tensors must be on the
+    current device (the launchers' checks see to it): that is where Triton compiled and loaded it.
     While torch.compile traces (args[0] tells), the launch is recorded (wrap_triton) and compile's own
     autotuning runs."""
     if tracing(args[0]):
@@ -108,7 +113,7 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     if INTERPRET:
         fn[grid](*args, **kwargs, **config_kwargs)
         return
-    spec = (fn, key, *kwargs.values(), *specialization(args))
+    spec = (kernel, key, *kwargs.items(), *specialization(args))  # the autotuner (its choice), or the kernel
     try:
         compiled = COMPILED.get(spec)
     except TypeError:  # an argument Python cannot hash (a TMA descriptor built on the host): Triton's path
@@ -129,8 +134,10 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
 
 
 def specialization(args) -> list:
-    """What Triton compiles a kernel for, argument by argument: a tensor's dtype, device and whether
-    its address is a multiple of 16 bytes; anything else as it is (numbers: a superset of what
-    Triton looks at, their value class)."""
+    """What Triton compiles a kernel for, argument by argument, or more: a tensor's dtype, device and
+    whether its address is a multiple of 16 bytes; an integer itself (Triton looks at its class: 1,
+    a multiple of 16, 64-bit); anything else with its type (1.0 and True equal 1 in Python, but
+    Triton compiles a float, a bool and an integer differently)."""
     return [a if type(a) is int else  # most arguments: sizes and strides (tested first: it is the cheaper test)
-            (a.dtype, a.get_device(), a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else a for a in args]
+            (a.dtype, a.get_device(), a.data_ptr() % 16 == 0) if isinstance(a, torch.Tensor) else (type(a), a)
+            for a in args]

@@ -2,7 +2,7 @@
 
     python -m common.results                        # every lesson, on a CUDA GPU
     python -m common.results lesson02_softmax       # just one
-    python -m common.results lesson02_softmax --sections host   # refresh just these sections' tables
+    python -m common.results lesson02_softmax --sections host   # refresh these sections' tables (lessons first)
 
 Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take
 the others down); a failure is reported at the end and the other lessons still get written.
@@ -10,10 +10,11 @@ The child runs the lesson's own command line with `--full --skip trace`, so a re
 exactly the tables a learner can print with --full, and turns them into a page: a stamp (GPU,
 driver, CUDA, torch, triton, date, the ceilings measured on the way), each titled table with its
 note, and a plot of throughput against size, ceiling drawn in, where a table asks for one (with
-matplotlib installed). With --sections, the child runs just those sections and their tables
-replace the ones of the same title on the existing page (each table's note carries its own
-stamp; the page's stamp must match the machine's GPU, driver, CUDA, torch and triton). Without a
-GPU, `print_recorded` shows a lesson's page beside the interpreter's timings.
+matplotlib installed). With --sections (after the lesson names), the child runs just those
+sections and their tables replace the ones of the same title on the existing page, each note
+stamped with when and on what it was refreshed (the page's stamp must match the machine's GPU,
+driver, CUDA, torch and triton). Without a GPU, `print_recorded` shows a lesson's page beside
+the interpreter's timings.
 """
 import datetime
 import importlib
@@ -130,6 +131,8 @@ def update_results(folder: str, stamp: dict, tables: list) -> None:
     """Replace, on folder/RESULTS.md, each table of the same title as one of `tables` (tables without
     a plot only: a plot's file is numbered by the full run)."""
     path = os.path.join(folder, "RESULTS.md")
+    if not tables:
+        raise SystemExit(f"those sections print no table for {path}: nothing to refresh")
     page = read_table(path, "")  # the first table: any will do, for the page's stamp
     if page is None:
         raise SystemExit(f"no page {path} yet: run the whole lesson (without --sections)")
@@ -141,7 +144,8 @@ def update_results(folder: str, stamp: dict, tables: list) -> None:
     for table in tables:
         if table.plot:
             raise SystemExit(f"'{table.title}' has a plot: run the whole lesson (without --sections)")
-        note = f"{table.note} Refreshed apart from the rest of this page (common.results --sections).".strip()
+        note = (f"{table.note} Refreshed apart from the rest of this page: {stamp['GPU']}, torch {stamp['torch']}, "
+                f"triton {stamp['triton']}, {stamp['date']} (common.results --sections).").strip()
         block = "\n".join([f"## {table.title}", "", note, "", table.markdown(), ""])
         start = text.find(f"\n## {table.title}\n")
         if start < 0:
@@ -195,8 +199,12 @@ def print_recorded(script: str, heading: str, keep=None) -> None:
 
 
 def main(argv: list) -> int:
-    sections = argv[argv.index("--sections") + 1:] if "--sections" in argv else []
-    argv = argv[:argv.index("--sections")] if sections else argv
+    sections = argv[argv.index("--sections") + 1:] if "--sections" in argv else None
+    if sections is not None:
+        argv = argv[:argv.index("--sections")]
+        if not sections or any(name in LESSONS for name in sections):
+            print("usage: python -m common.results [lesson ...] --sections section [section ...] (lessons first)")
+            return 2
     if len(argv) == 2 and argv[0] == "--one":
         run_lesson(argv[1], sections)
         return 0

@@ -134,13 +134,13 @@ def pitfalls_section() -> None:
 # caller pays for the launch, not the work: the size where they cross is the size below which a
 # kernel is "small", and fusing it with its neighbours, or a CUDA graph, is what helps.
 #
-# Then the host's cost of each call, beside the floor (an empty kernel), in three layers for add:
-# Triton's own launch, add_kernel[grid](...), which on every call binds the arguments, works out
-# what the compiled code was specialized on (dtypes, 16-byte alignment, integer classes) and
-# looks it up; the same compiled kernel launched by common/launch.py, which does that work once
-# and then keeps the compiled kernel under a cheaper key; and add(x, y) whole, checks and output
-# included. Profiled first (cProfile over a loop of calls), the lookup was the largest share that
-# a launcher can avoid: common/launch.py says what it keeps, and why that is safe.
+# Then (main.py's "host" section, from host_cases below) the host's cost of each call beside the
+# floor (an empty kernel), in three layers for add: Triton's own launch, add_kernel[grid](...),
+# which on every call binds the arguments, works out what the compiled code was specialized on
+# (dtypes, 16-byte alignment, integer classes) and looks it up; the same compiled kernel launched
+# by common/launch.py, which does that work on the first call and then keeps the compiled kernel
+# under a cheaper key (its docstring says what the key holds, and why reusing the kernel is safe);
+# and add(x, y) whole, the checks and the output's allocation included.
 
 
 # %%
@@ -194,13 +194,13 @@ def launch_section() -> None:
 def host_cases(n: int = 4096) -> dict:
     """For bench.host_costs: the host's µs per call of this lesson's functions, beside PyTorch's and
     the bare launch of the same kernel."""
-    from common import launch
+    from common.launch import launch as launch_kernel
     from lesson01_vector_add.main import add, add_kernel, gelu
 
     x, y, out = (torch.randn(n, device=DEVICE) for _ in range(3))
     return {f"torch x + y ({n} floats)": lambda: x + y,
             "add_kernel[grid](...) alone, arguments ready": lambda: add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024),
-            "the same, through common.launch (compiled kernel kept)": lambda: launch.launch(
+            "the same, through common.launch (compiled kernel kept)": lambda: launch_kernel(
                 add_kernel, (4,), None, x, y, out, n, BLOCK_SIZE=1024),
             "add(x, y): checks, output, grid, launch": lambda: add(x, y),
             "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),

@@ -9,8 +9,9 @@ cuBLAS on Hopper (H100, H200) feeds its tensor cores with two things main.py's k
   base are multiples of 16 bytes. Each program builds its three descriptors as it starts
   (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that Triton asks the
   allocator below for at every launch). The host could build them instead (TensorDescriptor) and
-  pass them as arguments, but then the launcher encodes all three on every call: host time that
-  exceeded the kernel's own at 2048^3 (lesson 1, "What a launch costs").
+  pass them as arguments; but then Triton's launcher encodes all three on the host at every call,
+  time a small product's kernel cannot hide (lesson 1, "What a launch costs"), while building
+  them on the device costs kernel time instead: each program pays it once, as it starts.
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight
@@ -19,11 +20,10 @@ Triton's pipeliner already turns main.py's pointer loads into asynchronous copie
 PTX counts of copy_instructions() show it), so the gains here are the last few percent.
 bench_steps() times each step side by side (RESULTS.md, "What each step bought"); matmul() runs
 this kernel where it can and where that table says it pays: a Hopper GPU, float16 or bfloat16,
-rows TMA can address, and M * N * K >= 4096^3. Building the descriptors costs every program a
-few microseconds as it starts (in one program per tile, every one of them pays it; persistent,
-132 programs pay it once each), which a 2048^3 product does not win back and a 4096^3 one does
-(RESULTS.md); below 2048^3 neither kernel won reliably (small problems leave SMs idle, and the
-autotuner's one-shot timings of them are noisy).
+rows TMA can address, and M * N * K >= 4096^3. Each program builds its descriptors once: with one
+program per tile that is once per tile, with a persistent grid once per SM (132 times). From
+4096^3 up this kernel won at every shape in RESULTS.md; below, the pointer kernel did (the
+descriptors' cost is a larger share of a short kernel, and small problems leave SMs idle).
 
 This file is the last section of `python lesson04_matmul/main.py`; it imports main.py's pieces.
 """
@@ -76,9 +76,10 @@ def matmul_kernel_tma(
 
 # %% The scratch memory, and autotuning
 def scratch(size: int, alignment: int, stream) -> torch.Tensor:
-    """Global memory for the descriptors the programs build, which Triton asks for at each launch.
-    matmul_tma() hands it to Triton on every call: Triton keeps it per thread (a context variable),
-    and autograd runs the backward's matmuls on a thread of its own."""
+    """Global memory for the descriptors the programs build, which Triton asks for at each launch
+    (PyTorch's allocator aligns every block to at least 256 bytes, more than the `alignment` Triton
+    asks for). matmul_tma() hands it to Triton on every call: Triton keeps it per thread (a context
+    variable), and autograd runs the backward's matmuls on a thread of its own."""
     return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
 

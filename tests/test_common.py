@@ -140,13 +140,16 @@ def test_results_page_updated_section_by_section(tmp_path):
     results.update_results(str(tmp_path), stamp, [bench.Table(["a"], [[10]], title="First", note="new note"),
                                                   bench.Table(["c"], [[30]], title="Third")])
     lines = (tmp_path / "RESULTS.md").read_text().splitlines()
-    assert "new note Refreshed apart from the rest of this page (common.results --sections)." in lines
+    assert ("new note Refreshed apart from the rest of this page: NVIDIA H200, torch 2.11.0, triton 3.6.0, "
+            "2026-11-29 (common.results --sections).") in lines
     assert "old note" not in lines and "|  10 |" in lines and "|  30 |" in lines
     assert "|   2 |" in lines and [line for line in lines if line.startswith("## ")] == ["## First", "## Second", "## Third"]
     with pytest.raises(SystemExit, match="measured with triton 3.6.0, this machine has 3.9.0"):
-        results.update_results(str(tmp_path), {**stamp, "triton": "3.9.0"}, [])
+        results.update_results(str(tmp_path), {**stamp, "triton": "3.9.0"}, tables[:1])
     with pytest.raises(SystemExit, match="no table 'Fourth'"):
         results.update_results(str(tmp_path), stamp, [bench.Table(["d"], [[4]], title="Fourth")])
+    with pytest.raises(SystemExit, match="print no table"):
+        results.update_results(str(tmp_path), stamp, [])
 
 
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU the command would run every benchmark")
@@ -217,6 +220,32 @@ def test_a_remembered_autotuner_choice_skips_the_autotuner(monkeypatch):
         raise AssertionError("the autotuner ran again")
     monkeypatch.setattr(l4.matmul_kernel_tuned, "run", autotuner_called)
     torch.testing.assert_close(l4.matmul(a, b, tma=False), expected)
+
+
+def test_the_launch_key_tells_apart_what_triton_compiles_apart():
+    from common.launch import specialization
+
+    scalars = [tuple(specialization([v])) for v in (1, 1.0, True, 16, 17, 2**31)]
+    assert len(set(scalars)) == len(scalars)  # 1 == 1.0 == True in Python, not to Triton
+    x = torch.zeros(64, device=DEVICE)
+    aligned, off_by_4, half, off_by_16 = (tuple(specialization([t])) for t in (x, x[1:], x.half(), x[4:]))
+    assert aligned != off_by_4 and aligned != half and aligned == off_by_16
+
+
+@pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
+def test_a_kept_compiled_kernel_skips_tritons_launch_path(monkeypatch):
+    from lesson02_softmax import main as l2
+
+    x = torch.randn(8, 100, device=DEVICE)
+    expected = l2.softmax(x, long_rows=False)
+    l2.softmax(x, long_rows=False)  # kept by now
+
+    def tritons_path(*args, **kwargs):
+        raise AssertionError("Triton's launch path ran")
+    monkeypatch.setattr(l2.softmax_kernel, "run", tritons_path)
+    torch.testing.assert_close(l2.softmax(x, long_rows=False), expected)
+    with pytest.raises(AssertionError, match="launch path ran"):  # 4 bytes off 16: compiled apart
+        l2.softmax(torch.randn(8, 101, device=DEVICE)[:, 1:], long_rows=False)
 
 
 def test_timing_cells_fit_the_headers():
