@@ -232,6 +232,40 @@ def test_the_launch_key_tells_apart_what_triton_compiles_apart():
     assert aligned != off_by_4 and aligned != half and aligned == off_by_16
 
 
+def test_launch_keeps_the_compiled_kernel_and_fills_in_the_rest(monkeypatch):
+    # common.launch's direct path, with a stand-in for a Triton kernel (so it runs without a GPU)
+    from common import launch
+
+    monkeypatch.setattr(launch, "INTERPRET", False)
+    calls = []
+
+    def body(x_ptr, n, BLOCK: int = 0, TRACE: bool = False):
+        pass
+
+    class Compiled:  # what kernel[grid](...) returns: compiled[grid](*every argument) launches it
+        def __getitem__(self, grid):
+            return lambda *args: calls.append(("direct", grid, args))
+
+    class Kernel:
+        fn = staticmethod(body)  # as a JITFunction holds its Python function
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: calls.append(("triton", grid, args, kwargs)) or Compiled()
+
+    kernel, x = Kernel(), torch.zeros(64)
+    for t in (x, x, x[1:], x[4:], x[4:]):  # x[1:]: 4 bytes off 16, compiled apart; x[4:]: 16 bytes on
+        launch.launch(kernel, lambda meta: (cdiv_64(meta["BLOCK"]),), None, t, 64, BLOCK=16)
+    assert [c[0] for c in calls] == ["triton", "direct", "triton", "direct", "direct"]
+    _, grid, args = calls[1]
+    assert grid == (4, 1, 1) and args[0] is x and args[1:] == (64, 16, False)  # BLOCK, then TRACE's default
+    launch.launch(kernel, (4,), None, x, 64, BLOCK=32)  # another constexpr: Triton's path
+    assert calls[-1][0] == "triton"
+
+
+def cdiv_64(block: int) -> int:
+    return 64 // block
+
+
 @pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
 def test_a_kept_compiled_kernel_skips_tritons_launch_path(monkeypatch):
     from lesson02_softmax import main as l2
