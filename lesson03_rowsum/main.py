@@ -21,6 +21,8 @@ import pathlib
 import sys
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
+if __name__ == "__main__":  # run as a script: be the module coalescing.py imports, not a second copy of it
+    sys.modules.setdefault("lesson03_rowsum.main", sys.modules[__name__])
 
 from common.device import DEVICE, INTERPRET, sm_count
 
@@ -416,46 +418,14 @@ def bench_all(shapes, dtype=torch.float32) -> bench.Table:
 
 # %% [markdown]
 # ## 9. Coalescing: the same bytes, read along rows and down columns
-# A warp's 32 threads load together, and memory answers in 128-byte lines of four 32-byte sectors.
-# When thread t reads element t of a row, the 32 loads of 4 bytes fill one line; when it reads
-# element t of a column (a row apart), they touch 32 lines, a sector of each, and use 4 of its 32
-# bytes. row_sum reads x.t() through its strides correctly, but fetches far more than it uses: the
-# next program (the next row) wants the neighbouring 4 bytes of the same sectors, and the L2 cache
-# saves some of that, so the loss measured (RESULTS.md) is several-fold rather than 8-fold.
-
-
-# %%
-def lines_per_warp(stride: int, itemsize: int = 4, line: int = 128) -> int:
-    """128-byte lines that one warp's 32 loads touch, when thread t reads element t * stride."""
-    return len({t * stride * itemsize // line for t in range(32)})
-
-
-def coalescing(M: int = 4096, N: int = 16384) -> bench.Table | None:
-    print(f"One warp, 32 loads of 4 bytes: side by side (stride 1) {lines_per_warp(1)} line of 128 bytes; "
-          f"a row apart (stride {M}) {lines_per_warp(M)} lines.")
-    if INTERPRET:  # the interpreter reads numpy arrays: no lines, no warps
-        print_recorded(__file__, "Coalescing")
-        return None
-    x = torch.randn(M, N, device=DEVICE)
-    xt = torch.randn(N, M, device=DEVICE).t()  # the same shape, M x N, stored column by column
-    cases = {("rows contiguous (x)", "Triton row_sum"): lambda: row_sum(x),
-             ("rows contiguous (x)", "torch.sum(dim=1)"): lambda: x.sum(dim=1),
-             ("columns contiguous (x.t() of an N x M tensor)", "Triton row_sum"): lambda: row_sum(xt),
-             ("columns contiguous (x.t() of an N x M tensor)", "torch.sum(dim=1)"): lambda: xt.sum(dim=1)}
-    ms = bench.side_by_side(cases)
-    rows = [(layout, name, lines_per_warp(1 if layout.startswith("rows") or name.startswith("torch") else M),
-             ms[layout, name] * 1e3, bench.gbps(x.numel() * 4, ms[layout, name])) for layout, name in cases]
-    return bench.print_table(rows, ["layout", "implementation", "lines per warp load", "kernel µs", "GB/s"],
-                             title=f"Coalescing: row sums of a {M} x {N} float32 tensor, two layouts",
-                             note=f"{bench.stamp()}. GB/s counts one read of x. torch.sum reads a column-major "
-                                  "tensor along its columns (whole lines), summing many rows at once; row_sum walks "
-                                  "each row, a line per element." + bench.SIDE_BY_SIDE_NOTE,
-                             plot=dict(x="layout", y="GB/s", series=["implementation"], ceiling=bench.copy_bandwidth(),
-                                       ceiling_label="device copy (measured)"))
+# In coalescing.py, the lesson's second file: memory answers a warp in 128-byte lines, so the
+# direction a warp reads in decides how much of each line it uses; row_sum timed on both layouts.
 
 
 # %% The script
 def main(argv=None) -> None:
+    from lesson03_rowsum import coalescing  # the lesson's second file
+
     def waves_section():
         waves_table(WAVES_SHAPES)
         if INTERPRET:  # the interpreter runs programs one after another: no waves to see
@@ -488,7 +458,7 @@ def main(argv=None) -> None:
         "bench": ("Timing", timing),
         "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
                  lambda: bench.host_costs("lesson03_rowsum.main:host_cases", __file__)),
-        "coalescing": ("Coalescing: along rows and down columns", coalescing),
+        "coalescing": ("Coalescing: along rows and down columns (coalescing.py)", coalescing.coalescing),
     }
     p = lesson_parser(__doc__, list(sections))
     p.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",

@@ -127,7 +127,7 @@ def test_occupancy_table_reads_registers_from_ptxas():
 
 
 def test_coalescing_lines_per_warp():
-    from lesson03_rowsum.main import lines_per_warp
+    from lesson03_rowsum.coalescing import lines_per_warp
 
     assert lines_per_warp(1) == 1 and lines_per_warp(4096) == 32  # side by side: one 128-byte line; a row apart: 32
     assert lines_per_warp(1, itemsize=2) == 1 and lines_per_warp(2) == 2
