@@ -110,22 +110,21 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
         if config.pre_hook is not None:  # (no configuration here has one)
             config.pre_hook({**dict(zip(kernel.arg_names, args)), **kwargs, **config_kwargs})
         fn = kernel.fn
-    if INTERPRET:
-        fn[grid](*args, **kwargs, **config_kwargs)
-        return
-    spec = (kernel, key, *kwargs.items(), *specialization(args))  # the autotuner (its choice), or the kernel
-    try:
-        compiled = COMPILED.get(spec)
-    except TypeError:  # an argument Python cannot hash (a TMA descriptor built on the host): Triton's path
-        fn[grid](*args, **kwargs, **config_kwargs)
-        return
-    if compiled is None:  # the first call: Triton binds, specializes, compiles if it must, launches
+    compiled = spec = None
+    if not INTERPRET:  # (the interpreter has no compiled kernels)
+        spec = (kernel, key, *kwargs.items(), *specialization(args))  # the autotuner (its choice), or the kernel
+        try:
+            compiled = COMPILED.get(spec)
+        except TypeError:  # an argument Python cannot hash: Triton's path, every time
+            spec = None
+    if compiled is None:  # Triton binds, specializes, compiles if it must, launches
         compiled = fn[grid](*args, **kwargs, **config_kwargs)
-        meta = {**kwargs, **config_kwargs}
-        rest = [meta.get(p.name, p.default) for p in list(inspect.signature(fn.fn).parameters.values())[len(args):]]
-        if len(COMPILED) > 4096:  # integers that change call after call (a growing sequence): start afresh
-            COMPILED.clear()
-        COMPILED[spec] = compiled, rest
+        if spec is not None:  # kept, with the arguments that follow *args (constexprs, defaults)
+            meta = {**kwargs, **config_kwargs}
+            rest = [meta.get(p.name, p.default) for p in list(inspect.signature(fn.fn).parameters.values())[len(args):]]
+            if len(COMPILED) > 4096:  # integers that change call after call (a growing sequence): start afresh
+                COMPILED.clear()
+            COMPILED[spec] = compiled, rest
         return
     compiled, rest = compiled
     if callable(grid):

@@ -240,7 +240,7 @@ def test_launch_keeps_the_compiled_kernel_and_fills_in_the_rest(monkeypatch):
     calls = []
 
     def body(x_ptr, n, BLOCK: int = 0, TRACE: bool = False):
-        pass
+        """The kernel's parameters: all launch() reads of its Python function."""
 
     class Compiled:  # what kernel[grid](...) returns: compiled[grid](*every argument) launches it
         def __getitem__(self, grid):
@@ -254,16 +254,12 @@ def test_launch_keeps_the_compiled_kernel_and_fills_in_the_rest(monkeypatch):
 
     kernel, x = Kernel(), torch.zeros(64)
     for t in (x, x, x[1:], x[4:], x[4:]):  # x[1:]: 4 bytes off 16, compiled apart; x[4:]: 16 bytes on
-        launch.launch(kernel, lambda meta: (cdiv_64(meta["BLOCK"]),), None, t, 64, BLOCK=16)
+        launch.launch(kernel, lambda meta: (64 // meta["BLOCK"],), None, t, 64, BLOCK=16)
     assert [c[0] for c in calls] == ["triton", "direct", "triton", "direct", "direct"]
     _, grid, args = calls[1]
     assert grid == (4, 1, 1) and args[0] is x and args[1:] == (64, 16, False)  # BLOCK, then TRACE's default
     launch.launch(kernel, (4,), None, x, 64, BLOCK=32)  # another constexpr: Triton's path
     assert calls[-1][0] == "triton"
-
-
-def cdiv_64(block: int) -> int:
-    return 64 // block
 
 
 @pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
