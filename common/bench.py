@@ -133,12 +133,12 @@ def empty_kernel(x_ptr, N):
 HOST_TITLE = "Host cost per call"
 
 
-def fresh(function: str, **kwargs) -> "Table":
+def fresh(function: str, show: bool = True, **kwargs) -> "Table":
     """Run function(**kwargs) ('package.module:name', returning a Table) in a new Python process and
-    print its table here. For host timings: in a process that has run torch.profiler or torch.compile,
-    every call costs more on the host, PyTorch's own operators included (measured on the H200: an
-    empty Triton launch 11 -> 16 µs, torch's x + y 7 -> 13 µs), and a caller's process usually
-    has done neither. Under the interpreter, here and now."""
+    print its table here (unless not `show`). For host timings: in a process that has run
+    torch.profiler or torch.compile, every call costs more on the host, PyTorch's own operators
+    included (measured on the H200: an empty Triton launch 11 -> 16 µs, torch's x + y 7 -> 13 µs),
+    and a caller's process usually has done neither. Under the interpreter, here and now."""
     module, name = function.split(":")
     if INTERPRET:
         return getattr(importlib.import_module(module), name)(**kwargs)
@@ -148,26 +148,36 @@ def fresh(function: str, **kwargs) -> "Table":
                 f"t = m.{name}(**json.loads({json.dumps(json.dumps(kwargs))})); json.dump(t.__dict__, open({path!r}, 'w'))")
         subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
         with open(path) as f:
-            table = json.load(f)
-    return print_table(table["rows"], table["headers"], table["title"], table["note"], table["floatfmt"],
-                       table["plot"])
+            table = Table(**json.load(f))
+    return print_table(table.rows, table.headers, table.title, table.note, table.floatfmt, table.plot) if show else table
 
 
-def host_costs(cases: str, script: str) -> "Table | None":
+def host_costs(cases: str, script: str, processes: int = 3) -> "Table | None":
     """The host's µs per call of each call in cases() = {label: fn} ('package.module:name'), beside
-    the floor: an empty Triton kernel launched with two arguments. Timed in a fresh process (see
-    fresh), the calls taking turns, 3 rounds, the best. Under the interpreter nothing is timed (its
-    host time is the kernel's) and the H200's table of `script`'s lesson is printed instead."""
+    the floor: an empty Triton kernel launched with two arguments. Timed in `processes` fresh
+    processes (see fresh), in each the calls taking turns, 3 rounds; each call keeps its best.
+    Why several processes: on the H200's host one process runs every call, the floor included,
+    up to 1.5 times slower than the next (measured: the floor from 11.5 to 17.2 µs), as if on a
+    slower core; noise only ever adds time, so the best is the cost of the code. Under the
+    interpreter nothing is timed (its host time is the kernel's) and the H200's table of
+    `script`'s lesson is printed instead."""
     if INTERPRET:
         from common.results import print_recorded
 
         print_recorded(script, HOST_TITLE)
         return None
-    return fresh("common.bench:host_table", cases=cases)
+    runs = [dict(fresh("common.bench:host_table", show=False, cases=cases).rows) for _ in range(processes)]
+    us = {label: min(run[label] for run in runs) for label in runs[0]}
+    floor = next(iter(us.values()))
+    return print_table([(label, t, t / floor) for label, t in us.items()],
+                       ["call", "host µs per call", "x the floor"], title=HOST_TITLE,
+                       note=f"{stamp()}. A loop of calls with no synchronize, timed on the host (bench.host_time_ms): "
+                            f"Python, the checks and the launch, not the kernel. In {processes} fresh processes, "
+                            "the calls taking turns, 3 rounds in each; each call its best (the median of 5 loops each).")
 
 
 def host_table(cases: str) -> "Table":
-    """host_costs' measurement, in the process that runs it."""
+    """host_costs' measurement, in the process that runs it: [label, µs] rows, the floor first."""
     module, name = cases.split(":")
     x = torch.empty(1, device=DEVICE)
     cases = {"empty @triton.jit kernel, 2 arguments (the floor)": lambda: empty_kernel[(1,)](x, 1),
@@ -177,13 +187,7 @@ def host_table(cases: str) -> "Table":
         for _ in range(3):
             for label, fn in cases.items():
                 turns[label].append(host_time_ms(fn) * 1e3)
-    us = {label: min(t) for label, t in turns.items()}  # the best round: other processes only ever add time
-    floor = next(iter(us.values()))
-    return print_table([(label, us[label], us[label] / floor) for label in cases],
-                       ["call", "host µs per call", "x the floor"], title=HOST_TITLE,
-                       note=f"{stamp()}. A loop of calls with no synchronize, timed on the host (bench.host_time_ms) in a "
-                            "fresh process: Python, the checks and the launch, not the kernel. Timed in turns, 3 "
-                            "rounds, the best (the median of 5 loops each).")
+    return Table(["call", "host µs per call"], [(label, min(t)) for label, t in turns.items()])
 
 
 def offsets_cost(make_cases, script: str, run: bool = True) -> "Table | None":

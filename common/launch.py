@@ -21,9 +21,12 @@ than they look, and this file holds the cheap form of each:
   up by it: a cost that grows with the number of arguments (attention's kernel takes 24).
   `launch` keeps the compiled kernel under a key that holds at least those facts (each tensor's
   dtype, device and 16-byte alignment; each integer itself, which fixes its class; any other
-  argument with its type; the constexprs by name) and from then on launches it directly:
-  compiled[grid](*arguments), Triton's own handle on a compiled kernel. Two calls with the same
-  key are calls Triton would have sent to the same compiled code, so the shortcut is safe.
+  argument with its type; the constexprs by name) and from then on hands the arguments straight
+  to the launcher Triton generated for that compiled kernel (compiled.run). Two calls with the
+  same key are calls Triton would have sent to the same compiled code, so the shortcut is safe.
+  (Even Triton's own handle, compiled[grid](*arguments), costs about 4 µs more on the H200: it
+  builds launch metadata and calls its launch hooks, empty unless a profiler such as Proton has
+  added one; `launch` takes that path only then.)
   (What it skips besides: Triton's check that a global the kernel reads has not changed; the
   lessons' globals are constants.)
 
@@ -42,6 +45,7 @@ from torch._subclasses.fake_tensor import is_fake
 from torch.library import wrap_triton
 
 from common.device import INTERPRET
+from triton import knobs
 from triton.runtime.autotuner import Autotuner
 
 
@@ -129,7 +133,26 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     compiled, rest = compiled
     if callable(grid):
         grid = grid({**kwargs, **config_kwargs})
-    compiled[(*grid, 1, 1)](*args, *rest)  # the grid, padded to its three axes
+    grid = (*grid, 1, 1)  # padded to its three axes
+    if launch_hooks():  # someone (a profiler such as Proton) asked to hear of every launch: Triton tells them
+        compiled[grid](*args, *rest)
+        return
+    # compiled.run is the launcher Triton generated, in C, for this kernel: it reads each argument
+    # (a tensor's address), then hands the kernel to the driver on the current stream. The three
+    # Nones: no launch metadata, no hooks to call (compiled[grid] builds the metadata and calls
+    # Triton's empty hook chains on every launch, a few µs: RESULTS.md, "Host cost per call").
+    compiled.run(grid[0], grid[1], grid[2], current_stream(), compiled.function, compiled.packed_metadata,
+                 None, None, None, *args, *rest)
+
+
+def launch_hooks() -> bool:
+    """Has anything asked Triton to call it around each launch (triton.knobs.runtime's hooks)?"""
+    return bool(knobs.runtime.launch_enter_hook.calls or knobs.runtime.launch_exit_hook.calls)
+
+
+def current_stream() -> int:
+    """The current CUDA stream of the current device, as the driver knows it (Triton launches there too)."""
+    return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
 
 
 def specialization(args) -> list:

@@ -138,9 +138,11 @@ def pitfalls_section() -> None:
 # floor (an empty kernel), in three layers for add: Triton's own launch, add_kernel[grid](...),
 # which on every call binds the arguments, works out what the compiled code was specialized on
 # (dtypes, 16-byte alignment, integer classes) and looks it up; the same compiled kernel launched
-# by common/launch.py, which does that work on the first call and then keeps the compiled kernel
-# under a cheaper key (its docstring says what the key holds, and why reusing the kernel is safe);
-# and add(x, y) whole, the checks and the output's allocation included.
+# by common/launch.py, which does that work on the first call, then keeps the compiled kernel
+# under a cheaper key and hands later calls' arguments straight to the launcher Triton generated
+# for it (its docstring says what the key holds, and why reusing the kernel is safe); and
+# add(x, y) whole, the checks and the output's allocation included. The host's speed varies from
+# one process to the next, so the table is the best of three fresh ones (bench.host_costs).
 
 
 # %%

@@ -237,14 +237,21 @@ def test_launch_keeps_the_compiled_kernel_and_fills_in_the_rest(monkeypatch):
     from common import launch
 
     monkeypatch.setattr(launch, "INTERPRET", False)
+    monkeypatch.setattr(launch, "current_stream", lambda: 7)
     calls = []
 
     def body(x_ptr, n, BLOCK: int = 0, TRACE: bool = False):
         """The kernel's parameters: all launch() reads of its Python function."""
 
-    class Compiled:  # what kernel[grid](...) returns: compiled[grid](*every argument) launches it
+    class Compiled:  # what kernel[grid](...) returns: its launcher, and Triton's handle (with hooks)
+        function, packed_metadata = "the CUfunction", "num_warps and the like"
+
+        def run(self, g0, g1, g2, stream, function, metadata, launch_metadata, enter_hook, exit_hook, *args):
+            assert (stream, function, launch_metadata, enter_hook) == (7, "the CUfunction", None, None)
+            calls.append(("direct", (g0, g1, g2), args))
+
         def __getitem__(self, grid):
-            return lambda *args: calls.append(("direct", grid, args))
+            return lambda *args: calls.append(("hooked", grid, args))
 
     class Kernel:
         fn = staticmethod(body)  # as a JITFunction holds its Python function
@@ -260,6 +267,9 @@ def test_launch_keeps_the_compiled_kernel_and_fills_in_the_rest(monkeypatch):
     assert grid == (4, 1, 1) and args[0] is x and args[1:] == (64, 16, False)  # BLOCK, then TRACE's default
     launch.launch(kernel, (4,), None, x, 64, BLOCK=32)  # another constexpr: Triton's path
     assert calls[-1][0] == "triton"
+    monkeypatch.setattr(launch, "launch_hooks", lambda: True)  # a profiler listens: Triton's handle, which calls it
+    launch.launch(kernel, (4,), None, x, 64, BLOCK=32)
+    assert calls[-1][:2] == ("hooked", (4, 1, 1))
 
 
 @pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
@@ -276,6 +286,25 @@ def test_a_kept_compiled_kernel_skips_tritons_launch_path(monkeypatch):
     torch.testing.assert_close(l2.softmax(x, long_rows=False), expected)
     with pytest.raises(AssertionError, match="launch path ran"):  # 4 bytes off 16: compiled apart
         l2.softmax(torch.randn(8, 101, device=DEVICE)[:, 1:], long_rows=False)
+
+
+@pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
+def test_a_launch_hook_hears_kept_kernels_too():
+    from triton import knobs
+    from lesson02_softmax import main as l2
+
+    x = torch.randn(8, 100, device=DEVICE)
+    l2.softmax(x, long_rows=False)  # kept by now
+    heard = []
+    hook = heard.append  # called with each launch's metadata
+    knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        l2.softmax(x, long_rows=False)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(hook)
+    assert len(heard) == 1
+    l2.softmax(x, long_rows=False)
+    assert len(heard) == 1
 
 
 def test_timing_cells_fit_the_headers():
