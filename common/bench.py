@@ -156,9 +156,9 @@ def host_costs(cases: str, script: str, processes: int = 3) -> "Table | None":
     """The host's µs per call of each call in cases() = {label: fn} ('package.module:name'), beside
     the floor: an empty Triton kernel launched with two arguments. Timed in `processes` fresh
     processes (see fresh), in each the calls taking turns, 3 rounds; each call keeps its best.
-    Why several processes: on the H200's host one process runs every call, the floor included,
-    up to 1.5 times slower than the next (measured: the floor from 11.5 to 17.2 µs), as if on a
-    slower core; noise only ever adds time, so the best is the cost of the code. Under the
+    Why several processes: on the H200's host one process can run every call, the floor
+    included, half as slow again as the next, as if on a slower core; noise only ever adds time,
+    so the best is the cost of the code. Under the
     interpreter nothing is timed (its host time is the kernel's) and the H200's table of
     `script`'s lesson is printed instead."""
     if INTERPRET:

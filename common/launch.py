@@ -24,9 +24,9 @@ than they look, and this file holds the cheap form of each:
   argument with its type; the constexprs by name) and from then on hands the arguments straight
   to the launcher Triton generated for that compiled kernel (compiled.run). Two calls with the
   same key are calls Triton would have sent to the same compiled code, so the shortcut is safe.
-  (Even Triton's own handle, compiled[grid](*arguments), costs about 4 µs more on the H200: it
-  builds launch metadata and calls its launch hooks, empty unless a profiler such as Proton has
-  added one; `launch` takes that path only then.)
+  (Even Triton's own handle, compiled[grid](*arguments), costs more: on every launch it builds
+  launch metadata and calls its launch hooks, empty unless a profiler such as Proton has added
+  one; `launch` takes that path only then.)
   (What it skips besides: Triton's check that a global the kernel reads has not changed; the
   lessons' globals are constants.)
 
@@ -140,7 +140,8 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
     # compiled.run is the launcher Triton generated, in C, for this kernel: it reads each argument
     # (a tensor's address), then hands the kernel to the driver on the current stream. The three
     # Nones: no launch metadata, no hooks to call (compiled[grid] builds the metadata and calls
-    # Triton's empty hook chains on every launch, a few µs: RESULTS.md, "Host cost per call").
+    # Triton's empty hook chains on every launch. What the direct launch saves: lesson 1's
+    # RESULTS.md, "Host cost per call", add_kernel[grid](...) against common.launch.)
     compiled.run(grid[0], grid[1], grid[2], current_stream(), compiled.function, compiled.packed_metadata,
                  None, None, None, *args, *rest)
 
