@@ -158,9 +158,8 @@ def host_costs(cases: str, script: str, processes: int = 3) -> "Table | None":
     processes (see fresh), in each the calls taking turns, 3 rounds; each call keeps its best.
     Why several processes: on the H200's host one process can run every call, the floor
     included, half as slow again as the next, as if on a slower core; noise only ever adds time,
-    so the best is the cost of the code. Under the
-    interpreter nothing is timed (its host time is the kernel's) and the H200's table of
-    `script`'s lesson is printed instead."""
+    so the best is the cost of the code. Under the interpreter nothing is timed (its host time is
+    the kernel's) and the H200's table of `script`'s lesson is printed instead."""
     if INTERPRET:
         from common.results import print_recorded
 

@@ -49,7 +49,6 @@ from triton import knobs
 from triton.runtime.autotuner import Autotuner
 
 
-
 def cdiv(a: int, b: int) -> int:
     """ceil(a / b) for whole numbers: how many blocks of b cover a."""
     return (a + b - 1) // b
@@ -139,9 +138,9 @@ def launch(kernel, grid, key: tuple | None, *args, **kwargs) -> None:
         return
     # compiled.run is the launcher Triton generated, in C, for this kernel: it reads each argument
     # (a tensor's address), then hands the kernel to the driver on the current stream. The three
-    # Nones: no launch metadata, no hooks to call (compiled[grid] builds the metadata and calls
-    # Triton's empty hook chains on every launch. What the direct launch saves: lesson 1's
-    # RESULTS.md, "Host cost per call", add_kernel[grid](...) against common.launch.)
+    # Nones: no launch metadata, no hooks to call (compiled[grid] would build the metadata and call
+    # Triton's empty hook chains). What the direct launch saves: lesson 1's RESULTS.md, "Host cost
+    # per call", add_kernel[grid](...) against common.launch.
     compiled.run(grid[0], grid[1], grid[2], current_stream(), compiled.function, compiled.packed_metadata,
                  None, None, None, *args, *rest)
 
