@@ -61,7 +61,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
     order, as the kernel can read them (a negative-bit view resolved).
 
     It runs on every call, before every launch, so it is written to be cheap where the input is
-    good (about a microsecond a tensor: lesson 1, "What a launch costs"): each test reads a field
+    good (about a microsecond a tensor: lesson 1, "What a call costs the host"): each test reads a field
     once, and the messages are built only when one fails."""
     first = None
     for name, x in tensors.items():
@@ -112,7 +112,6 @@ def _mismatch(tensors: dict):
     raise ValueError(f"{names} have different shapes: {', '.join(str(tuple(x.shape)) for x in values)}")
 
 
-FORCED_INDEX_TYPE = None  # set only by bench.offsets_cost, to time one launch with both types
 INDEX_ROOM = 2**16  # how far past a tensor's edge an index may run: the widest block of any kernel here
 NEAR_2_31 = 2**31 - INDEX_ROOM
 
@@ -130,8 +129,6 @@ def index_type(*tensors: torch.Tensor):
     of it (INDEX_ROOM). Indices run a block past the tensor's edge, where the mask stops them
     (rows < M); an index that wrapped to a negative number would pass that mask.
     """
-    if FORCED_INDEX_TYPE is not None:
-        return FORCED_INDEX_TYPE
     for t in tensors:
         if t.is_contiguous() and 0 < t.numel() < NEAR_2_31:  # the common case, decided cheaply:
             continue  # farthest offset numel - 1, and no dimension longer than numel

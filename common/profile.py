@@ -1,8 +1,8 @@
-"""Which kernels does an implementation launch? torch.profiler knows.
+"""Which kernels does an implementation launch? torch.profiler knows (a CUDA GPU needed).
 
-On a GPU the table lists the CUDA kernels (one row per kernel name: how many launches, total GPU
-time). On the CPU there are no kernels: it lists the top-level ATen operators instead, which is
-the same story one level up (each eager PyTorch operator is one pass over memory).
+One row per CUDA kernel name: how many launches, total GPU time. Lessons print it to show what
+fusion saves (eager PyTorch launches one kernel per operator; a fused kernel, one in all), and
+common.bench reads the kernels' own timestamps from it.
 """
 import collections
 import contextlib
@@ -14,14 +14,12 @@ import warnings
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from common.device import INTERPRET
-
 
 def kernels_launched(fn, repeat: int = 1, between=None) -> list[tuple[str, int, float]]:
     """Run fn() `repeat` times under the profiler (between() before each, if given); return
-    (name, calls, total microseconds) per kernel (GPU) or top-level ATen op (CPU)."""
+    (name, calls, total microseconds) per CUDA kernel, the longest first."""
     fn()  # warm-up: compilation, autotuning and caches stay out of the picture
-    activities = [ProfilerActivity.CPU] + ([] if INTERPRET else [ProfilerActivity.CUDA])
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     warnings.filterwarnings("ignore", message=".*Profiler clears events")
     prof = profile(activities=activities)
     with _quiet_stderr():
@@ -30,21 +28,14 @@ def kernels_launched(fn, repeat: int = 1, between=None) -> list[tuple[str, int, 
         if between is not None:
             between()
         fn()
-    if not INTERPRET:
-        torch.cuda.synchronize()
+    torch.cuda.synchronize()
     with _quiet_stderr():
         prof.stop()
     calls, micros = collections.Counter(), collections.Counter()
-    if INTERPRET:  # operators the code called, not the ones they call inside
-        for e in prof.events():
-            if e.cpu_parent is None and e.name.startswith(("aten::", "Torch-Compiled Region")):
-                calls[e.name] += 1
-                micros[e.name] += e.cpu_time_total
-    else:
-        for e in prof.key_averages():
-            if e.device_type == torch.autograd.DeviceType.CUDA:
-                calls[e.key] += e.count
-                micros[e.key] += getattr(e, "self_device_time_total", None) or e.self_cuda_time_total
+    for e in prof.key_averages():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            calls[e.key] += e.count
+            micros[e.key] += e.self_device_time_total
     return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])
 
 

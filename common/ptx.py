@@ -5,8 +5,9 @@ with a layout: which thread holds which elements) -> LLVM IR -> PTX (NVIDIA's vi
 per thread) -> cubin. `triton.compile` with an explicit target runs the whole pipeline on any
 machine: the compiler (LLVM, ptxas) ships inside the triton wheel; no GPU is needed.
 
-The interpreter replaces `@triton.jit` kernels with Python functions, which cannot be compiled, so
-on a machine without a GPU the compilation runs in a child process with TRITON_INTERPRET=0.
+Compilation runs in child processes with TRITON_INTERPRET=0: the interpreter replaces `@triton.jit`
+kernels with Python functions, which cannot be compiled, and a child imports the lesson's module by
+name, so a lesson run as a script is never imported a second time into its own process.
 """
 import collections
 import json
@@ -16,7 +17,7 @@ import subprocess
 import sys
 import tempfile
 
-from common.device import INTERPRET, ROOT
+from common.device import ROOT
 
 
 def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
@@ -35,14 +36,11 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
 def compile_kernels(jobs: list, processes: int = 1) -> list:
     """Several compilations at once, each job a dict of compile_kernel's arguments, optionally with
     num_stages and `asm` (the IRs to return; default ttir, ttgir and ptx). Each result also holds
-    "shared": the bytes of shared memory the kernel needs. Under the interpreter (or with
-    processes > 1) they run in child processes, `processes` of them side by side (starting one
-    takes seconds)."""
+    "shared": the bytes of shared memory the kernel needs. They run in `processes` child processes
+    side by side (starting one takes seconds)."""
     jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
     for job in jobs:
         job["divisible_by_16"], job["asm"] = list(job["divisible_by_16"]), list(job["asm"])
-    if not INTERPRET and processes == 1:
-        return [_compile(job) for job in jobs]
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     shares = [jobs[i::processes] for i in range(processes)]
     with tempfile.TemporaryDirectory() as tmp:  # each child reads its jobs from a file: all start at once

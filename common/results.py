@@ -1,37 +1,41 @@
-"""Real GPU results in the repo: run every lesson's benchmarks, write lessonNN_*/RESULTS.md.
+"""Real GPU results in the repo: run every lesson's sections on a GPU, write lessonNN_*/RESULTS.md.
 
-    python -m common.results                        # every lesson, on a CUDA GPU
-    python -m common.results lesson02_softmax       # just one
-    python -m common.results lesson02_softmax --sections host   # refresh these sections' tables (lessons first)
+    python -m common.results                                   # every lesson, on a CUDA GPU
+    python -m common.results lesson02_softmax                  # just one
+    python -m common.results lesson02_softmax --sections host  # refresh these sections (lessons first)
 
-Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take
-the others down); a failure is reported at the end and the other lessons still get written.
-The child runs the lesson's own command line with `--full --skip trace`, so a results page holds
-exactly the tables a learner can print with --full, and turns them into a page: a stamp (GPU,
-driver, CUDA, torch, triton, date, the ceilings measured on the way), each titled table with its
-note, and a plot of throughput against size, ceiling drawn in, where a table asks for one (with
-matplotlib installed). With --sections (after the lesson names), the child runs just those
-sections and their tables replace the ones of the same title on the existing page, each note
-stamped with when and on what it was refreshed (the page's stamp must match the machine's GPU,
-driver, CUDA, torch and triton). Without a GPU, `print_recorded` shows a lesson's page beside
-the interpreter's timings.
+Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take the
+others down); a failure is reported at the end and the other lessons still get written. The child
+runs the lesson's own command line with `--full --skip trace`, so a results page holds exactly the
+tables a learner can print with --full, section by section under the chapter's own headings: a
+stamp (GPU, driver, CUDA, torch, triton, date, the two measured ceilings), then each section's
+tables with their notes, and a plot where a table asks for one (with matplotlib installed). With
+--sections, the child runs just those sections and they replace their namesakes on the page, each
+saying when and on what it was refreshed (the page's stamp must match the machine's GPU, driver,
+CUDA, torch and triton). Then roofline.png: every lesson's "Roofline points" under the ceilings.
+
+Without a GPU, a lesson's sections that need one print their part of the page instead
+(common/chapter.py, through read_page).
 """
 import datetime
-import importlib
+import glob
 import os
+import re
+import runpy
 import subprocess
 import sys
 import time
 
-from common import bench
-from common.bench import Table
+from common import bench, roofline
 from common.device import INTERPRET, ROOT
+from common.table import Table
 
 LESSONS = ["lesson01_vector_add", "lesson02_softmax", "lesson03_rowsum", "lesson04_matmul",
            "lesson05_flash_attention"]
+MARKER = "<!-- section: {} -->"  # under each section's heading: the name the chapter runs it by
 
 
-def machine_stamp(ceilings: dict) -> dict:
+def machine_stamp() -> dict:
     """What every number on a results page depends on."""
     import torch
     import triton
@@ -43,7 +47,7 @@ def machine_stamp(ceilings: dict) -> dict:
         driver = "unknown"
     return {"GPU": torch.cuda.get_device_name(), "driver": driver, "CUDA": torch.version.cuda,
             "torch": torch.__version__, "triton": triton.__version__,
-            "date": datetime.date.today().isoformat(), **ceilings}
+            "date": datetime.date.today().isoformat(), **bench.ceilings()}
 
 
 def plot(table: Table, path: str, x: str, y: str | list, series: list, ceiling: float | None,
@@ -89,113 +93,134 @@ def plot(table: Table, path: str, x: str, y: str | list, series: list, ceiling: 
     return True
 
 
-def write_results(folder: str, title: str, stamp: dict, tables: list) -> str:
-    """Write folder/RESULTS.md (and results_N.png plots); return the markdown.
-
-    tables: titled Tables; a table's `plot` (None or a dict of `plot`'s keyword arguments) draws it.
-    """
-    lines = [f"# {title}", "",
-             "Measured by `python -m common.results` (see the README). Every number below comes from",
-             "this run, on this machine (a table refreshed alone, with --sections, says so in its note):", "",
-             "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
-             "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
-    for i, table in enumerate(tables):
-        lines += [f"## {table.title}", ""]
+def section_block(folder: str, name: str, heading: str, tables: list, refreshed: dict | None = None) -> str:
+    """The markdown of one section: its heading, its marker, then each table (title, note, plot)."""
+    lines = [f"## {heading}", MARKER.format(name), ""]
+    if refreshed:
+        lines += [f"Refreshed apart from the rest of this page: {refreshed['GPU']}, torch {refreshed['torch']}, "
+                  f"triton {refreshed['triton']}, {refreshed['date']} (common.results --sections).", ""]
+    for i, table in enumerate(tables, 1):
+        lines += [f"### {table.title}", ""]
         if table.note:
             lines += [table.note, ""]
         if table.plot:
-            name = f"results_{i + 1}.png"
-            if plot(table, os.path.join(folder, name), **table.plot):
-                lines += [f"![{table.title}]({name})", ""]
+            png = f"results_{name}_{i}.png"
+            if plot(table, os.path.join(folder, png), **table.plot):
+                lines += [f"![{table.title}]({png})", ""]
         lines += [table.markdown(), ""]
-    text = "\n".join(lines)
+    return "\n".join(lines)
+
+
+def write_page(folder: str, title: str, stamp: dict, sections: list) -> str:
+    """Write folder/RESULTS.md (and its plots) from sections = [(name, heading, [tables])]."""
+    for old in glob.glob(os.path.join(folder, "results_*.png")):
+        os.remove(old)
+    lesson = os.path.basename(folder)
+    lines = [f"# {title}", "",
+             f"Measured by `python -m common.results {lesson}` (see the README) on the machine below. Every",
+             "table comes from that run, except in a section that says it was refreshed apart.", "",
+             "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
+             "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
+    text = "\n".join(lines) + "\n" + "\n".join(section_block(folder, *section) for section in sections)
     with open(os.path.join(folder, "RESULTS.md"), "w") as f:
         f.write(text)
     return text
 
 
-def run_lesson(name: str, sections: list | None = None) -> None:
-    """In the child process: the lesson's full run (every section but the trace), then its page; or
-    just `sections`, whose tables then replace their namesakes on the page."""
-    module = importlib.import_module(f"{name}.main")
-    if sections:
-        module.main(["--full", "--sections", *sections])
-        return update_results(os.path.join(ROOT, name), machine_stamp({}), bench.TABLES)
-    module.main(["--full", "--skip", "trace"])
-    bench.copy_bandwidth()  # in the stamp of every page
-    title = module.__doc__.splitlines()[0].split(".")[0] + ": results on a real GPU"
-    write_results(os.path.join(ROOT, name), title, machine_stamp(bench.CEILINGS), bench.TABLES)
-
-
-def update_results(folder: str, stamp: dict, tables: list) -> None:
-    """Replace, on folder/RESULTS.md, each table of the same title as one of `tables` (tables without
-    a plot only: a plot's file is numbered by the full run)."""
+def update_page(folder: str, stamp: dict, sections: list) -> None:
+    """Replace, on folder/RESULTS.md, each of `sections` = [(name, heading, [tables])] whole."""
     path = os.path.join(folder, "RESULTS.md")
-    if not tables:
-        raise SystemExit(f"those sections print no table for {path}: nothing to refresh")
-    page = read_table(path, "")  # the first table: any will do, for the page's stamp
+    page = read_page(path)
     if page is None:
         raise SystemExit(f"no page {path} yet: run the whole lesson (without --sections)")
     for key in ("GPU", "driver", "CUDA", "torch", "triton"):
         if page["stamp"].get(key) != str(stamp[key]):
             raise SystemExit(f"{path} was measured with {key} {page['stamp'].get(key)}, this machine has {stamp[key]}: "
                              "run the whole lesson (without --sections)")
-    text = open(path).read()
-    for table in tables:
-        if table.plot:
-            raise SystemExit(f"'{table.title}' has a plot: run the whole lesson (without --sections)")
-        note = (f"{table.note} Refreshed apart from the rest of this page: {stamp['GPU']}, torch {stamp['torch']}, "
-                f"triton {stamp['triton']}, {stamp['date']} (common.results --sections).").strip()
-        block = "\n".join([f"## {table.title}", "", note, "", table.markdown(), ""])
-        start = text.find(f"\n## {table.title}\n")
+    with open(path) as f:
+        text = f.read()
+    for name, heading, tables in sections:
+        start, end = _section_span(text, name)
         if start < 0:
-            raise SystemExit(f"no table '{table.title}' on {path}: run the whole lesson (without --sections)")
-        end = text.find("\n## ", start + 1)
-        text = text[:start + 1] + block + (text[end:] if end >= 0 else "")
+            raise SystemExit(f"no section '{name}' on {path}: run the whole lesson (without --sections)")
+        text = text[:start] + section_block(folder, name, heading, tables, refreshed=stamp) + text[end:]
     with open(path, "w") as f:
         f.write(text)
 
 
-def read_table(path: str, heading: str) -> dict | None:
-    """The first table of a results page whose heading starts with `heading`: {"title", "headers",
-    "rows" (each a dict of column name to cell text), "lines" (the markdown), "stamp" (the page's
-    stamp as a dict)}; None when the page or the table is missing."""
+def _section_span(text: str, name: str) -> tuple[int, int]:
+    """Where section `name`'s block starts (its heading) and ends (the next section's), or (-1, -1)."""
+    marker = text.find("\n" + MARKER.format(name) + "\n")
+    if marker < 0:
+        return -1, -1
+    start = text.rfind("\n## ", 0, marker) + 1
+    end = text.find("\n## ", marker + 1)
+    return start, (end + 1 if end >= 0 else len(text))
+
+
+def read_page(path: str) -> dict | None:
+    """A results page: {"stamp": {column: value}, "stamp_lines": its three markdown lines,
+    "sections": {name: the section's markdown, heading excluded}}; None when there is no page."""
     if not os.path.exists(path):
         return None
-    lines = open(path).read().splitlines()
-
-    def cells(line):
-        return [cell.strip() for cell in line.strip().strip("|").split("|")]
-    stamp_lines = [line for line in lines if line.startswith("|")][:3]  # the stamp: header, rule, values
-    start = next((i for i, line in enumerate(lines) if line.startswith(f"## {heading}")), None)
-    if start is None:
-        return None
-    table = []
-    for line in lines[start + 1:]:
-        if line.startswith("## "):
-            break
-        if line.startswith("|"):
-            table.append(line)
-    headers = cells(table[0])
-    return {"title": lines[start][3:], "headers": headers, "lines": table, "stamp_lines": stamp_lines,
-            "stamp": dict(zip(cells(stamp_lines[0]), cells(stamp_lines[2]))),
-            "rows": [dict(zip(headers, cells(line))) for line in table[2:]]}
+    with open(path) as f:
+        text = f.read()
+    lines = text.splitlines()
+    stamp_lines = [line for line in lines if line.startswith("|")][:3]
+    sections = {}
+    for name in re.findall(MARKER.format(r"([\w-]+)"), text):
+        start, end = _section_span(text, name)
+        block = text[start:end].splitlines()[2:]  # after its heading and marker
+        sections[name] = "\n".join(block).strip()
+    return {"stamp": dict(zip(_cells(stamp_lines[0]), _cells(stamp_lines[2]))), "stamp_lines": stamp_lines,
+            "sections": sections}
 
 
-def print_recorded(script: str, heading: str, keep=None) -> None:
-    """Print the first table of this lesson's RESULTS.md whose heading starts with `heading`,
-    with the page's stamp: real GPU numbers beside the interpreter's. keep(row) -> bool, where
-    row maps column names to cell text, picks rows; None keeps them all."""
-    path = os.path.join(os.path.dirname(os.path.abspath(script)), "RESULTS.md")
-    table = read_table(path, heading)
-    if table is None:
-        what = f"table '{heading}' in" if os.path.exists(path) else "page"
-        print(f"(no {what} {os.path.relpath(path, ROOT)} yet: `python -m common.results` writes it on a GPU)")
-        return
-    lines = table["lines"][:2] + [line for line, row in zip(table["lines"][2:], table["rows"])
-                                  if keep is None or keep(row)]
-    print(f"\nOn a real GPU ({os.path.relpath(path, ROOT)}: {table['title']}), measured on")
-    print("\n".join(table["stamp_lines"] + [""] + lines))
+def _cells(line: str) -> list:
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
+
+
+def read_tables(block: str) -> list:
+    """The tables of a section's markdown: [{"title", "headers", "rows" (dicts of column -> cell text)}]."""
+    tables = []
+    for part in re.split(r"^### ", block, flags=re.M)[1:]:
+        title, *rest = part.splitlines()
+        rows = [line for line in rest if line.startswith("|")]
+        headers = _cells(rows[0]) if rows else []
+        tables.append({"title": title, "headers": headers, "rows": [dict(zip(headers, _cells(r))) for r in rows[2:]]})
+    return tables
+
+
+def run_lesson(name: str, sections: list | None = None) -> None:
+    """In the child process: the lesson's full run (every section but the trace), then its page; or
+    just `sections`, which then replace their namesakes on the page."""
+    sys.argv = [os.path.join(ROOT, name, "main.py"), "--full", *(["--sections", *sections] if sections else
+                                                                   ["--skip", "trace"])]
+    chapter = runpy.run_module(f"{name}.main", run_name="__main__")["chapter"]
+    done = chapter.results()
+    folder = os.path.join(ROOT, name)
+    if sections:
+        if not any(tables for _, _, tables in done):
+            raise SystemExit(f"those sections print no table for {folder}/RESULTS.md: nothing to refresh")
+        return update_page(folder, machine_stamp(), done)
+    title = chapter.doc.splitlines()[0].split(".")[0] + ": results on a real GPU"
+    write_page(folder, title, machine_stamp(), done)
+
+
+def draw_roofline(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
+    """Every lesson's recorded roofline points in one picture. False where a page or matplotlib is missing."""
+    pts, stamp = [], {}
+    for lesson in LESSONS:
+        page = read_page(os.path.join(ROOT, lesson, "RESULTS.md"))
+        if page is None:
+            return False
+        tables = [t for block in page["sections"].values() for t in read_tables(block) if t["title"] == roofline.TITLE]
+        pts += [(lesson[6:8], row["kernel"], float(row["FLOP/byte"]), float(row["TFLOP/s"]))
+                for t in tables for row in t["rows"]]
+        stamp = page["stamp"]
+    peak = float(next(v for k, v in stamp.items() if k.startswith("matmul rate")).split()[0])
+    bandwidth = float(stamp["copy bandwidth (measured)"].split()[0])
+    return bool(pts) and roofline.plot(pts, peak, bandwidth, stamp.get("GPU", ""), path)
 
 
 def main(argv: list) -> int:
@@ -209,8 +234,11 @@ def main(argv: list) -> int:
         run_lesson(argv[1], sections)
         return 0
     if INTERPRET:
-        print("common.results needs a CUDA GPU: the results pages hold real GPU numbers, and the "
-              "interpreter's timings would replace them with numpy's.")
+        print("common.results needs a CUDA GPU: the results pages hold real GPU numbers.")
+        return 2
+    unknown = [name for name in argv if name not in LESSONS]
+    if unknown:
+        print(f"unknown lesson {', '.join(unknown)}: the lessons are {', '.join(LESSONS)}")
         return 2
     lessons = argv or LESSONS
     failed = []
@@ -223,10 +251,8 @@ def main(argv: list) -> int:
         print(f"[{i}/{len(lessons)}] {name}: {status}, {time.time() - start:.0f} s", flush=True)
         if done.returncode:
             failed.append(name)
-    from common import roofline
-
-    if not sections and roofline.plot():
-        print(f"Roofline of every lesson's kernels: {os.path.relpath(os.path.join(ROOT, 'roofline.png'), ROOT)}")
+    if not sections and draw_roofline():
+        print("Roofline of every lesson's kernels: roofline.png")
     if failed:
         print(f"Results NOT written for: {', '.join(failed)} (their output is above).")
     return 1 if failed else 0

@@ -17,10 +17,9 @@ lesson kernels below AI = 1 are far under either.) Every lesson records its kern
 measured ceilings in roofline.png.
 """
 import math
-import os
 
 from common import bench
-from common.device import INTERPRET, ROOT
+from common.table import Table, print_table
 
 TITLE = "Roofline points"
 
@@ -35,49 +34,27 @@ def attainable(ai: float, peak_tflops: float, bandwidth_gbps: float) -> float:
     return min(peak_tflops, bandwidth_gbps * ai / 1e3)
 
 
-def points(cases: dict, script: str) -> bench.Table:
-    """cases: {(kernel, size): (fn, flops, bytes)}. Prints each kernel's arithmetic intensity, and on a
-    GPU its measured throughput beside what the roofline allows (bench.side_by_side, kernel time)."""
-    ms = {} if INTERPRET else bench.side_by_side({key: fn for key, (fn, _, _) in cases.items()})
-    peak, bandwidth = (bench.matmul_rate(), bench.copy_bandwidth()) if ms else (None, None)
+def points(cases: dict) -> Table:
+    """cases: {(kernel, size): (fn, flops, bytes)}. Each kernel's arithmetic intensity, its measured
+    throughput (kernel time, bench.side_by_side) and the share of what the roofline allows (GPU)."""
+    ms = bench.side_by_side({key: fn for key, (fn, _, _) in cases.items()})
+    peak, bandwidth = bench.matmul_rate(), bench.copy_bandwidth()
     rows = []
     for (kernel, size), (_, flops, nbytes) in cases.items():
         ai = intensity(flops, nbytes)
-        row = [kernel, size, flops / 1e9, nbytes / 1e9, ai]
-        if ms:
-            achieved = bench.tflops(flops, ms[kernel, size])
-            row += [ms[kernel, size] * 1e3, achieved, bench.percent(achieved, attainable(ai, peak, bandwidth))]
-        rows.append(row)
-    headers = ["kernel", "size", "GFLOP", "GB moved", "FLOP/byte"]
-    if ms:
-        headers += ["kernel µs", "TFLOP/s", "% of roofline"]
-        note = (f"{bench.stamp()}. FLOPs and bytes are the algorithm's (each input read once, each output written "
-                f"once), except where the name says otherwise. Roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} GB/s "
-                f"x FLOP/byte), both measured (bf16 matmul, device copy).{bench.SIDE_BY_SIDE_NOTE}")
-    else:
-        note = "FLOPs and bytes are the algorithm's (each input read once, each output written once)."
-    table = bench.print_table(rows, headers, title=TITLE, note=note, floatfmt=".3g")
-    if INTERPRET:
-        from common.results import print_recorded
-
-        print_recorded(script, TITLE)
-    return table
+        achieved = bench.tflops(flops, ms[kernel, size])
+        rows.append([kernel, size, flops / 1e9, nbytes / 1e9, ai, ms[kernel, size] * 1e3, achieved,
+                     bench.percent(achieved, attainable(ai, peak, bandwidth))])
+    return print_table(rows, ["kernel", "size", "GFLOP", "GB moved", "FLOP/byte", "kernel µs", "TFLOP/s", "% of roofline"],
+                       title=TITLE, floatfmt=".3g",
+                       note=f"FLOPs and bytes are the algorithm's (each input read once, each output written once), "
+                            f"except where the name says otherwise. Roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} "
+                            f"GB/s x FLOP/byte), both measured (bf16 matmul, device copy). {bench.SIDE_BY_SIDE_NOTE}")
 
 
-def plot(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
-    """Every lesson's recorded points (log-log), in one picture, under the ceilings measured for the
-    last lesson's page. Returns False where matplotlib or a page is missing."""
-    from common.results import LESSONS, read_table
-
-    pts, ceilings = [], {}
-    for lesson in LESSONS:
-        table = read_table(os.path.join(ROOT, lesson, "RESULTS.md"), TITLE)
-        if table is None or "TFLOP/s" not in table["headers"]:
-            return False
-        pts += [(lesson[6:8], row["kernel"], float(row["FLOP/byte"]), float(row["TFLOP/s"])) for row in table["rows"]]
-        ceilings.update(table["stamp"])
-    peak = float(next(v for k, v in ceilings.items() if k.startswith("matmul rate")).split()[0])
-    bandwidth = float(ceilings["copy bandwidth (measured)"].split()[0])
+def plot(pts: list, peak: float, bandwidth: float, gpu: str, path: str) -> bool:
+    """pts: (lesson, kernel, FLOP/byte, TFLOP/s) of every lesson's recorded points; drawn log-log
+    under the two ceilings into `path`. Returns False where matplotlib is missing."""
     try:
         import matplotlib
 
@@ -102,7 +79,7 @@ def plot(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOP per byte of memory traffic)")
     ax.set_ylabel("measured TFLOP/s (kernel time)")
-    ax.set_title(f"Every lesson's kernels under the roofline ({ceilings.get('GPU', '')})", fontsize=9)
+    ax.set_title(f"Every lesson's kernels under the roofline ({gpu})", fontsize=9)
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()

@@ -7,21 +7,19 @@ us: a CUDA kernel is written for ONE thread, a Triton kernel for one program (a 
 threads), and everything between the two (how the block's elements are spread over threads,
 vector loads, shared memory, barriers) the compiler decides.
 
-main.py calls this file: its section "cuda" prints the source and the comparison, and builds and
-checks the kernel where it can; its timing table then has a "CUDA C++" row. Building needs a CUDA
-GPU, the CUDA toolkit's nvcc and the ninja build tool; the first build takes about half a minute,
-later runs load it from torch's extension cache.
+main.py imports this file: its section 9 prints the source and the comparison; on a GPU, section
+10 builds the kernel, checks it against F.gelu and times it beside the others. Building needs a
+CUDA GPU, the CUDA toolkit's nvcc and the ninja build tool; the first build takes about half a
+minute, later runs load it from torch's extension cache.
 """
 import functools
 import os
 import shutil
-import time
 
 import torch
 import torch.nn.functional as F
 
-from common import bench
-from common.device import INTERPRET
+from common.table import print_table
 
 # The kernel is the source documents' one. Two changes, both marked: float constants (0.5 and
 # 1.0 written as doubles would make the compiler do the arithmetic in float64) and PyTorch's
@@ -68,7 +66,7 @@ WHO_MANAGES_WHAT = [
     ("threads per block", "you: block_size = 1024, one element each",
      "num_warps x 32; the compiler spreads BLOCK_SIZE over them (8 each at 1024 / 128)"),
     ("the edge", "if (i < num_elements), per thread", "mask=offsets < N, per block"),
-    ("vector loads (16 bytes)", "by hand (float4 and an alignment check)", "the compiler, from alignment (main.py section 7)"),
+    ("vector loads (16 bytes)", "by hand (float4 and an alignment check)", "the compiler, from alignment (main.py section 8)"),
     ("shared memory", "declared and indexed by hand (__shared__)", "allocated by the compiler (reductions, tl.dot tiles)"),
     ("synchronization", "__syncthreads() wherever threads share data", "barriers inserted by the compiler"),
     ("the launch", "<<<num_blocks, block_size, 0, stream>>> + a launch check", "kernel[grid](...)"),
@@ -78,7 +76,7 @@ WHO_MANAGES_WHAT = [
 
 def unavailable() -> str | None:
     """Why the CUDA C++ kernel cannot be built here, or None if it can."""
-    if INTERPRET:
+    if not torch.cuda.is_available():
         return "no CUDA GPU on this machine"
     from torch.utils import cpp_extension
 
@@ -99,21 +97,22 @@ def build():
 
 
 def section():
-    """Print the source and who manages what; build and check the kernel where possible.
-    Returns the CUDA C++ gelu (a Python function) or None."""
+    """The source, and who manages what in each of the two languages."""
     print(SOURCE.strip())
     print()
-    bench.print_table(WHO_MANAGES_WHAT, ["", "CUDA C++ (above)", "Triton (gelu_kernel)"])
+    return print_table(WHO_MANAGES_WHAT, ["", "CUDA C++ (above)", "Triton (gelu_kernel)"])
+
+
+def built_and_checked():
+    """The CUDA C++ gelu (a Python function), built and checked against F.gelu; None where it cannot be
+    built, with the reason printed."""
     reason = unavailable()
     if reason:
-        print(f"\nNot built here: {reason}. On a GPU with nvcc and ninja it builds, is checked against F.gelu, "
-              "and takes a row of the timing table (RESULTS.md: 'CUDA C++ (load_inline)').")
+        print(f"(The CUDA C++ GELU is not built here: {reason}.)")
         return None
-    start = time.perf_counter()
     module = build()
-    print(f"\nBuilt (or loaded from torch's extension cache) in {time.perf_counter() - start:.1f} s.")
     for n in (1, 1000, 1025, 1 << 20):
         x = torch.randn(n, device="cuda")
         err = (module.gelu(x) - F.gelu(x, approximate="tanh")).abs().max().item()
-        print(f"N = {n:>7}: max |CUDA C++ - F.gelu| = {err:.1e}")
+        print(f"CUDA C++ gelu, N = {n:>7}: max |CUDA C++ - F.gelu| = {err:.1e}")
     return module.gelu

@@ -4,22 +4,19 @@ A Triton kernel is written for ONE program (an instance of the kernel); the laun
 many programs run. Each program asks for its number (pid), works out which elements are its own
 (offsets), masks off the ones past the end (mask), then loads, computes and stores. This lesson
 builds that with `add(x, y)`, traces it program by program, then uses the same pattern to fuse a
-whole GELU formula into one pass over memory, and looks at the PTX the compiler makes of it.
-Before the timings, the machine they run on: its SMs, caches and the two measured ceilings.
+whole GELU formula into one pass over memory; then the machine the timings run on, the PTX the
+compiler makes of the kernel, and the timings themselves. A first reading can stop after section
+5 (training); sections 11-14, in timing.py, are about measuring a GPU honestly.
 
-Run:   python lesson01_vector_add/main.py            (all sections)
+Run:   python lesson01_vector_add/main.py            (every section)
        python lesson01_vector_add/main.py --help     (sections, sizes, dtype)
-Without a CUDA GPU everything runs under Triton's interpreter on the CPU: same kernels, exact
-results, but the timings measure the interpreter. Real H200 numbers: lesson01_vector_add/RESULTS.md.
+Without a CUDA GPU the kernels run under Triton's interpreter on the CPU: the same kernels, exact
+results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
 """
-# %% Set-up: choose GPU or interpreter before triton is imported
+# %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import math
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
-
-from common.device import DEVICE, INTERPRET, interpretable
+from common.device import DEVICE, interpretable
 
 import torch
 import torch.nn.functional as F
@@ -27,16 +24,38 @@ import triton
 import triton.language as tl
 
 from common import bench, profile, ptx, roofline
+from common.chapter import Chapter, add_compile_option, positive_int
 from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok
-from common.launch import cdiv, launch as launch_kernel, needs_op
-from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
-                        sizes, sizes_help, start_lesson, trace_section)
-from common.results import print_recorded
+from common.launch import cdiv, needs_op, traceable
+from common.table import print_table
 from common.trace import show
+from lesson01_vector_add import cuda_cpp, timing  # the lesson's other files
 
+SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
+    "trace": "2. The trace: add_kernel, program by program",
+    "check": "4. Correctness: against PyTorch on random and awkward sizes",
+    "grad": "5. Training: gradients through the registered operators",
+    "fusion": "6. Fusion, seen by the profiler: how many kernels each GELU launches",
+    "machine": "7. The machine: what the timings are measured against",
+    "ptx": "8. Under the hood: add_kernel's PTX, compiled for sm_90 without a GPU",
+    "cuda": "9. The same GELU in CUDA C++ (cuda_cpp.py)",
+    "bench": "10. Timing: torch against Triton, GB/s and % of the copy bandwidth",
+    "pitfalls": "11. How to time a GPU call, and how not to (timing.py)",
+    "host": "12. What a call costs the host (timing.py)",
+    "graphs": "13. CUDA graphs: one launch for a whole sequence (timing.py)",
+    "blocks": "14. BLOCK_SIZE against num_warps (timing.py)",
+}
+SIZES = {"quick": [2**12, 2**20, 2**24, 2**26], "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}  # section 10's N
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-SIZES = {"cpu": [2**12, 2**16], "gpu": [2**12, 2**20, 2**24, 2**26],  # the timing table's N
-         "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}
+
+chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__")
+chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                            help=f"section 10's sizes (default {SIZES['quick']}, {SIZES['full']} with --full)")
+chapter.parser.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
+                            help="section 10's dtype (default float32)")
+chapter.parser.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="section 8: also print this IR in full")
+add_compile_option(chapter.parser)
+args = chapter.start()
 
 # %% [markdown]
 # ## 1. The add kernel
@@ -80,8 +99,17 @@ def add_kernel(
     tl.store(output_ptr + offsets, output, mask=mask)
 
 
-# The launcher: check the input, allocate the output, choose the grid, launch. One launch path for
-# both element-wise kernels of this lesson.
+# %% [markdown]
+# The launcher checks the input, allocates the output, chooses the grid and launches:
+# `kernel[grid](...)` runs len(grid) programs. Two numbers say how big a program is. BLOCK_SIZE is
+# data: the elements it owns. num_warps is threads: a warp is 32 threads that a GPU runs in lockstep,
+# so num_warps = 4 gives each program 128 threads, and the compiler spreads BLOCK_SIZE over them
+# (1024 / 128 = 8 elements each; section 8 shows what it makes of that, section 14 times the choice).
+# One launcher serves both element-wise kernels of this lesson, and the registered operators of
+# section 5 hand it their own form of the kernel.
+
+
+# %%
 def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
     """Run an element-wise kernel over tensors of one shape: kernel(*inputs, output, N, BLOCK_SIZE).
 
@@ -101,12 +129,12 @@ def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tenso
     N = output.numel()
     if N:
         grid = (cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
-        args = [interpretable(t.contiguous()) for t in tensors]
-        launch_kernel(kernel, grid, None, *args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+        args = [interpretable(t.contiguous()) for t in tensors]  # (bf16 as fp32 under the interpreter)
+        kernel[grid](*args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
     return output
 
 
-def add(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
+def add(x: torch.Tensor, y: torch.Tensor, *, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """x + y, element-wise, for float32/float16/bfloat16 tensors of one shape on one device."""
     if needs_op(x, y):  # autograd or torch.compile: through the registered operator (section 5)
         return add_op(x, y, BLOCK_SIZE, num_warps)
@@ -114,7 +142,36 @@ def add(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int
 
 
 # %% [markdown]
-# ## 2. Element-wise fusion: GELU
+# ## 2. The trace: the kernel itself, one program at a time
+# Under Triton's interpreter the programs run one after another, in order, so what each one holds
+# can be printed from inside the kernel (the `if TRACE:` lines; a compiled kernel drops them).
+
+
+# %%
+def trace() -> None:
+    """The worked examples: 1000 elements in blocks of 256, then [1, 2, 3, 4] + [5, 6, 7, 8]."""
+    x = torch.arange(1000, dtype=torch.float32, device=DEVICE)
+    N, BLOCK_SIZE = x.numel(), 256
+    grid = (cdiv(N, BLOCK_SIZE),)
+    print(f"N = {N}, BLOCK_SIZE = {BLOCK_SIZE} -> grid = (cdiv({N}, {BLOCK_SIZE}),) = {grid}")
+    out = torch.empty_like(x)
+    add_kernel[grid](x, x, out, N, BLOCK_SIZE=BLOCK_SIZE, TRACE=True)
+    print("Program 3 covers 768..1023: the first 232 lanes are real (768..999), the last 24 are "
+          "masked off,\nso nothing is read or written past x[999].")
+
+    print("\nThe tiny example: A = [1, 2, 3, 4], B = [5, 6, 7, 8], one program of 4 lanes")
+    a = torch.tensor([1.0, 2, 3, 4], device=DEVICE)
+    b = torch.tensor([5.0, 6, 7, 8], device=DEVICE)
+    c = torch.empty_like(a)
+    add_kernel[(1,)](a, b, c, 4, BLOCK_SIZE=4, TRACE=True)
+    show("C", c, indent=0)
+
+
+# %%
+chapter.run("trace", trace, trace=True)
+
+# %% [markdown]
+# ## 3. Element-wise fusion: GELU
 # GELU (tanh form): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Written in PyTorch it is
 # eight operators, and eager PyTorch runs each as its own kernel: each reads its inputs from
 # memory and writes its result back. The arithmetic is trivial; the memory traffic is not.
@@ -127,13 +184,10 @@ def gelu_naive(x):
     # x**3: r N, w N | 0.044715*(.): r N, w N | x + (.): r 2N, w N | sqrt(2/pi)*(.): r N, w N
     # tanh: r N, w N | 1.0 + (.): r N, w N    | 0.5*x: r N, w N   | (.)*(.): r 2N, w N
     # total: 8 kernels, 10N reads + 8N writes = 18N, against N + N for one fused kernel.
-    # (The source documents count fewer, about 5N reads and 3N writes: fusion() says why. The time
-    # the 8 kernels take at 2^26 elements is 18N moved at the copy bandwidth: RESULTS.md, "Roofline points".)
 
 
 NAIVE_TRAFFIC = 18  # elements moved per input element by gelu_naive, counted above
 GELU_FLOPS = 9      # floating-point operations per element in the formula (tanh counted as one)
-FUSED_TRAFFIC = 2   # one read, one write
 
 
 def gelu_torch(x):
@@ -142,7 +196,7 @@ def gelu_torch(x):
 
 
 # torch.compile traces gelu_naive, sees eight element-wise ops and generates ONE Triton kernel for
-# them (on the CPU, one C++ loop): bench.compiled(gelu_naive).
+# them: bench.compiled(gelu_naive), timed in section 10.
 
 
 @triton.jit
@@ -171,7 +225,7 @@ def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
     tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)  # back to the input's dtype
 
 
-def gelu(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
+def gelu(x: torch.Tensor, *, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
     """GELU (tanh approximation) in one pass: float32/float16/bfloat16, math in float32."""
     if needs_op(x):  # autograd or torch.compile: through the registered operator (section 5)
         return gelu_op(x, BLOCK_SIZE, num_warps)
@@ -179,46 +233,15 @@ def gelu(x: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.T
 
 
 # %% [markdown]
-# ## 3. The trace: the kernel itself, one program at a time
-# Under the interpreter programs run in order, so what each one sees can be printed.
-
-
-# %%
-def trace() -> None:
-    """The worked examples of the source documents, printed from inside add_kernel."""
-    x = torch.arange(1000, dtype=torch.float32, device=DEVICE)
-    N, BLOCK_SIZE = x.numel(), 256
-    grid = (cdiv(N, BLOCK_SIZE),)
-    print(f"N = {N}, BLOCK_SIZE = {BLOCK_SIZE} -> grid = (cdiv({N}, {BLOCK_SIZE}),) = {grid}")
-    out = torch.empty_like(x)
-    add_kernel[grid](x, x, out, N, BLOCK_SIZE=BLOCK_SIZE, TRACE=True)
-    print("Program 3 covers 768..1023: the first 232 lanes are real (768..999), the last 24 are "
-          "masked off,\nso nothing is read or written past x[999].")
-
-    print("\nThe tiny example: A = [1, 2, 3, 4], B = [5, 6, 7, 8], one program of 4 lanes")
-    a = torch.tensor([1.0, 2, 3, 4], device=DEVICE)
-    b = torch.tensor([5.0, 6, 7, 8], device=DEVICE)
-    c = torch.empty_like(a)
-    add_kernel[(1,)](a, b, c, 4, BLOCK_SIZE=4, TRACE=True)
-    show("C", c, indent=0)
-
-    threads = 4 * 32
-    print(f"\nBLOCK_SIZE is data, num_warps is threads. With BLOCK_SIZE = {BLOCK_SIZE} and "
-          f"num_warps = 4,\na program is one CUDA thread block of 4 x 32 = {threads} threads, "
-          f"each holding {BLOCK_SIZE // threads} elements;\nthe grid of {grid[0]} programs is "
-          f"{grid[0] * threads} threads. The launcher's BLOCK_SIZE = 1024 gives 8 elements per "
-          "thread\n(see the PTX section: two 16-byte loads per input per thread).")
-
-
-# %% [markdown]
 # ## 4. Correctness: against PyTorch on random and awkward sizes
+# Sizes that are not multiples of the block (1, 7, 1025) exercise the mask; a strided view
+# exercises the launcher's copy. add rounds the exact sum once, as torch does, so it must match
+# bit for bit; gelu in float16/bfloat16 may differ by the rounding of its output.
 
 
 # %%
-def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
-    """Max error of add and gelu against PyTorch. add rounds the exact sum once, as torch does, so
-    it must match exactly; gelu in
-    float16/bfloat16 is off by the output's rounding, 11 / 8 significant bits."""
+def check(sizes=(1, 7, 1000, 1025, 65536 + 3)):
+    """Max error of add and gelu against PyTorch."""
     step = {torch.float32: 1e-6, torch.float16: 2**-10, torch.bfloat16: 2**-7}  # one rounding step, relative
     rows = []
     cases = [(dtype, n, torch.randn(n, device=DEVICE, dtype=dtype)) for dtype in DTYPES for n in sizes]
@@ -229,11 +252,13 @@ def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
         gelu_err = (gelu(x).float() - gelu_torch(x.float())).abs().max().item()
         ok = add_err == 0 and gelu_err <= step[x.dtype] * max(1.0, x.abs().max().item())
         rows.append((dtype if isinstance(dtype, str) else dtype_name(dtype), n, add_err, gelu_err, ok))
-    return bench.print_table(
-        rows, ["dtype", "N", "add: max |err| vs torch", "gelu: max |err| vs fp32 F.gelu", "ok"],
-        title="Check: add and gelu against PyTorch", floatfmt=".2e",
-        note="gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits.")
+    return print_table(rows, ["dtype", "N", "add: max |err| vs torch", "gelu: max |err| vs fp32 F.gelu", "ok"],
+                       title="Check: add and gelu against PyTorch", floatfmt=".2e",
+                       note="gelu in float16/bfloat16: the rounding of the output to 11 / 8 significant bits.")
 
+
+# %%
+chapter.run("check", check)
 
 # %% [markdown]
 # ## 5. Training: a backward pass, and an operator PyTorch knows
@@ -244,12 +269,13 @@ def check(sizes=(1, 7, 1000, 1025, 65536 + 3)) -> bench.Table:
 # - a backward. For out = x + y both gradients are dL/dout itself: no kernel. For y = gelu(x),
 #   dL/dx = dL/dy * gelu'(x): one more element-wise kernel, fused like the forward (reads dy and
 #   x, writes dx), with gelu' worked out below.
-# - a registration. torch.library.triton_op makes the function an operator ("lessons::gelu")
-#   whose kernels torch.compile can see into and trace (while it traces, common/launch.py hands
-#   each launch to torch.library.wrap_triton, which records it); register_autograd attaches the
-#   backward, and setup_context keeps what it needs (here x) from the forward.
-# A call through the operator passes PyTorch's dispatcher, microseconds of host time, so add()
-# and gelu() above take it only where autograd or torch.compile needs it (common.launch.needs_op).
+# - a registration. torch.library.triton_op makes a function an operator ("lessons::gelu") whose
+#   kernels torch.compile can see into and trace; register_autograd attaches the backward, and
+#   setup_context keeps what it needs (here x) from the forward. Inside the operator, each launch
+#   is `traceable(kernel)[grid](...)` (common/launch.py): torch.library.wrap_triton's form of the
+#   kernel, which records the launch while torch.compile traces and is the kernel itself otherwise.
+# A call through the operator passes PyTorch's dispatcher, microseconds of host time (section 12),
+# so add() and gelu() take it only where autograd or torch.compile needs it (common.launch.needs_op).
 
 
 # %%
@@ -271,18 +297,18 @@ def gelu_backward_kernel(dy_ptr, x_ptr, dx_ptr, N, BLOCK_SIZE: tl.constexpr):
 
 @torch.library.triton_op("lessons::add", mutates_args=())  # mutates_args: it writes no input
 def add_op(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
-    return launch(add_kernel, {"x": x, "y": y}, BLOCK_SIZE, num_warps)
+    return launch(traceable(add_kernel), {"x": x, "y": y}, BLOCK_SIZE, num_warps)
 
 
 @torch.library.triton_op("lessons::gelu", mutates_args=())
 def gelu_op(x: torch.Tensor, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
-    return launch(gelu_kernel, {"x": x}, BLOCK_SIZE, num_warps)
+    return launch(traceable(gelu_kernel), {"x": x}, BLOCK_SIZE, num_warps)
 
 
 @torch.library.triton_op("lessons::gelu_backward", mutates_args=())
 def gelu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx = dy * gelu'(x), in one pass. An operator too: torch.compile traces backward passes."""
-    return launch(gelu_backward_kernel, {"dy": dy, "x": x}, 1024, 4)
+    return launch(traceable(gelu_backward_kernel), {"dy": dy, "x": x}, 1024, 4)
 
 
 def keep_input(ctx, inputs, output):
@@ -298,7 +324,7 @@ add_op.register_autograd(lambda ctx, dout: (dout, dout, None, None))
 gelu_op.register_autograd(gelu_grad, setup_context=keep_input)
 
 
-def grad_check(sizes=(1, 1000, 65536 + 3)) -> bench.Table:
+def grad_check(sizes=(1, 1000, 65536 + 3)):
     """Gradients through add and gelu against torch's autograd of the same formulas (common.checks.grad_errors)."""
     rows = []
     for dtype in DTYPES:
@@ -307,13 +333,18 @@ def grad_check(sizes=(1, 1000, 65536 + 3)) -> bench.Table:
             errs = grad_errors(add, torch.add, [x, y]) + grad_errors(gelu, gelu_naive, [x])
             rows.append((dtype_name(dtype), n, *(f"{a:.1e} ({b:.1e})" for a, b in errs),
                          all(grad_ok(a, b) for a, b in errs)))
-    return bench.print_table(rows, ["dtype", "N", "add: grad of x", "add: grad of y", "gelu: grad of x", "ok"],
-                             title="Check: gradients against float64 autograd",
-                             note=GRAD_NOTE + " Here the formula gelu_naive is torch's.")
+    return print_table(rows, ["dtype", "N", "add: grad of x", "add: grad of y", "gelu: grad of x", "ok"],
+                       title="Check: gradients against float64 autograd",
+                       note=GRAD_NOTE + " Here the formula gelu_naive is torch's.")
 
+
+# %%
+chapter.run("grad", grad_check)
 
 # %% [markdown]
 # ## 6. Fusion, seen by the profiler: how many kernels does each GELU launch?
+# torch.profiler lists the CUDA kernels a call launches (common/profile.py). The naive formula's
+# eight operators launch eight kernels; F.gelu, torch.compile's generated kernel and ours, one.
 
 
 # %%
@@ -322,29 +353,60 @@ def fusion(n: int = 1 << 20, use_compile: bool = True) -> list:
     impls = {"naive formula": gelu_naive, "F.gelu": gelu_torch, "Triton gelu": gelu}
     if use_compile:
         impls["torch.compile(naive)"] = bench.compiled(gelu_naive)
-    else:
-        print("(torch.compile left out: --compile includes it. On a GPU it launches one generated Triton "
-              "kernel:\nRESULTS.md, 'Kernels launched: torch.compile(naive)'.)")
     tables = []
     for name, fn in impls.items():
-        moved = NAIVE_TRAFFIC if name == "naive formula" else FUSED_TRAFFIC
-        title = f"Kernels launched: {name}"
-        note = f"About {moved}N elements of memory traffic ({moved * n * 4 / 1e6:.1f} MB at N = {n}, float32)."
-        if fn is gelu_naive:  # the source documents count fewer: five steps, about 5N reads and 3N writes
-            note += " (The source documents count about 5N reads and 3N writes; eager PyTorch runs 8 kernels, each writing its result: 10N + 8N.)"
-        if INTERPRET and fn is gelu:
-            print(f"\n{title}\n{note} The interpreter runs it in numpy, out of the profiler's sight; on a GPU: 1 kernel.")
-            continue
+        moved = NAIVE_TRAFFIC if name == "naive formula" else 2
         rows = profile.kernels_launched(lambda: fn(x))
         print()
-        tables.append(bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
-                                        ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
-                                        title=title, note=note))
+        tables.append(print_table([(profile.short(k), c, us) for k, c, us in rows], ["CUDA kernel", "calls", "total µs"],
+                                  title=f"Kernels launched: {name}",
+                                  note=f"About {moved}N elements of memory traffic ({moved * n * 4 / 1e6:.1f} MB at N = {n}, "
+                                       "float32)."))
     return tables
 
 
+# %%
+chapter.run("fusion", lambda: fusion(use_compile=args.compile), gpu=True)
+
 # %% [markdown]
-# ## 7. Under the hood: the PTX of add_kernel, compiled for an H100/H200 (sm_90), no GPU needed
+# ## 7. The machine: what the timings are measured against
+# A GPU is a few dozen to a few hundred SMs (streaming multiprocessors) around one memory. Each SM
+# has its own registers, shared memory (a small scratchpad its programs share, tens of KB, much
+# faster than memory) and cores, and runs a few programs at a time, each as its warps of 32
+# threads; all SMs share the L2 cache and the HBM (the GPU's main memory) behind it. Two numbers
+# bound every kernel: how fast memory delivers bytes (measured: a device-to-device copy) and how
+# fast the tensor cores, the units that multiply small matrices in one instruction, multiply
+# (measured: cuBLAS on a bf16 8192^3 matmul). Lesson 3 counts programs against SMs; the roofline
+# (README) puts every lesson's kernels under the two ceilings.
+
+
+# %%
+DOCUMENTED = [  # the vendors' figures (registers: 65,536 per SM on all three, CUDA guide)
+    ("A100 (documented)", 108, "40 MB", "192 KB (L1 + shared; up to 164 KB shared)", "65,536"),
+    ("H100 (documented)", 132, "50 MB", "228 KB", "65,536"),
+    ("B200 (documented)", 148, "-", "-", "65,536"),
+]
+
+
+def machine():
+    p = torch.cuda.get_device_properties(0)
+    shared, regs = (getattr(p, k, None) for k in ("shared_memory_per_multiprocessor", "regs_per_multiprocessor"))
+    rows = [row + ("-", "-") for row in DOCUMENTED]
+    rows.append((f"{p.name} (this GPU)", p.multi_processor_count, f"{p.L2_cache_size >> 20} MB",
+                 f"{shared >> 10} KB" if shared else "-", f"{regs:,}" if regs else "-",
+                 f"{bench.copy_bandwidth():.0f}", f"{bench.matmul_rate():.0f}"))
+    return print_table(rows, ["GPU", "SMs", "L2 cache", "shared memory per SM", "registers per SM",
+                              "copy GB/s (measured)", "bf16 matmul TFLOP/s (measured)"], title="The machine")
+
+
+# %%
+chapter.run("machine", machine, gpu=True)
+
+# %% [markdown]
+# ## 8. Under the hood: the PTX of add_kernel, compiled for an H100/H200 (sm_90), no GPU needed
+# Triton compiles a kernel in stages down to PTX, NVIDIA's assembly for ONE thread (common/ptx.py
+# runs the compiler for a named GPU on any machine). Counting its global loads and stores shows
+# what the compiler did with a program's 1024 elements over 128 threads.
 
 
 # %%
@@ -364,7 +426,7 @@ def look_at_ptx(ir: str | None = None) -> dict:
             rows.append((label, op, count, ptx.access_bits(op)))
         if ir:
             print(f"\n----- {ir} ({label}) -----\n{asm[ir]}")
-    bench.print_table(rows, ["case", "instruction", "per thread", "bits each"])
+    print_table(rows, ["case", "instruction", "per thread", "bits each"])
     print("BLOCK_SIZE = 1024 elements over num_warps = 4 -> 128 threads: 8 elements per thread "
           "(thread coarsening,\ndone by the compiler). When N is a multiple of 16, a run of 4 "
           "neighbours is either all in or all out\nof the mask, so each thread loads its 8 floats "
@@ -374,47 +436,28 @@ def look_at_ptx(ir: str | None = None) -> dict:
     return found
 
 
+# %%
+chapter.run("ptx", lambda: look_at_ptx(args.ir))
+
 # %% [markdown]
-# ## 8. The machine: what the timings are measured against
-# A GPU is a few dozen to a few hundred SMs (streaming multiprocessors) around one memory. Each SM
-# has its own registers, shared memory and cores, and runs a few programs at a time; all of them
-# share the L2 cache and the HBM behind it. Two numbers bound every kernel: how fast memory
-# delivers bytes (measured: a device-to-device copy) and how fast the tensor cores multiply
-# (measured: cuBLAS on a bf16 8192^3 matmul). Lesson 3 counts programs against SMs; the roofline
-# (README) puts every lesson's kernels under the two ceilings.
+# ## 9. The same GELU in CUDA C++
+# cuda_cpp.py holds the same GELU written by hand in CUDA C++, one thread per element, built with
+# torch.utils.cpp_extension.load_inline. Beside gelu_kernel it shows what Triton decides for us.
 
 
 # %%
-DOCUMENTED = [  # the source documents' figures (registers: 65,536 per SM on all three, CUDA guide)
-    ("A100 (source documents)", 108, "40 MB", "192 KB (L1 + shared; up to 164 KB shared)", "65,536"),
-    ("H100 (source documents)", 132, "50 MB", "228 KB", "65,536"),
-    ("B200 (source documents)", 148, "-", "-", "65,536"),
-]
-
-
-def machine() -> bench.Table:
-    rows = [row + ("-", "-") for row in DOCUMENTED]
-    if not INTERPRET:
-        p = torch.cuda.get_device_properties(0)
-        shared, regs = (getattr(p, k, None) for k in ("shared_memory_per_multiprocessor", "regs_per_multiprocessor"))
-        rows.append((f"{p.name} (this GPU)", p.multi_processor_count, f"{p.L2_cache_size >> 20} MB",
-                     f"{shared >> 10} KB" if shared else "-", f"{regs:,}" if regs else "-",
-                     f"{bench.copy_bandwidth():.0f}", f"{bench.matmul_rate():.0f}"))
-    table = bench.print_table(rows, ["GPU", "SMs", "L2 cache", "shared memory per SM", "registers per SM",
-                                     "copy GB/s (measured)", "bf16 matmul TFLOP/s (measured)"], title="The machine")
-    if INTERPRET:
-        print_recorded(__file__, "The machine", keep=lambda row: "this GPU" in row["GPU"])
-    return table
-
+chapter.run("cuda", cuda_cpp.section)
 
 # %% [markdown]
-# ## 9. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+# ## 10. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+# Each implementation's kernel time (common/bench.py says how it is measured), turned into GB/s
+# with the bytes a fused kernel must move (add: 3 streams of N elements; gelu: 2), for every
+# implementation alike, and into % of the copy bandwidth of section 7.
 
 
 # %%
-def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=None) -> bench.Table:
+def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=None):
     """Every implementation of add and gelu at each size; gelu_cuda: cuda_cpp.py's CUDA C++ GELU, where built."""
-    ceiling = bench.copy_bandwidth()
     elem = torch.tensor([], dtype=dtype).element_size()
     rows = []
     for n in sizes:
@@ -428,67 +471,82 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=No
         if gelu_cuda is not None and dtype == torch.float32:
             cases.append(("gelu", "CUDA C++ (load_inline)", lambda: gelu_cuda(x), 2))
         cases.append(("gelu", "Triton gelu", lambda: gelu(x), 2))
-        baseline = {}  # PyTorch's own kernel for each op: x + y and F.gelu
-        for op, name, fn, streams in cases:
-            times = bench.measure(fn)
-            if name in ("torch x + y", "F.gelu"):
-                baseline[op] = times[0]
+        ms = {name: bench.kernel_time_ms(fn) for _, name, fn, _ in cases}
+        baseline = {"add": ms["torch x + y"], "gelu": ms["F.gelu"]}  # PyTorch's own kernel for each op
+        for op, name, _, streams in cases:
             rows.append([op, name, f"2^{int(math.log2(n))}" if n & (n - 1) == 0 else n,
-                         *bench.timing_cells(times, streams * n * elem, ceiling)])
-        for row in rows[-len(cases):]:
-            row.append(baseline[row[0]] / (row[3] * 1e-3))
-    note = f"{bench.stamp()}. {bench.TIMING_NOTE}"
-    if not INTERPRET:
-        note += (f" Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the kernel time) counts the bytes a "
-                 "fused kernel must move (add: 3 streams, gelu: 2), for every implementation alike.")
-    return bench.print_table(rows, ["op", "implementation", "N", *bench.TIMING_HEADERS, "x PyTorch"],
-                             title=f"Timing, {dtype_name(dtype)}", note=note,
-                             plot=dict(x="N", y="GB/s", series=["op", "implementation"], ceiling=ceiling,
-                                       ceiling_label="device copy (measured)"))
+                         *bench.timing_cells(ms[name], streams * n * elem), baseline[op] / ms[name]])
+    return print_table(rows, ["op", "implementation", "N", *bench.TIMING_HEADERS, "x PyTorch"],
+                       title=f"Timing, {dtype_name(dtype)}", note=bench.TIMING_NOTE,
+                       plot=dict(x="N", y="GB/s", series=["op", "implementation"], ceiling=bench.copy_bandwidth(),
+                                 ceiling_label="device copy (measured)"))
 
 
-# %% The script
-def main(argv=None) -> None:
-    def timing_section():
-        gelu_cuda = cuda_cpp.build().gelu if cuda_cpp.unavailable() is None else None  # section "cuda"
-        bench_all(args.sizes or sizes(args, SIZES), getattr(torch, args.dtype), args.compile, gelu_cuda)
-        if INTERPRET:  # beside the interpreter's numbers, the H200's
-            print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("2^12", "2^16", "2^26"))
-        n = 1 << 26  # the roofline (README): FLOPs per byte at the largest size, measured on a GPU
-        x, y = (torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)) if not INTERPRET else (None, None)
-        roofline.points({("Triton add", "2^26 float32"): (lambda: add(x, y), n, 12 * n),
-                         ("torch x + y", "2^26 float32"): (lambda: x + y, n, 12 * n),
-                         ("Triton gelu", "2^26 float32"): (lambda: gelu(x), GELU_FLOPS * n, 8 * n),
-                         ("gelu_naive (8 kernels, 18N traffic)", "2^26 float32"):
-                             (lambda: gelu_naive(x), GELU_FLOPS * n, 4 * NAIVE_TRAFFIC * n)}, __file__)
+def timing() -> list:
+    gelu_cuda = cuda_cpp.built_and_checked()
+    table = bench_all(args.sizes or chapter.sizes(SIZES), getattr(torch, args.dtype), args.compile, gelu_cuda)
+    n = 1 << 26  # the roofline (README): FLOPs per byte at the largest size
+    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    print()
+    points = roofline.points({("Triton add", "2^26 float32"): (lambda: add(x, y), n, 12 * n),
+                              ("torch x + y", "2^26 float32"): (lambda: x + y, n, 12 * n),
+                              ("Triton gelu", "2^26 float32"): (lambda: gelu(x), GELU_FLOPS * n, 8 * n),
+                              ("gelu_naive (8 kernels, 18N traffic)", "2^26 float32"):
+                                  (lambda: gelu_naive(x), GELU_FLOPS * n, 4 * NAIVE_TRAFFIC * n)})
+    return [table, points]
 
-    from lesson01_vector_add import cuda_cpp, timing  # the lesson's second part (they take what they need as arguments)
 
-    sections = {
-        "trace": ("Trace: add_kernel, program by program (interpreter)", lambda: trace_section(trace, __file__, args.child)),
-        "check": ("Check: Triton against PyTorch", check),
-        "grad": ("Training: gradients through the registered operators", grad_check),
-        "fusion": ("Fusion: kernels launched per GELU implementation", lambda: fusion(use_compile=args.compile)),
-        "ptx": ("Under the hood: add_kernel's global loads and stores on sm_90", lambda: look_at_ptx(args.ir)),
-        "cuda": ("The same GELU in CUDA C++ (cuda_cpp.py)", cuda_cpp.section),
-        "machine": ("What the timings run on: SMs, caches and two ceilings", machine),
-        "pitfalls": ("How to time a GPU call, and how not to (timing.py)", timing.pitfalls_section),
-        "bench": ("Timing", timing_section),
-        "launch": ("What a launch costs (timing.py)", timing.launch_section),
-        "host": ("What a call costs the host (timing.py)",
-                 lambda: bench.host_costs("lesson01_vector_add.timing:host_cases", timing.__file__)),
-        "graphs": ("CUDA graphs (timing.py)", lambda: timing.graphs_section(args.compile)),
-        "blocks": ("Data per program against threads per program (timing.py)",
-                   lambda: timing.blocks_section(add, args.full)),
-    }
-    p = lesson_parser(__doc__, list(sections))
-    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N", help=sizes_help("bench sizes", SIZES))
-    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
-                   help="dtype for the bench (default float32)")
-    p.add_argument("--ir", choices=["ttir", "ttgir", "ptx"], help="also print this IR in full")
-    add_compile_option(p)
-    args = start_lesson(p, argv)
-    run_sections(args, sections)
+# %%
+chapter.run("bench", timing, gpu=True)
 
-if __name__ == "__main__":
-    main()
+# %% [markdown]
+# ## 11. How to time a GPU call, and how not to (timing.py)
+# A host clock around a call measures the queueing, not the work, unless it waits for the GPU; the
+# first call also compiles. One call of add, timed seven ways, and which question each answers.
+# The sections that time the host run in a fresh process: one that has run the profiler pays more.
+
+
+# %%
+def pitfalls():
+    return timing.pitfalls(add, add_kernel, launch)
+
+
+# %%
+chapter.run("pitfalls", pitfalls, gpu=True, fresh=True)
+
+# %% [markdown]
+# ## 12. What a call costs the host (timing.py)
+# Where the host's microseconds per call go (the checks, Triton's launch and each of its
+# arguments, the dispatcher, the driver), and the size below which that cost, not the kernel, is
+# what a caller waits for.
+
+
+# %%
+def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
+    return timing.host_cases(add, gelu, add_kernel, add_op)
+
+
+# %%
+chapter.run("host", lambda: timing.host_section("lesson01_vector_add.main:host_cases", add), gpu=True)
+
+# %% [markdown]
+# ## 13. CUDA graphs: one launch for a whole sequence (timing.py)
+# The cure for small kernels in a loop: record the launches once, replay them with one call; or
+# let torch.compile(mode="reduce-overhead") fuse them and record the graph for you.
+
+
+# %%
+def graphs():
+    return timing.graphs(add)
+
+
+# %%
+chapter.run("graphs", graphs, gpu=True, fresh=True)
+
+# %% [markdown]
+# ## 14. BLOCK_SIZE against num_warps (timing.py)
+# Data per program against threads per program, timed over a grid of both.
+
+
+# %%
+chapter.run("blocks", lambda: timing.block_size_sweep(add, 1 << 26 if args.full else 1 << 24), gpu=True)

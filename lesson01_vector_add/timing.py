@@ -1,19 +1,20 @@
-"""Lesson 1, second part: timing a GPU honestly, what a launch costs, and CUDA graphs.
+"""Lesson 1, second part: timing a GPU honestly, what a call costs the host, and CUDA graphs.
 
 A GPU runs what the host queues. A Python call such as add(x, y) checks its inputs, allocates
 the output, and asks the driver to queue the kernel; then it returns, usually before the kernel
-has even started. Three consequences, one section each, all run from main.py:
+has even started. Four consequences, one section each of main.py (which hands these functions the
+lesson's add, gelu and kernels as arguments):
 
 - "pitfalls": a host clock around a call measures the queueing, not the work, unless the clock
   waits for the GPU (torch.cuda.synchronize); the first call also compiles. Which number answers
   which question.
-- "launch": the host's time per call against the kernel's, by size. Below the size where the two
-  lines cross, the caller waits for Python and the driver, not for the GPU; the lessons' public
-  functions keep their share of it small.
+- "host": what a call costs the host, piece by piece, against what its kernel costs the GPU, by
+  size. Below the size where the two cross, the caller waits for Python and the driver, not for
+  the GPU.
 - "graphs": the cure for small kernels in a loop. Record the launches once as a CUDA graph and
   replay the whole sequence with one call; or let torch.compile do it.
-
-And "blocks": BLOCK_SIZE (data per program) against num_warps (threads per program), timed.
+- "blocks": BLOCK_SIZE (data per program) against num_warps (threads per program), timed.
+Every function here needs a CUDA GPU.
 """
 import contextlib
 import math
@@ -26,14 +27,8 @@ import torch
 import triton
 
 from common import bench
-from common.device import DEVICE, INTERPRET
-from common.results import print_recorded
-
-
-def sync() -> None:
-    """Wait until the GPU has finished everything queued (nothing to wait for under the interpreter)."""
-    if not INTERPRET:
-        torch.cuda.synchronize()
+from common.launch import cdiv
+from common.table import print_table
 
 
 @contextlib.contextmanager
@@ -56,13 +51,13 @@ def host_clock_ms(fn, synchronize: bool, repeat: int = 5) -> float:
     waiting for the GPU before reading the clock the second time."""
     times = []
     for _ in range(repeat):
-        sync()
+        torch.cuda.synchronize()
         start = time.perf_counter()
         fn()
         if synchronize:
-            sync()
+            torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-        sync()
+        torch.cuda.synchronize()
     return statistics.median(times) * 1e3
 
 
@@ -74,139 +69,114 @@ def host_clock_ms(fn, synchronize: bool, repeat: int = 5) -> float:
 
 
 # %%
-def pitfalls(n: int = 1 << 24) -> bench.Table:
-    """The table. main.py runs it in a fresh process (bench.fresh): see "What a launch costs"."""
-    from lesson01_vector_add.main import add, add_kernel, launch
-
-    n = n if not INTERPRET else 1 << 16
-    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
-    inputs = {"x": x, "y": y}
+def pitfalls(add, add_kernel, launch, n: int = 1 << 24):
+    """The table (main.py runs it in a fresh process: a process that has run the profiler pays more
+    per call on the host)."""
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
 
     def first_call(cache_dir=None):
         fresh = triton.jit(add_kernel.fn)  # a new kernel object: its in-memory cache is empty
         with triton_cache(cache_dir) if cache_dir else contextlib.nullcontext():
-            return host_clock_ms(lambda: launch(fresh, inputs, 1024, 4), synchronize=True, repeat=1)
+            return host_clock_ms(lambda: launch(fresh, {"x": x, "y": y}, 1024, 4), synchronize=True, repeat=1)
 
     add(x, y)  # add_kernel compiled in memory and, so, in Triton's disk cache
-    sync()
-    rows = []
     with tempfile.TemporaryDirectory() as empty:
-        rows.append(("first call, empty Triton cache", first_call(empty),
-                     "what a first run on a fresh machine pays: compilation" + ("" if not INTERPRET else
-                     " (the interpreter compiles nothing; it reads the kernel's source once)")))
-    if not INTERPRET:
-        rows.append(("first call, Triton's disk cache warm", first_call(),
-                     "a new run of a script: the compiled kernel is loaded from ~/.triton/cache"))
-    rows.append(("host clock, no synchronize", host_clock_ms(lambda: add(x, y), synchronize=False),
-                 "the launch only: the kernel is still running when the clock stops" if not INTERPRET else
-                 "the interpreter runs the kernel inside the call: here the clock sees it all"))
-    if not INTERPRET:
-        rows += [
-            ("host clock, synchronize after", host_clock_ms(lambda: add(x, y), synchronize=True),
-             "one call, start to finish: launch + kernel + the wait"),
-            ("do_bench median (warm-up, L2 flushed)", bench.time_ms(lambda: add(x, y)),
-             "the kernel, from CUDA events around each call (the launch hides behind the flush)"),
-            ("profiler: the kernel's own time", bench.kernel_time_ms(lambda: add(x, y)),
-             "the kernel alone, from its GPU timestamps: what the lessons' tables compare"),
-            ("calls back to back, per call", bench.call_time_ms(lambda: add(x, y)),
-             "what a loop of calls pays: the larger of host time and kernel time"),
-        ]
-    else:
-        rows.append(("median of later calls (bench.time_ms)", bench.time_ms(lambda: add(x, y)),
-                     "the interpreter's steady state: numpy's speed, not a GPU's"))
-    return bench.print_table([(how, ms * 1e3, answers) for how, ms, answers in rows],
-                             ["how add(x, y) was timed", "µs", "what it measures"],
-                             title="Timing pitfalls: one call of add, seven ways" if not INTERPRET else "",
-                             note=f"N = 2^{int(math.log2(n))} float32. {bench.stamp()}. In a fresh process.")
-
-
-def pitfalls_section() -> None:
-    bench.fresh("lesson01_vector_add.timing:pitfalls")
-    if INTERPRET:
-        print_recorded(__file__, "Timing pitfalls")
+        rows = [("first call, empty Triton cache", first_call(empty), "what a first run on a fresh machine pays: compilation")]
+    rows += [
+        ("first call, Triton's disk cache warm", first_call(),
+         "a new run of a script: the compiled kernel is loaded from ~/.triton/cache"),
+        ("host clock, no synchronize", host_clock_ms(lambda: add(x, y), synchronize=False),
+         "the launch only: the kernel is still running when the clock stops"),
+        ("host clock, synchronize after", host_clock_ms(lambda: add(x, y), synchronize=True),
+         "one call, start to finish: launch + kernel + the wait"),
+        ("do_bench median (warm-up, L2 flushed)", bench.time_ms(lambda: add(x, y)),
+         "the kernel, from CUDA events around each call (the launch hides behind the flush)"),
+        ("profiler: the kernel's own time", bench.kernel_time_ms(lambda: add(x, y)),
+         "the kernel alone, from its GPU timestamps: what the lessons' tables compare"),
+        ("calls back to back, per call", bench.call_time_ms(lambda: add(x, y)),
+         "what a loop of calls pays: the larger of host time and kernel time"),
+    ]
+    return print_table([(how, ms * 1e3, answers) for how, ms, answers in rows],
+                       ["how add(x, y) was timed", "µs", "what it measures"],
+                       title="Timing pitfalls: one call of add, seven ways",
+                       note=f"N = 2^{int(math.log2(n))} float32, in a fresh process. The one-call rows are single calls "
+                            "(median of 5); the host's cost per call in a loop is the 'Host cost per call' table's.")
 
 
 # %% [markdown]
-# ## What a launch costs
-# Host time per call (a loop of calls without a synchronize, timed on the host) against kernel
-# time (profiler timestamps), for PyTorch's x + y and Triton's add, from 2^10 to 2^26 elements,
-# with an empty Triton kernel as the floor. Where the kernel line is below the host line, a
-# caller pays for the launch, not the work: the size where they cross is the size below which a
-# kernel is "small", and fusing it with its neighbours, or a CUDA graph, is what helps.
-#
-# Then (main.py's "host" section, from host_cases below) the host's cost of each call beside the
-# floor (an empty kernel), in three layers for add: Triton's own launch, add_kernel[grid](...),
-# which on every call binds the arguments, works out what the compiled code was specialized on
-# (dtypes, 16-byte alignment, integer classes) and looks it up; the same compiled kernel launched
-# by common/launch.py, which does that work on the first call, then keeps the compiled kernel
-# under a cheaper key and hands later calls' arguments straight to the launcher Triton generated
-# for it (its docstring says what the key holds, and why reusing the kernel is safe); and
-# add(x, y) whole, the checks and the output's allocation included. The host's speed varies from
-# one process to the next, so the table is the best of three fresh ones (bench.host_costs).
+# ## What a call costs the host
+# Every call of a public function runs Python before its kernel starts: the checks, the output's
+# allocation, the grid, then Triton's launch, `kernel[grid](...)`, which on every call binds the
+# arguments to the kernel's parameters, works out what the compiled code was specialized on (each
+# tensor's dtype and whether its address is a multiple of 16 bytes; each integer's class: 1, a
+# multiple of 16, past 32 bits), looks the compiled kernel up by it, and hands it to the driver.
+# The table takes that apart with calls that do less and less:
+# - add(x, y) whole; the same through its registered operator (the dispatcher's share, paid where
+#   autograd or torch.compile needs it: section 5);
+# - add_kernel[grid](...) alone, its arguments ready: Triton's launch of four arguments;
+# - empty kernels of two and of eight arguments: the floor, and what each argument adds (binding
+#   and specialization grow with the arguments);
+# - one launch replayed from a CUDA graph: the driver's part alone, no Python at all.
+# Then the kernel's own time by size, against those host costs: where the kernel line is below
+# the host cost, a caller pays for the launch, not the work. That size is where a kernel is
+# "small", and fusing it with its neighbours, or a CUDA graph, is what helps. The host's speed
+# varies from one process to the next, so the host costs are the best of three fresh processes.
 
 
 # %%
-def crossover(ns: list, host_us: list, kernel_us: list) -> float | None:
-    """The N where kernel time first reaches host time, interpolated on log2(N) between the two
+@triton.jit
+def empty_kernel_8(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K, L):
+    """Does nothing, with eight arguments (four pointers, four integers)."""
+    pass
+
+
+def host_cases(add, gelu, add_kernel, add_op, n: int = 4096) -> dict:
+    """For bench.host_costs: {label: call} on n floats."""
+    x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
+    grid = (cdiv(n, 1024),)
+    graph, _ = capture(lambda: add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024))
+    return {"empty @triton.jit kernel, 8 arguments": lambda: empty_kernel_8[(1,)](x, x, x, x, n, n, n, n),
+            "one add_kernel launch replayed from a CUDA graph (graph.replay())": graph.replay,
+            f"torch x + y ({n} floats)": lambda: x + y,
+            "add_kernel[grid](...) alone, arguments ready": lambda: add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024),
+            "add(x, y): checks, output, grid, launch": lambda: add(x, y),
+            "the same through its operator, torch.ops.lessons.add": lambda: add_op(x, y, 1024, 4),
+            "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
+            "gelu(x)": lambda: gelu(x)}
+
+
+def crossover(ns: list, host_us: float, kernel_us: list) -> float | None:
+    """The N where kernel time first reaches the host cost, interpolated on log2(N) between the two
     measured sizes around it; None if the kernel never catches up within ns."""
     for i in range(1, len(ns)):
-        before, after = kernel_us[i - 1] - host_us[i - 1], kernel_us[i] - host_us[i]
+        before, after = kernel_us[i - 1] - host_us, kernel_us[i] - host_us
         if before < 0 <= after:
             t = -before / (after - before)
             return 2 ** (math.log2(ns[i - 1]) + t * (math.log2(ns[i]) - math.log2(ns[i - 1])))
     return None
 
 
-def launch_cost(sizes=tuple(2**k for k in range(10, 27, 2))) -> bench.Table:
-    """The table (GPU only). main.py runs it in a fresh process (bench.fresh): a process that has
-    run torch.profiler or torch.compile pays more per call on the host, PyTorch included."""
-    from lesson01_vector_add.main import add
-
-    empty_x = torch.empty(1, device=DEVICE)
-    inputs = {n: (torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)) for n in sizes}
-    with torch.no_grad():  # host times first: once the profiler has run, every call costs the host more
-        host = {n: (bench.host_time_ms(lambda: x + y), bench.host_time_ms(lambda: add(x, y)),
-                    bench.host_time_ms(lambda: bench.empty_kernel[(1,)](empty_x, 1))) for n, (x, y) in inputs.items()}
-        kernel = {n: (bench.kernel_time_ms(lambda: x + y), bench.kernel_time_ms(lambda: add(x, y)))
-                  for n, (x, y) in inputs.items()}
-    rows = [[n, host[n][0] * 1e3, kernel[n][0] * 1e3, host[n][1] * 1e3, kernel[n][1] * 1e3, host[n][2] * 1e3]
-            for n in sizes]
-    headers = ["N", "torch x + y: host µs", "torch x + y: kernel µs", "Triton add: host µs", "Triton add: kernel µs",
-               "empty Triton kernel: host µs"]
-    return bench.print_table(rows, headers, title="Host time against kernel time, by size", floatfmt=".1f",
-                             note=f"float32. {bench.stamp()}. Host: bench.host_time_ms, in a fresh process; kernel: "
-                                  "bench.kernel_time_ms (L2 flushed).",
-                             plot=dict(x="N", y=headers[1:], series=[], ceiling=None, logy=True))
-
-
-def launch_section() -> None:
-    """The host-against-kernel table and where the lines cross (main.py's "host" section follows with
-    the host cost of each function)."""
-    if INTERPRET:
-        print_recorded(__file__, "Host time against kernel time")
-        return
-    table = bench.fresh("lesson01_vector_add.timing:launch_cost")
-    ns = table.column("N")
-    for name in ("torch x + y", "Triton add"):
-        n = crossover(ns, table.column(f"{name}: host µs"), table.column(f"{name}: kernel µs"))
+def host_section(cases: str, add, sizes=tuple(2**k for k in range(10, 27, 2))) -> list:
+    """The host cost table (cases: 'module:function' returning host_cases' dict), then kernel time by size."""
+    us = bench.host_costs(cases)
+    floor = us[bench.FLOOR]
+    host_table = print_table([(label, t, t / floor) for label, t in us.items()], ["call", "host µs per call", "x the floor"],
+                             title="Host cost per call", note=bench.HOST_NOTE)
+    torch_us, add_us = us["torch x + y (4096 floats)"], us["add(x, y): checks, output, grid, launch"]
+    inputs = {n: (torch.randn(n, device="cuda"), torch.randn(n, device="cuda")) for n in sizes}
+    rows = [[n, bench.kernel_time_ms(lambda: x + y) * 1e3, bench.kernel_time_ms(lambda: add(x, y)) * 1e3,
+             torch_us, add_us] for n, (x, y) in inputs.items()]
+    headers = ["N", "torch x + y: kernel µs", "Triton add: kernel µs", "torch x + y: host µs", "add(x, y): host µs"]
+    print()
+    by_size = print_table(rows, headers, title="Kernel time against host cost, by size",
+                          note="float32. Kernel: bench.kernel_time_ms (L2 flushed); host: the 'Host cost per call' "
+                               "table (the host's cost does not grow with N).",
+                          plot=dict(x="N", y=headers[1:], series=[], ceiling=None, logy=True))
+    for name, host, column in (("torch x + y", torch_us, 1), ("Triton add", add_us, 2)):
+        n = crossover(list(sizes), host, [row[column] for row in rows])
         where = f"N = 2^{math.log2(n):.1f} = {n / 1e6:.1f} M elements ({12 * n / 1e6:.0f} MB moved)" if n else "never"
-        print(f"{name}: the kernel outlasts its launch from {where}.")
-
-
-def host_cases(n: int = 4096) -> dict:
-    """For bench.host_costs: the host's µs per call of this lesson's functions, beside PyTorch's and
-    the bare launch of the same kernel."""
-    from common.launch import launch as launch_kernel
-    from lesson01_vector_add.main import add, add_kernel, gelu
-
-    x, y, out = (torch.randn(n, device=DEVICE) for _ in range(3))
-    return {f"torch x + y ({n} floats)": lambda: x + y,
-            "add_kernel[grid](...) alone, arguments ready": lambda: add_kernel[(4,)](x, y, out, n, BLOCK_SIZE=1024),
-            "the same, through common.launch (compiled kernel kept)": lambda: launch_kernel(
-                add_kernel, (4,), None, x, y, out, n, BLOCK_SIZE=1024),
-            "add(x, y): checks, output, grid, launch": lambda: add(x, y),
-            "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
-            "gelu(x)": lambda: gelu(x)}
+        print(f"{name}: the kernel outlasts the call's host cost from {where}.")
+    return [host_table, by_size]
 
 
 # %% [markdown]
@@ -240,12 +210,10 @@ def capture(fn):
     return graph, out
 
 
-def graphs(n: int = 4096, chain: int = 10, use_compile: bool = True) -> bench.Table:
+def graphs(add, n: int = 4096, chain: int = 10):
     """`chain` adds in a row (z = z + y) on n floats: eager against one CUDA graph replay, per add
-    (GPU only; main.py runs it in a fresh process, bench.fresh)."""
-    from lesson01_vector_add.main import add
-
-    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+    (main.py runs it in a fresh process)."""
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
 
     def chain_of(add_fn):
         def run(x, y):
@@ -265,29 +233,28 @@ def graphs(n: int = 4096, chain: int = 10, use_compile: bool = True) -> bench.Ta
             ok = torch.allclose(out, expected, atol=1e-4)
             rows += [(name, "eager: one launch per add", bench.call_time_ms(lambda: eager(x, y)) * 1e3 / chain, ok),
                      (name, "one CUDA graph of the chain, replayed", bench.call_time_ms(graph.replay) * 1e3 / chain, ok)]
-        if use_compile:
-            compiled = torch.compile(chain_of(torch.add), mode="reduce-overhead")
-            for _ in range(3):  # the first calls compile, then record the graph
-                ok = torch.allclose(compiled(x, y), expected, atol=1e-4)
-            rows.append(("torch x + y", 'torch.compile(mode="reduce-overhead"): fused, then a graph',
-                         bench.call_time_ms(lambda: compiled(x, y)) * 1e3 / chain, ok))
-    return bench.print_table(rows, ["add", "how the chain runs", "µs per add", "correct"],
-                             title=f"CUDA graphs: {chain} adds of {n} floats in a row",
-                             note=f"{bench.stamp()}. Time per add = time per chain (calls back to back, bench."
-                                  f"call_time_ms) / {chain}. torch.compile fuses the {chain} adds into one kernel "
-                                  "before recording it: both cures at once.")
+        compiled = torch.compile(chain_of(torch.add), mode="reduce-overhead")
+        for _ in range(3):  # the first calls compile, then record the graph
+            ok = torch.allclose(compiled(x, y), expected, atol=1e-4)
+        rows.append(("torch x + y", 'torch.compile(mode="reduce-overhead"): fused, then a graph',
+                     bench.call_time_ms(lambda: compiled(x, y)) * 1e3 / chain, ok))
+    return print_table(rows, ["add", "how the chain runs", "µs per add", "correct"],
+                       title=f"CUDA graphs: {chain} adds of {n} floats in a row",
+                       note=f"Time per add = time per chain (calls back to back, bench.call_time_ms) / {chain}, in a "
+                            f"fresh process. torch.compile fuses the {chain} adds into one kernel before recording "
+                            "it: both cures at once.")
 
 
-def graphs_section(use_compile: bool) -> None:
-    if INTERPRET:
-        print_recorded(__file__, "CUDA graphs")
-    else:
-        bench.fresh("lesson01_vector_add.timing:graphs", use_compile=use_compile)
+# %% [markdown]
+# ## BLOCK_SIZE against num_warps
+# BLOCK_SIZE is how much data a program owns; num_warps how many threads share it. Too little
+# data per thread and the loads cannot stream; too much and registers run out.
 
 
-def block_size_sweep(add, n: int = 1 << 26) -> bench.Table:
-    """BLOCK_SIZE (data per program) against num_warps (threads per program), for main.add, timed."""
-    x, y = torch.randn(n, device=DEVICE), torch.randn(n, device=DEVICE)
+# %%
+def block_size_sweep(add, n: int = 1 << 26):
+    """Triton add over a grid of BLOCK_SIZE x num_warps, by kernel time (do_bench)."""
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     torch_us = bench.time_ms(lambda: x + y) * 1e3
     rows = []
     for BLOCK_SIZE in (512, 1024, 2048, 4096, 8192):
@@ -295,14 +262,7 @@ def block_size_sweep(add, n: int = 1 << 26) -> bench.Table:
         for num_warps in (4, 8, 16):
             row.append(bench.time_ms(lambda: add(x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)) * 1e3)
         rows.append(row)
-    return bench.print_table(rows, ["BLOCK_SIZE", "µs, num_warps 4", "num_warps 8", "num_warps 16"],
-                             title="BLOCK_SIZE against num_warps",
-                             note=f"Triton add, N = 2^{int(math.log2(n))} float32 (torch x + y: {torch_us:.1f} µs). "
-                                  "Elements per thread = BLOCK_SIZE / (32 num_warps). The launchers use 1024 and 4.")
-
-
-def blocks_section(add, full: bool) -> None:
-    if INTERPRET:  # the interpreter ignores num_warps: only a GPU can answer this
-        print_recorded(__file__, "BLOCK_SIZE against num_warps")
-    else:
-        block_size_sweep(add, 1 << 26 if full else 1 << 24)
+    return print_table(rows, ["BLOCK_SIZE", "µs, num_warps 4", "num_warps 8", "num_warps 16"],
+                       title="BLOCK_SIZE against num_warps",
+                       note=f"Triton add, N = 2^{int(math.log2(n))} float32 (torch x + y: {torch_us:.1f} µs), do_bench "
+                            "(L2 flushed). Elements per thread = BLOCK_SIZE / (32 num_warps). The launchers use 1024 and 4.")

@@ -1,0 +1,174 @@
+"""A lesson's run: its sections in reading order, its command line, and what a CPU shows where a
+GPU is needed.
+
+Each lesson's main.py is a chapter in `# %%` cells. Its first cells declare the sections, in the
+order they are read, and parse the command line:
+
+    SECTIONS = {"trace": "3. The trace: add_kernel, program by program", ...}
+    chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__")
+    args = chapter.start()
+
+and the cell after each section's code runs it:
+
+    chapter.run("check", check)
+
+The same cells run as a script (`python lesson01_vector_add/main.py --sections check`), as a
+notebook (Jupyter or VS Code: every section, in order, each one's output under its cell) and on
+import (the tests: nothing runs, `args` holds the defaults). `run` prints the section's heading,
+numbered as in the code, runs it and keeps the tables it returns (`python -m common.results`
+writes them to RESULTS.md). Three kinds of section are run differently:
+- trace=True: the trace prints from inside the kernel, program after program, which only Triton's
+  interpreter does. On a GPU machine this process has triton in compiled mode already (the mode
+  is chosen once, before triton is imported: common/device.py), so the trace runs in a child
+  process with TRITON_INTERPRET=1, and its output is printed here.
+- gpu=True: the section times kernels or asks the profiler which kernels ran, which means nothing
+  under the interpreter. Without a GPU, the runner prints the section as RESULTS.md recorded it on
+  the H200 instead, with that machine's stamp once per run.
+- fresh=True: the section times what a call costs the host, which a process that has run the
+  profiler or torch.compile pays more for: it runs in a fresh process.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+
+from common.device import INTERPRET, ROOT, gpu_name
+from common.results import read_page
+from common.table import Table
+
+
+def banner() -> str:
+    """One line: which mode runs, and what it means for what follows."""
+    import triton
+
+    versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    if INTERPRET:
+        why = "TRITON_INTERPRET=1" if torch.cuda.is_available() else "no CUDA GPU"
+        return (f"Mode: {why} -> Triton's interpreter on CPU tensors ({versions}). The kernels give exact results and "
+                "print their traces; the sections that need a GPU show the tables an H200 recorded.")
+    return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are this GPU's."
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: a size must be a whole number >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a size: it must be at least 1")
+    return value
+
+
+def shape_arg(text: str) -> tuple[int, int]:
+    """An argparse type: 'MxN', two whole numbers >= 1."""
+    parts = text.lower().split("x")
+    if len(parts) != 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a shape: write rows x columns, e.g. 4096x16384")
+    return tuple(positive_int(part) for part in parts)
+
+
+class Chapter:
+    def __init__(self, lesson: str, doc: str, sections: dict, running: bool):
+        """lesson: the package ("lesson01_vector_add"); doc: main.py's docstring; sections: {name:
+        heading}, in reading order; running: whether the cells should run (the module is __main__:
+        a script or a notebook), not just define things (an import)."""
+        self.lesson, self.doc, self.sections, self.running = lesson, doc, sections, running
+        listing = "; ".join(f"{name}: {heading}" for name, heading in sections.items())
+        self.parser = argparse.ArgumentParser(description=doc.split("\n")[0], epilog=f"Sections: {listing}.")
+        self.parser.add_argument("--sections", nargs="+", default=list(sections), choices=list(sections),
+                                 metavar="SECTION", help="what to run (default: all of them, in reading order)")
+        self.parser.add_argument("--skip", nargs="+", default=[], choices=list(sections), metavar="SECTION",
+                                 help="sections to leave out")
+        self.parser.add_argument("--full", action="store_true",
+                                 help="on a GPU, the full sweeps of RESULTS.md instead of a quick look (minutes)")
+        self.args = None
+        self.tables: dict[str, list[Table]] = {}  # the titled tables each section returned, for RESULTS.md
+        self.stamped = False  # the recorded page's stamp printed already (once per run)
+
+    def start(self) -> argparse.Namespace:
+        """Parse the command line, when this lesson is the script being run (a notebook's kernel has
+        arguments of its own, which are not the lesson's); print the banner when running."""
+        script = os.path.realpath(os.path.join(ROOT, self.lesson, "main.py"))
+        argv = sys.argv[1:] if self.running and os.path.realpath(sys.argv[0]) == script else []
+        self.args = self.parser.parse_args(argv)
+        self.args.sections = [s for s in self.args.sections if s not in self.args.skip]
+        if self.running:
+            print(banner())
+        return self.args
+
+    def sizes(self, table: dict):
+        """The lesson's sizes for this run: table["full"] with --full, table["quick"] otherwise."""
+        return table["full" if self.args.full else "quick"]
+
+    def run(self, name: str, section, *, gpu: bool = False, trace: bool = False, fresh: bool = False) -> None:
+        """Run section() under its heading, if this run includes it, and keep the tables it returns.
+        gpu: it needs a CUDA GPU (without one, RESULTS.md's record of it is printed); trace: it runs
+        under the interpreter (in a child process on a GPU machine); fresh: it runs in a fresh
+        process (host timings: a process that has run the profiler pays more per call). A section
+        run in a child process must be a function of the module, without arguments."""
+        heading = self.sections[name]  # (a KeyError here: the name is not in SECTIONS)
+        if not self.running or name not in self.args.sections:
+            return
+        print(f"\n=== {heading} ===")
+        if gpu and INTERPRET:
+            return self.recorded(name)
+        if (trace and not INTERPRET) or fresh:
+            result = self.in_child(section, interpret=trace)
+        else:
+            result = section()
+        tables = result if isinstance(result, (list, tuple)) else [result]
+        self.tables[name] = [t for t in tables if isinstance(t, Table) and t.title]
+
+    def recorded(self, name: str) -> None:
+        """Print section `name` as this lesson's RESULTS.md recorded it, the page's stamp the first time."""
+        path = os.path.join(ROOT, self.lesson, "RESULTS.md")
+        page = read_page(path)
+        block = page and page["sections"].get(name)
+        where = os.path.relpath(path, ROOT)
+        if not block:
+            print(f"This section needs a GPU, and {where} has no record of it yet: `python -m common.results "
+                  f"{self.lesson}` on a GPU writes it.")
+            return
+        if not self.stamped:
+            print(f"This section needs a GPU. What it printed on {page['stamp'].get('GPU', 'a GPU')}, recorded in "
+                  f"{where} (the machine, once for this run):\n" + "\n".join(page["stamp_lines"]) + "\n")
+            self.stamped = True
+        else:
+            print(f"This section needs a GPU. What it printed there ({where}):\n")
+        print("\n".join(line for line in block.splitlines() if not line.startswith("![")))
+
+    def in_child(self, section, interpret: bool) -> list:
+        """Run section() in a child process (under Triton's interpreter if `interpret`); print what
+        it printed; return the tables it returned."""
+        module = section.__module__ if section.__module__ != "__main__" else f"{self.lesson}.main"
+        if section.__name__ == "<lambda>":
+            raise TypeError("a section run in a child process must be a function of the module, not a lambda")
+        env = dict(os.environ, TRITON_INTERPRET="1" if interpret else "0", PYTHONUNBUFFERED="1",
+                   PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+        with tempfile.TemporaryDirectory() as folder:
+            path = os.path.join(folder, "tables.json")
+            code = (f"import json, {module} as m\nr = m.{section.__name__}()\nr = r if isinstance(r, (list, tuple)) "
+                    f"else [r]\nwith open({path!r}, 'w') as f:\n    json.dump([t.__dict__ for t in r "
+                    "if hasattr(t, 'markdown')], f)\n")
+            done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+            print(done.stdout, end="")
+            if done.returncode:
+                raise RuntimeError(f"section {section.__name__} failed in its child process:\n{done.stderr}")
+            with open(path) as f:
+                return [Table(**t) for t in json.load(f)]
+
+    def results(self) -> list:
+        """[(name, heading, tables)] of the sections that returned tables, in reading order."""
+        return [(name, heading, self.tables[name]) for name, heading in self.sections.items() if self.tables.get(name)]
+
+
+def add_compile_option(parser: argparse.ArgumentParser) -> None:
+    """--compile / --no-compile: include torch.compile in a GPU section's comparisons (compiling takes
+    seconds per shape)."""
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True,
+                        help="include torch.compile in the GPU comparisons (default: yes)")
