@@ -2,48 +2,67 @@
 
 Vector add never needed one element to know about another. Softmax does: every output divides
 by the sum over its whole row, after subtracting the row's max. So a program now owns whole rows,
-and reduces them with tl.max and tl.sum (the compiler turns these into warp shuffles and shared
-memory; we write one line). Five steps, Max -> Subtract -> Exp -> Sum -> Divide, all on chip: one
-read and one write per element, where PyTorch's step-by-step version needs about four times the
-traffic. Rows too long for one program's registers are walked in tiles with an online softmax:
-a running max and a running sum, the idea that flash attention (lesson 5) is built on.
+and reduces them with tl.max and tl.sum: one line each, which the compiler turns into warp
+shuffles and shared memory (warps and shared memory as lesson 1 introduced them, in its sections
+1 and 7; section 6 here shows what the compiler makes). Five steps, Max -> Subtract -> Exp -> Sum
+-> Divide, all on chip: one read and one write per element, where PyTorch's step-by-step version
+needs about four times the traffic. Rows too long for one program's registers are walked in tiles
+with an online softmax: a running max and a running sum, the idea that flash attention (lesson 5)
+is built on. A first reading can skip section 6 (the reduction tree's PTX) and stop after section
+8 (training); sections 9-12 measure the kernels on a GPU.
 
-Run:   python lesson02_softmax/main.py            (all sections)
-       python lesson02_softmax/main.py --help
-Without a CUDA GPU the kernels run under Triton's interpreter; timings then measure the
-interpreter. Real H200 numbers: lesson02_softmax/RESULTS.md.
+Run:   python lesson02_softmax/main.py            (every section)
+       python lesson02_softmax/main.py --help     (sections, sizes, dtype)
+Without a CUDA GPU the kernels run under Triton's interpreter on the CPU: the same kernels, exact
+results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
 """
-# %% Set-up: choose GPU or interpreter before triton is imported
+# %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import math
-import pathlib
-import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
-if __name__ == "__main__":  # run as a script: be the module backward.py imports, not a second copy of it
-    sys.modules.setdefault("lesson02_softmax.main", sys.modules[__name__])
-
-from common.device import DEVICE, INTERPRET
+from common.device import DEVICE
 
 import torch
 import triton
 import triton.language as tl
 
-from common import bench, profile, ptx, roofline
-from common.checks import check_tensors, dtype_name, index_type
-from common.launch import cdiv, launch as launch_kernel, needs_op, next_power_of_2
-from common.cli import (add_compile_option, lesson_parser, positive_int, run_sections,
-                        sizes, start_lesson, trace_section)
-from common.results import print_recorded
+from common import bench, checks, profile, ptx, roofline
+from common.chapter import Chapter, add_compile_option, positive_int
+from common.checks import check_tensors, dtype_name
+from common.launch import cdiv, needs_op, next_power_of_2, traceable
+from common.table import Table, print_table
 from common.trace import show
 from lesson02_softmax import backward  # the backward pass, in the lesson's second file
 
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-SIZES = {"cpu": (16, [256, 1024, 4096]), "gpu": (4096, [256, 1024, 4096, 16384, 131072]),  # M, then N
+SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
+    "traffic": "1. Softmax step by step in PyTorch: five kernels, and what each way moves",
+    "trace": "5. The trace: both kernels from inside, on the worked examples",
+    "tree": "6. What tl.max and tl.sum become: a reduction tree, and its PTX for sm_90",
+    "check": "7. Correctness: random and awkward shapes, every dtype, both kernels",
+    "grad": "8. Training: softmax's backward, one more row reduction (backward.py)",
+    "fusion": "9. Fusion, seen by the profiler: how many kernels each softmax launches",
+    "bench": "10. Timing: torch against Triton, GB/s and % of the copy bandwidth",
+    "offsets": "11. 64-bit offsets: what they cost",
+    "host": "12. What a call costs the host",
+}
+SIZES = {"quick": (4096, [256, 1024, 4096, 16384, 131072]),  # section 10's M, then its row lengths N
          "full": (4096, [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072])}
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+chapter = Chapter("lesson02_softmax", __doc__, SECTIONS, running=__name__ == "__main__")
+chapter.parser.add_argument("--rows", type=positive_int, metavar="M",
+                            help=f"section 10's M (default {SIZES['quick'][0]})")
+chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                            help=f"section 10's row lengths (default {SIZES['quick'][1]}, {SIZES['full'][1]} with --full)")
+chapter.parser.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
+                            help="section 10's dtype (default float32; --full times float32 and bfloat16)")
+add_compile_option(chapter.parser)
+args = chapter.start()
 
 # %% [markdown]
-# ## 1. Softmax step by step in PyTorch: five kernels, and what each moves
-# For x of shape (M, N), counted in elements:
+# ## 1. Softmax step by step in PyTorch: five kernels, and what each way moves
+# softmax(x)_j = exp(x_j - max(x)) / sum_k exp(x_k - max(x)), over each row. Written in PyTorch it
+# is five operators, and eager PyTorch runs each as its own kernel, which reads its inputs from
+# memory and writes its result back. For x of shape (M, N), counted in elements:
 
 
 # %%
@@ -57,17 +76,29 @@ def softmax_naive(x):
 
 
 def traffic(M: int, N: int) -> dict:
-    """Elements moved through memory by each implementation (the counts above)."""
+    """Elements moved through memory by each implementation (the counts above; the fused kernel is
+    section 2's, the online one section 3's)."""
     return {"naive (5 steps)": 8 * M * N + 4 * M, "fused, one pass": 2 * M * N,
             "online, tiled (two reads)": 3 * M * N}
 
+
+def memory_traffic(M: int = 4096, N: int = 4096) -> Table:
+    moved = traffic(M, N)
+    return print_table([(k, v / (M * N), v * 4 / 1e6) for k, v in moved.items()],
+                       ["implementation", "elements moved / MN", "MB (fp32)"], title=f"Memory traffic, M = {M}, N = {N}",
+                       note="Counted, not measured: each kernel's reads and writes of memory (section 9 shows the "
+                            "kernels on a GPU). A memory-bound kernel's time follows its traffic.")
+
+
+# %%
+chapter.run("traffic", memory_traffic)
 
 # %% [markdown]
 # ## 2. The fused kernel: a program owns whole rows
 # BLOCK_N, the columns a program holds at once, is the next power of two >= N (tl.arange needs a
 # power of two); the lanes past N are masked. Short rows leave a program with little to do, so it
-# takes BLOCK_M rows at once: a 2-D block [BLOCK_M, BLOCK_N], reduced along axis 1. The source
-# documents' kernel is the case BLOCK_M = 1.
+# takes BLOCK_M rows at once: a 2-D block [BLOCK_M, BLOCK_N], reduced along axis 1. The textbook
+# kernel, one row per program, is the case BLOCK_M = 1.
 
 
 # %%
@@ -111,48 +142,6 @@ def softmax_kernel(
         show("exp", numerator)
         show("sum", denominator)
         show("result", y)
-
-
-# %% [markdown]
-# ### What tl.max and tl.sum become: a reduction tree
-# Adding 1024 numbers one after another takes 1023 dependent steps. In pairs, round by round, it
-# takes log2(1024) = 10 rounds, each one step deep, since the pairs of a round are independent.
-# The compiler builds that tree in three levels: each thread first reduces the elements it holds
-# (in registers), then the 32 threads of a warp exchange values with warp shuffles (shfl.sync:
-# 5 rounds for 32 lanes, no memory), then the warps' results meet in shared memory, after a
-# barrier (bar.sync), for a last short round. tree() shows both: the rounds, and the PTX of the
-# kernel as the launcher (section 4) configures it for rows of 4096.
-
-
-# %%
-def tree_rounds(values: list) -> list[list]:
-    """A pairwise sum, round by round (a power-of-two count): [1..8] -> [3, 7, 11, 15] -> [10, 26] -> [36]."""
-    rounds = [list(values)]
-    while len(rounds[-1]) > 1:
-        v = rounds[-1]
-        rounds.append([v[i] + v[i + 1] for i in range(0, len(v), 2)])
-    return rounds
-
-
-def tree(N: int = 4096) -> dict:
-    rounds = tree_rounds(range(1, 9))
-    for i, r in enumerate(rounds):
-        print(f"  round {i}: {r}")
-    print(f"{sum(len(r) for r in rounds[1:])} additions in {len(rounds) - 1} rounds (in a row: 7 additions, 7 steps); "
-          f"1024 numbers: {len(tree_rounds([0] * 1024)) - 1} rounds.")
-    BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "stride_ym"), "i32")}
-    code = ptx.compile_kernel("lesson02_softmax.main", "softmax_kernel", sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
-                              num_warps=num_warps)["ptx"]
-    counts = {op: code.count(op) for op in ("shfl.sync", "bar.sync", "st.shared", "ld.shared")}
-    print(f"\nsoftmax_kernel for rows of {N} (BLOCK_N = {BLOCK_N}, {num_warps} warps = {32 * num_warps} threads, "
-          f"{BLOCK_N // (32 * num_warps)} elements each), compiled for sm_90, two reductions (max, then sum):")
-    bench.print_table([(op, n) for op, n in counts.items()], ["PTX instruction", "count"])
-    across = num_warps.bit_length() - 1
-    print(f"Each reduction: a thread folds its own elements in registers; 5 shuffle rounds fold a warp's 32 lanes\n"
-          f"(log2 32); one value per warp goes to shared memory and, after a barrier, {across} more shuffle rounds fold\n"
-          f"the {num_warps} warps' values (log2 {num_warps}): 2 x (5 + {across}) = {2 * (5 + across)} shuffles.")
-    return counts
 
 
 # %% [markdown]
@@ -200,12 +189,20 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym, BLOC
 
 # %% [markdown]
 # ## 4. The launcher: checks, then the kernel that fits the row length
-# The rule for the one-pass kernel: rows shorter than 1024 are packed into one program until it
-# holds 1024 elements, and every thread holds 32 of them (num_warps = BLOCK_M * BLOCK_N / 1024).
-# A sweep of BLOCK_M x num_warps on the H200 (float32, M = 4096, kernel time; the sweep itself is
-# not in RESULTS.md) found better settings for four row lengths; they are kept in TUNED. The
-# one-pass kernel holds a whole row in registers; past 64K columns it would spill to memory, and
-# the online kernel takes over. RESULTS.md times both kernels from 4096 columns up.
+# softmax() checks its input, then runs the launcher, launch(), directly, or through the registered
+# operator of section 8 where autograd or torch.compile needs one (common.launch.needs_op; lesson 1,
+# section 5). launch() allocates the output, picks the kernel and its grid and calls
+# `kernel[grid](...)`; it takes the two kernels as arguments, so that the operator can hand it
+# their traceable forms.
+#
+# How big a program is. num_warps sets its threads: a warp is 32 threads that the GPU runs in
+# lockstep (lesson 1, section 1). The rule for the one-pass kernel: rows shorter than 1024 are
+# packed into one program until it holds 1024 elements, and every thread holds 32 of them, so a
+# program has one warp per 1024 elements (num_warps = BLOCK_M * BLOCK_N / 1024). A sweep of
+# BLOCK_M x num_warps on the H200 (float32, M = 4096, kernel time; the sweep itself is not in
+# RESULTS.md) found better settings for four row lengths; they are kept in TUNED. The one-pass
+# kernel holds a whole row in registers; past 64K columns it would spill to memory, and the online
+# kernel takes over. Section 10 times both kernels from 4096 columns up.
 #
 # Offsets past 2^31. The kernels compute addresses as x_ptr + rows * stride_xm + cols * stride_xn,
 # in 32-bit integers unless told otherwise: Triton types an integer argument i32 when its value
@@ -213,9 +210,10 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym, BLOC
 # at offset 65543 x 32768 = 2,147,713,024, past int32's 2,147,483,647: the product wraps negative
 # and the kernel reads (and writes!) memory that is not the tensor's. So the launcher asks
 # common.checks.index_type for int64 where a tensor needs it, int32 everywhere else: 64-bit
-# arithmetic costs registers and instructions. For this memory-bound kernel the cost is lost in
-# the noise; for lesson 4's matmul and lesson 5's attention it is not (each RESULTS.md: "64-bit
-# offsets: what they cost").
+# arithmetic costs registers and instructions. launch() also takes the index type as an argument,
+# which softmax() never passes; section 11 does, to time both. For this memory-bound kernel the
+# cost is lost in the noise; for lesson 4's matmul and lesson 5's attention it is not (each
+# RESULTS.md: "64-bit offsets: what they cost").
 
 
 # %%
@@ -231,7 +229,7 @@ def one_pass_settings(N: int) -> tuple[int, int, int]:
     return BLOCK_M, BLOCK_N, num_warps
 
 
-def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
+def softmax(x: torch.Tensor, *, long_rows: bool | None = None) -> torch.Tensor:
     """Softmax over the last dimension of a 2-D tensor (float32/float16/bfloat16; math in fp32).
 
     long_rows: None picks the kernel by row length; True / False forces the online / one-pass one.
@@ -239,36 +237,46 @@ def softmax(x: torch.Tensor, long_rows: bool | None = None) -> torch.Tensor:
     (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
     if long_rows not in (None, True, False):  # a string such as "no" would be truthy
         raise TypeError(f"long_rows must be None, True or False, got {long_rows!r}")
-    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 7)
+    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 8)
         return softmax_op(x, long_rows)
     return launch(x, long_rows)
 
 
-def launch(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
-    """y = softmax(x) by the kernel that fits the row length (x as softmax() checked it)."""
+def launch(x: torch.Tensor, long_rows: bool | None, *, kernel=softmax_kernel, online_kernel=softmax_online_kernel,
+           index_type=None) -> torch.Tensor:
+    """y = softmax(x) by the kernel that fits the row length (x as softmax() checked it).
+    kernel, online_kernel: the one-pass and the online kernel (the operator passes traceable forms);
+    index_type: tl.int32 or tl.int64 for the offsets (None: common.checks.index_type decides)."""
     M, N = x.shape
     y = x.new_empty((M, N))  # same device and dtype as x
     if M == 0 or N == 0:
         return y
     if long_rows is None:
         long_rows = N > MAX_ONE_PASS_N
-    INDEX_TYPE = index_type(x, y)
+    if index_type is None:
+        index_type = checks.index_type(x, y)
     if long_rows:
         # tiles of 8192 columns, 16 per thread: long enough to keep the loads streaming
-        launch_kernel(softmax_online_kernel, (M,), None, x, y, N, x.stride(0), x.stride(1), y.stride(0),
-                      BLOCK_N=8192, INDEX_TYPE=INDEX_TYPE, num_warps=16)
+        online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
+                            BLOCK_N=8192, INDEX_TYPE=index_type, num_warps=16)
     else:
         BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-        launch_kernel(softmax_kernel, (cdiv(M, BLOCK_M),), None, x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
-                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INDEX_TYPE=INDEX_TYPE, num_warps=num_warps)
+        grid = (cdiv(M, BLOCK_M),)  # BLOCK_M rows per program
+        kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
+                     BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INDEX_TYPE=index_type, num_warps=num_warps)
     return y
 
 
-# bench.compiled(softmax_naive): torch.compile fuses the five steps into one generated Triton kernel.
+# bench.compiled(softmax_naive): torch.compile fuses the five steps into one generated Triton
+# kernel, profiled in section 9 and timed in section 10.
 
 
 # %% [markdown]
-# ## 5. The trace: the kernels themselves, on the source documents' rows
+# ## 5. The trace: the kernels themselves, on the worked examples
+# Under Triton's interpreter the programs run one after another, in order, so what each one holds
+# is printed from inside the kernel (the `if TRACE:` lines; a compiled kernel drops them). The
+# trace launches the kernels itself, one program per row, with the flags the launcher never sets:
+# without the max (STABLE=False) and with 0 for padding (PAD_ZERO=True), to show why both matter.
 
 
 # %%
@@ -316,16 +324,72 @@ def trace() -> None:
     print("\nOffsets (section 4): where the last row of a 65544 x 32768 tensor starts, in int32 arithmetic")
     show("rows * stride_xm = 65543 * 32768", torch.tensor(65543, dtype=torch.int32) * 32768)
     big = torch.empty(65544, 32768, device="meta", dtype=torch.float16)  # a shape, no memory
-    show("index_type(x) for that x", str(index_type(big)))
-    show("index_type(x) for 4096 x 32768", str(index_type(big[:4096])))
-
-
-# %% [markdown]
-# ## 6. Correctness: random and awkward shapes, every dtype, both kernels
+    show("index_type(x) for that x", str(checks.index_type(big)))
+    show("index_type(x) for 4096 x 32768", str(checks.index_type(big[:4096])))
 
 
 # %%
-def check() -> bench.Table:
+chapter.run("trace", trace, trace=True)
+
+# %% [markdown]
+# ## 6. What tl.max and tl.sum become: a reduction tree
+# Adding 1024 numbers one after another takes 1023 dependent steps. In pairs, round by round, it
+# takes log2(1024) = 10 rounds, each one step deep, since the pairs of a round are independent.
+# The compiler builds that tree in three levels. Each thread first reduces the elements it holds,
+# in its registers. Then the 32 threads of a warp (lesson 1, section 1) exchange values with warp
+# shuffles: shfl.sync hands each thread a value from another thread's registers, without going
+# through memory, and 5 rounds fold 32 lanes. Then the warps' results meet in shared memory (lesson
+# 1, section 7: the small on-chip scratchpad that the threads of a program share), where each warp
+# writes its value and, after a barrier (bar.sync: every thread waits until all have arrived), the
+# values are folded in a last short round. tree() shows both: the rounds, and the PTX (NVIDIA's
+# assembly for one thread: lesson 1, section 8) of softmax_kernel as the launcher (section 4)
+# configures it for rows of 4096, compiled for sm_90 (an H100 or H200) in a child process
+# (common/ptx.py): no GPU needed.
+
+
+# %%
+def tree_rounds(values: list) -> list[list]:
+    """A pairwise sum, round by round (a power-of-two count): [1..8] -> [3, 7, 11, 15] -> [10, 26] -> [36]."""
+    rounds = [list(values)]
+    while len(rounds[-1]) > 1:
+        v = rounds[-1]
+        rounds.append([v[i] + v[i + 1] for i in range(0, len(v), 2)])
+    return rounds
+
+
+def tree(N: int = 4096) -> dict:
+    rounds = tree_rounds(range(1, 9))
+    for i, r in enumerate(rounds):
+        print(f"  round {i}: {r}")
+    print(f"{sum(len(r) for r in rounds[1:])} additions in {len(rounds) - 1} rounds (in a row: 7 additions, 7 steps); "
+          f"1024 numbers: {len(tree_rounds([0] * 1024)) - 1} rounds.")
+    BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
+    sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "stride_ym"), "i32")}
+    code = ptx.compile_kernel("lesson02_softmax.main", "softmax_kernel", sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
+                              num_warps=num_warps)["ptx"]
+    counts = {op: code.count(op) for op in ("shfl.sync", "bar.sync", "st.shared", "ld.shared")}
+    print(f"\nsoftmax_kernel for rows of {N} (BLOCK_N = {BLOCK_N}, {num_warps} warps = {32 * num_warps} threads, "
+          f"{BLOCK_N // (32 * num_warps)} elements each), compiled for sm_90, two reductions (max, then sum):")
+    print_table([(op, n) for op, n in counts.items()], ["PTX instruction", "count"])
+    across = num_warps.bit_length() - 1
+    print(f"Each reduction: a thread folds its own elements in registers; 5 shuffle rounds fold a warp's 32 lanes\n"
+          f"(log2 32); one value per warp goes to shared memory and, after a barrier, {across} more shuffle rounds fold\n"
+          f"the {num_warps} warps' values (log2 {num_warps}): 2 x (5 + {across}) = {2 * (5 + across)} shuffles.")
+    return counts
+
+
+# %%
+chapter.run("tree", tree)
+
+# %% [markdown]
+# ## 7. Correctness: random and awkward shapes, every dtype, both kernels
+# Shapes that are not powers of two exercise the masks; one row longer than a tile (4097) and one
+# of 40000 exercise the online kernel's walk; a transposed view exercises the strides. Each case
+# runs both kernels (long_rows=False and True).
+
+
+# %%
+def check() -> Table:
     """Max error against torch.softmax in float32. The outputs are at most 1, so the error is
     absolute: float16 / bfloat16 round them to 11 / 8 significant bits."""
     tolerance = {torch.float32: 4e-6, torch.float16: 2**-11, torch.bfloat16: 2**-8}  # fp32: a sum of 40000 terms
@@ -340,23 +404,27 @@ def check() -> bench.Table:
             shape = f"{x.shape[0]} x {x.shape[1]}" + ("" if x.is_contiguous() else ", x.t()")
             rows.append((dtype_name(dtype), shape, "online" if long_rows else "one pass", err,
                          err <= tolerance[dtype]))
-    return bench.print_table(rows, ["dtype", "shape", "kernel", "max |err| vs fp32 torch", "ok"], floatfmt=".1e",
-                             title="Check: softmax against torch.softmax")
+    return print_table(rows, ["dtype", "shape", "kernel", "max |err| vs fp32 torch", "ok"], floatfmt=".1e",
+                       title="Check: softmax against torch.softmax")
 
+
+# %%
+chapter.run("check", check)
 
 # %% [markdown]
-# ## 7. Training: softmax's backward, one more row reduction
+# ## 8. Training: softmax's backward, one more row reduction
 # For y = softmax(x) over a row, dy_j/dx_i = y_j (delta_ij - y_i), so given dL/dy the chain rule
 # gives dL/dx_i = y_i (dL/dy_i - sum_j dL/dy_j y_j): one row reduction (the dot product of dy and y)
 # and an element-wise step. The backward needs y, not x: the forward's output is what autograd keeps.
 # Its kernel, softmax_backward_kernel, and the check of the gradients live in backward.py; here,
-# the registration (lesson 1, section 5 shows how it works).
+# the registration (lesson 1, section 5 shows how it works). Inside the operator the launcher gets
+# the kernels as traceable(kernel), which records each launch while torch.compile traces.
 
 
 # %%
 @torch.library.triton_op("lessons::softmax", mutates_args=())
 def softmax_op(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
-    return launch(x, long_rows)
+    return launch(x, long_rows, kernel=traceable(softmax_kernel), online_kernel=traceable(softmax_online_kernel))
 
 
 def keep_output(ctx, inputs, output):
@@ -365,43 +433,123 @@ def keep_output(ctx, inputs, output):
 
 def softmax_grad(ctx, dy):
     (y,) = ctx.saved_tensors
-    return backward.softmax_backward(dy, y), None
+    return backward.softmax_backward(dy, y), None  # no gradient for long_rows
 
 
 softmax_op.register_autograd(softmax_grad, setup_context=keep_output)
 
 
-# %% [markdown]
-# ## 8. Fusion seen by the profiler, and the timing table
+def grad_check() -> Table:
+    """dL/dx through softmax() against float64 autograd of torch.softmax (backward.grad_check)."""
+    return backward.grad_check(softmax, DTYPES)
 
 
 # %%
-def fusion(M: int, N: int, use_compile: bool) -> list:
+chapter.run("grad", grad_check)
+
+# %% [markdown]
+# ## 9. Fusion, seen by the profiler: how many kernels does each softmax launch?
+# torch.profiler lists the CUDA kernels a call launches (common/profile.py). Section 1 counted what
+# each way moves; here the naive version's five operators launch five kernels, and torch.softmax,
+# torch.compile's generated kernel and ours launch one each.
+
+
+# %%
+def fusion(M: int = 4096, N: int = 4096, use_compile: bool = True) -> list:
     x = torch.randn(M, N, device=DEVICE)
-    moved = traffic(M, N)
-    tables = [bench.print_table([(k, v / (M * N), v * 4 / 1e6) for k, v in moved.items()],
-                                ["implementation", "elements moved / MN", "MB (fp32)"],
-                                title=f"Memory traffic, M = {M}, N = {N}")]
     impls = {"naive (5 steps)": softmax_naive, "torch.softmax": lambda t: torch.softmax(t, dim=1)}
     if use_compile:
         impls["torch.compile(naive)"] = bench.compiled(softmax_naive)
-    else:
-        print("\n(torch.compile left out: --compile includes it. On a GPU it launches one generated Triton "
-              "kernel:\nRESULTS.md, 'Kernels launched: torch.compile(naive)'.)")
-    if not INTERPRET:
-        impls["Triton softmax"] = softmax
+    impls["Triton softmax"] = softmax
+    tables = []
     for name, fn in impls.items():
         rows = profile.kernels_launched(lambda: fn(x))
         print()
-        tables.append(bench.print_table([(profile.short(k), c, us) for k, c, us in rows],
-                                        ["top-level op (CPU)" if INTERPRET else "CUDA kernel", "calls", "total µs"],
-                                        title=f"Kernels launched: {name}, M = {M}, N = {N}"))
+        tables.append(print_table([(profile.short(k), c, us) for k, c, us in rows], ["CUDA kernel", "calls", "total µs"],
+                                  title=f"Kernels launched: {name}, M = {M}, N = {N}"))
     return tables
 
 
-def host_cases() -> dict:
-    """For bench.host_costs: the host's share of each call, beside PyTorch's and the bare launch
-    (lesson 1, "What a launch costs")."""
+# %%
+chapter.run("fusion", lambda: fusion(use_compile=args.compile), gpu=True)
+
+# %% [markdown]
+# ## 10. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+# Each implementation's kernel time (common/bench.py says how it is measured), turned into GB/s with
+# the bytes a fused softmax must move, one read and one write of x, for every implementation alike,
+# and into % of the copy bandwidth (lesson 1, section 7). The naive version and the online kernel
+# move more than that (section 1), so their GB/s is what they achieve per useful byte. Then the
+# roofline points (README): FLOPs per byte at 4096 x 4096.
+
+
+# %%
+def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True) -> Table:
+    rows = []
+    for N in sizes:
+        x = torch.randn(M, N, device=DEVICE, dtype=dtype)
+        cases = {"naive (5 steps)": lambda: softmax_naive(x), "torch.softmax": lambda: torch.softmax(x, dim=1)}
+        if use_compile:
+            cases["torch.compile"] = lambda: bench.compiled(softmax_naive)(x)
+        if N <= MAX_ONE_PASS_N:
+            cases["Triton one pass"] = lambda: softmax(x, long_rows=False)
+        if N >= 4096:
+            cases["Triton online"] = lambda: softmax(x, long_rows=True)
+        ms = {name: bench.kernel_time_ms(fn) for name, fn in cases.items()}
+        for name in cases:  # GB/s: one read and one write of x
+            rows.append([N, name, *bench.timing_cells(ms[name], 2 * x.numel() * x.element_size()),
+                         ms["torch.softmax"] / ms[name]])
+    note = (f"{bench.TIMING_NOTE} GB/s counts one read and one write of x (2MN elements) for every implementation. "
+            f"softmax() picks one pass up to N = {MAX_ONE_PASS_N}, online above.")
+    return print_table(rows, ["N", "implementation", *bench.TIMING_HEADERS, "x torch.softmax"],
+                       title=f"Timing, {dtype_name(dtype)}, M = {M}", note=note,
+                       plot=dict(x="N", y="GB/s", series=["implementation"], ceiling=bench.copy_bandwidth(),
+                                 ceiling_label="device copy (measured)"))
+
+
+def timing() -> list:
+    M, sizes = chapter.sizes(SIZES)
+    dtypes = ["float32", "bfloat16"] if args.full else [args.dtype]
+    tables = [bench_all(args.rows or M, args.sizes or sizes, getattr(torch, dtype), args.compile) for dtype in dtypes]
+    M, N = 4096, 4096  # the roofline (README): FLOPs per byte
+    x = torch.randn(M, N, device=DEVICE)
+    flops = 5 * M * N  # per element: subtract the max, exp, divide; a max and a sum
+    print()
+    tables.append(roofline.points({
+        ("Triton softmax", "4096 x 4096 float32"): (lambda: softmax(x), flops, 8 * M * N),
+        ("torch.softmax", "4096 x 4096 float32"): (lambda: torch.softmax(x, dim=1), flops, 8 * M * N),
+        ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
+            (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}))
+    return tables
+
+
+# %%
+chapter.run("bench", timing, gpu=True)
+
+# %% [markdown]
+# ## 11. 64-bit offsets: what they cost
+# Section 4's launcher picks int32 offsets below 2^31 elements and int64 past it. Here the same
+# calls run with each, handed to launch() as its index_type, at section 10's quick sizes.
+
+
+# %%
+def offsets() -> Table:
+    M, sizes = SIZES["quick"]
+    xs = [torch.randn(M, N, device=DEVICE) for N in sizes]
+    return bench.offsets_cost({f"softmax, x {x.shape[0]} x {x.shape[1]} float32":
+                               (lambda index_type, x=x: launch(x, None, index_type=index_type)) for x in xs})
+
+
+# %%
+chapter.run("offsets", offsets, gpu=True)
+
+# %% [markdown]
+# ## 12. What a call costs the host
+# The host's microseconds per call of softmax(), beside torch.softmax and the bare launch with its
+# arguments ready (lesson 1, section 12, says where such microseconds go).
+
+
+# %%
+def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
     M, N = 4096, 1024
     x = torch.randn(M, N, device=DEVICE)
     y = torch.empty_like(x)
@@ -414,76 +562,5 @@ def host_cases() -> dict:
             "softmax(x)": lambda: softmax(x), "softmax(x, long_rows=True)": lambda: softmax(x, long_rows=True)}
 
 
-def bench_all(M: int, sizes: list, dtype=torch.float32, use_compile: bool = True) -> bench.Table:
-    ceiling = bench.copy_bandwidth()
-    rows = []
-    for N in sizes:
-        x = torch.randn(M, N, device=DEVICE, dtype=dtype)
-        cases = {"naive (5 steps)": lambda: softmax_naive(x), "torch.softmax": lambda: torch.softmax(x, dim=1)}
-        if use_compile:
-            cases["torch.compile"] = lambda: bench.compiled(softmax_naive)(x)
-        if N <= MAX_ONE_PASS_N:
-            cases["Triton one pass"] = lambda: softmax(x, long_rows=False)
-        if N >= 4096:
-            cases["Triton online"] = lambda: softmax(x, long_rows=True)
-        times = {name: bench.measure(fn) for name, fn in cases.items()}
-        for name, both in times.items():  # GB/s: one read and one write of x
-            rows.append([N, name, *bench.timing_cells(both, 2 * x.numel() * x.element_size(), ceiling),
-                         times["torch.softmax"][0] / both[0]])
-    note = f"{bench.stamp()}. {bench.TIMING_NOTE} softmax() picks one pass up to N = {MAX_ONE_PASS_N}, online above."
-    if not INTERPRET:
-        note += (f" Copy bandwidth measured: {ceiling:.0f} GB/s. GB/s (from the kernel time) counts one read and "
-                 "one write of x (2MN elements) for every implementation.")
-    return bench.print_table(rows, ["N", "implementation", *bench.TIMING_HEADERS, "x torch.softmax"],
-                             title=f"Timing, {dtype_name(dtype)}, M = {M}", note=note,
-                             plot=dict(x="N", y="GB/s", series=["implementation"], ceiling=ceiling,
-                                       ceiling_label="device copy (measured)"))
-
-
-# %% The script
-def main(argv=None) -> None:
-    def timing():
-        M, default_sizes = sizes(args, SIZES)
-        for dtype in ["float32", "bfloat16"] if args.full else [args.dtype]:
-            bench_all(args.rows or M, args.sizes or default_sizes, getattr(torch, dtype), use_compile=args.compile)
-        if INTERPRET:  # beside the interpreter's numbers, the H200's
-            print_recorded(__file__, "Timing, float32", keep=lambda row: row["N"] in ("256", "1024", "4096"))
-        M, N = 4096, 4096  # the roofline (README): FLOPs per byte, measured on a GPU
-        x = torch.randn(M, N, device=DEVICE) if not INTERPRET else None
-        flops = 5 * M * N  # per element: subtract the max, exp, divide; a max and a sum
-        roofline.points({("Triton softmax", "4096 x 4096 float32"): (lambda: softmax(x), flops, 8 * M * N),
-                         ("torch.softmax", "4096 x 4096 float32"): (lambda: torch.softmax(x, dim=1), flops, 8 * M * N),
-                         ("naive (5 kernels, 8MN traffic)", "4096 x 4096 float32"):
-                             (lambda: softmax_naive(x), flops, 4 * traffic(M, N)["naive (5 steps)"])}, __file__)
-
-
-        def offsets_cases():  # section 4: what int64 offsets would cost at these sizes (timed with --full)
-            xs = [torch.randn(SIZES["full"][0], N, device=DEVICE) for N in SIZES["gpu"][1]]
-            return {f"softmax(x), x {x.shape[0]} x {x.shape[1]} float32": (lambda x=x: softmax(x)) for x in xs}
-        bench.offsets_cost(offsets_cases, __file__, run=args.full)
-
-    sections = {
-        "trace": ("Trace: softmax_kernel and softmax_online_kernel, from inside (interpreter)",
-                  lambda: trace_section(trace, __file__, args.child)),
-        "tree": ("The reduction tree: rounds, and the shuffles in the PTX", tree),
-        "check": ("Check: Triton against torch.softmax in float32", check),
-        "grad": ("Training: softmax's gradient (backward.py)", backward.grad_check),
-        "fusion": ("Fusion: traffic and kernels launched",
-                   lambda: fusion(64 if INTERPRET else 4096, 4096, use_compile=args.compile)),
-        "bench": ("Timing", timing),
-        "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
-                 lambda: bench.host_costs("lesson02_softmax.main:host_cases", __file__)),
-    }
-    p = lesson_parser(__doc__, list(sections))
-    p.add_argument("--rows", type=positive_int,
-                   help=f"M for the bench (default {SIZES['cpu'][0]} interpreted, {SIZES['gpu'][0]} on a GPU)")
-    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
-                   help=f"row lengths for the bench (default {SIZES['cpu'][1]} interpreted, {SIZES['gpu'][1]} on a "
-                        f"GPU, {SIZES['full'][1]} with --full)")
-    p.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES])
-    add_compile_option(p)
-    args = start_lesson(p, argv)
-    run_sections(args, sections)
-
-if __name__ == "__main__":
-    main()
+# %%
+chapter.run("host", lambda: bench.host_cost_table("lesson02_softmax.main:host_cases"), gpu=True)

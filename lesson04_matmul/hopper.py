@@ -1,31 +1,35 @@
 """Lesson 4, part 2: Hopper's TMA engine and a persistent grid, the last few percent of a matmul.
 
-cuBLAS on Hopper (H100, H200) feeds its tensor cores with two things main.py's kernel does not use:
-- TMA, the tensor memory accelerator. A tensor descriptor holds a matrix's base, shape, strides
-  and tile shape; desc.load([row, col]) asks the copy engine for a whole tile. One thread issues
-  it, the hardware computes every address, fills what falls outside the shape with zeros (no
-  masks), and lands the tile in shared memory already in the swizzled layout the tensor cores
-  read; desc.store clips at the edges. The rules: the last stride is 1, the other strides and the
-  base are multiples of 16 bytes. Each program builds its three descriptors as it starts
+cuBLAS on Hopper (H100, H200) feeds its tensor cores (main.py, section 2) with two things main.py's
+kernel does not use:
+- TMA, the tensor memory accelerator: a copy engine beside each SM that moves a whole tile
+  between memory and shared memory on one thread's request. A tensor descriptor holds a matrix's
+  base, shape, strides and tile shape; desc.load([row, col]) asks the engine for a tile. The
+  hardware computes every address, fills what falls outside the shape with zeros (no masks), and
+  lands the tile in shared memory already in the swizzled layout the tensor cores read;
+  desc.store clips at the edges. The rules: the last stride is 1, the other strides and the base
+  are multiples of 16 bytes. Each program builds its three descriptors as it starts
   (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that Triton asks the
   allocator below for at every launch). The host could build them instead (TensorDescriptor) and
   pass them as arguments; but then Triton's launcher encodes all three on the host at every call,
-  time a small product's kernel cannot hide (lesson 1, "What a launch costs"), while building
-  them on the device costs kernel time instead: each program pays it once, as it starts.
+  time a small product's kernel cannot hide (main.py's "Host cost per call"), while building them
+  on the device costs kernel time instead: each program pays it once, as it starts.
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight
   while this tile's epilogue computes and stores.
-Triton's pipeliner already turns main.py's pointer loads into asynchronous copies (cp.async: the
-PTX counts of copy_instructions() show it), so the gains here are the last few percent.
-bench_steps() times each step side by side (RESULTS.md, "What each step bought"); matmul() runs
-this kernel where it can and where that table says it pays: a Hopper GPU, float16 or bfloat16,
-rows TMA can address, and M * N * K >= 4096^3. Each program builds its descriptors once: with one
-program per tile that is once per tile, with a persistent grid once per SM (132 times). From
-4096^3 up this kernel won at every shape in RESULTS.md; below, the pointer kernel did (the
-descriptors' cost is a larger share of a short kernel, and small problems leave SMs idle).
+Triton's pipeliner already turns main.py's pointer loads into asynchronous copies (cp.async, a
+copy from memory to shared memory that each thread starts and does not wait for: the PTX counts
+of copy_instructions() show it), so the gains here are the last few percent. bench_steps() times
+each step side by side (RESULTS.md, "What each step bought"); matmul() runs this kernel where it
+can and where that table says it pays: a Hopper GPU, float16 or bfloat16, rows TMA can address,
+and M * N * K >= 4096^3. Each program builds its descriptors once: with one program per tile that
+is once per tile, with a persistent grid once per SM (132 times). From 4096^3 up this kernel won at
+every shape in RESULTS.md; below, the pointer kernel did (the descriptors' cost is a larger share
+of a short kernel, and small problems leave SMs idle).
 
-This file is the last section of `python lesson04_matmul/main.py`; it imports main.py's pieces.
+main.py's sections 16-18 run this file's functions; main.py hands them its pointer kernel and
+launcher as arguments (this file never imports main.py).
 """
 from common.device import DEVICE, INTERPRET, capability, interpretable, shared_memory, sm_count
 
@@ -35,9 +39,9 @@ import triton.language as tl
 
 from common import bench, ptx
 from common.checks import dtype_name
-from common.launch import cdiv, launch as launch_tuned, tracing
-from common.results import print_recorded
-from lesson04_matmul.main import GPU_CONFIGS, gelu_tanh, grouped_pid, launch, matmul, matmul_kernel
+from common.launch import cdiv
+from common.table import Table, print_table
+from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused into the epilogue as in main.py
 
 TMA_FROM = 4096**3  # M * N * K from which this kernel won on the H200 (RESULTS.md, "What each step bought")
 
@@ -61,7 +65,9 @@ def matmul_kernel_tma(
     # A grid of one program per tile runs this loop once; a smaller grid makes it persistent:
     # program p takes tiles p, p + programs, p + 2 programs, ...
     for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
-        pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_M)
+        # main.py's grouped order (its section 3, grouped_pid), from Triton's standard library:
+        # tl.swizzle2d takes the row-major (row, column) of tile_id and returns the grouped one.
+        pid_m, pid_n = tl.swizzle2d(tile_id // num_pid_n, tile_id % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for step in range(0, tl.cdiv(K, BLOCK_K)):
             a = a_desc.load([pid_m * BLOCK_M, step * BLOCK_K])   # the tile A[rows, ks], zero-padded
@@ -78,7 +84,7 @@ def matmul_kernel_tma(
 def scratch(size: int, alignment: int, stream) -> torch.Tensor:
     """Global memory for the descriptors the programs build, which Triton asks for at each launch
     (PyTorch's allocator aligns every block to at least 256 bytes, more than the `alignment` Triton
-    asks for). matmul_tma() hands it to Triton on every call: Triton keeps it per thread (a context
+    asks for). launch_tma() hands it to Triton on every call: Triton keeps it per thread (a context
     variable), and autograd runs the backward's matmuls on a thread of its own."""
     return torch.empty(size, dtype=torch.int8, device=DEVICE)
 
@@ -89,7 +95,7 @@ GPU_TMA_CONFIGS = [
                   num_stages=stages, num_warps=8)
     for bm, bn, stages in ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 4))
 ]
-TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [
+TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [  # the interpreter: one small configuration
     triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True})]
 
 
@@ -111,7 +117,7 @@ HOPPER = not INTERPRET and torch.cuda.is_available() and tma_gpu(capability(), s
 matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"])(matmul_kernel_tma)
 
 
-# %% The launcher, which main.matmul() calls
+# %% Which products take this kernel, and its launcher
 def tma_ok(a, b, N) -> bool:
     """Can the TMA engine address A, B and an (M, N) C? Rows contiguous, rows and base 16-byte aligned."""
     rows_ok = all(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
@@ -120,76 +126,64 @@ def tma_ok(a, b, N) -> bool:
 
 
 def pays(a, b) -> bool:
-    """Does main.matmul() run this kernel for a @ b? Where it can run, from TMA_FROM up; not while
-    torch.compile traces, whose tensors have no memory to check the alignment of."""
-    if tracing(a):
-        return False
+    """Does main.matmul() take this kernel for a @ b, when it is not told (tma=None)? Where it can
+    run, from TMA_FROM up. matmul() asks before its operator, with real tensors (the alignment is a
+    fact of their memory), and not while torch.compile traces (whose tensors have no memory)."""
     M, K = a.shape
     N = b.shape[1]
-    return HOPPER and a.dtype != torch.float32 and tma_ok(a, b, N) and M * N * K >= TMA_FROM
+    return HOPPER and a.dtype != torch.float32 and M * N * K >= TMA_FROM and tma_ok(a, b, N)
 
 
-def matmul_tma(a, b, activation=None, programs: int | None = None) -> torch.Tensor:
-    """activation(a @ b) by the TMA kernel, on `programs` persistent programs (default: one per SM,
-    or one per tile where there are fewer tiles). Inputs as main.matmul() checked them."""
-    M, K = a.shape
-    N = b.shape[1]
+def check_tma(a, b) -> None:
+    """Raise, with the reason, where this kernel cannot compute a @ b (main.matmul(tma=True) asks,
+    with real tensors, before its operator)."""
+    if torch.compiler.is_compiling():
+        raise ValueError("tma=True: the TMA kernel needs the inputs' memory to check its alignment, which "
+                         "torch.compile's tensors do not have; under torch.compile leave tma=None")
     if a.dtype == torch.float32:
         raise TypeError("the TMA kernel takes float16 or bfloat16 inputs, got float32")
+    N = b.shape[1]
     if not tma_ok(a, b, N):
         raise ValueError(f"the TMA kernel needs rows that are contiguous and 16-byte aligned: a.stride() = "
                          f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
-    if not INTERPRET and not HOPPER:
+    if not INTERPRET and not HOPPER:  # (the interpreter imitates TMA: the tests run the kernel on a CPU)
         raise ValueError(f"the TMA kernel needs a GPU of compute capability 9.0 or newer with 160 KB of shared memory "
                          f"per program (H100, H200, B200); this one: {capability() / 10:.1f}, "
                          f"{shared_memory() >> 10} KB")
-    c = a.new_empty((M, N))
-    a, b = interpretable(a), interpretable(b)
+
+
+def launch_tma(kernel, a, b, activation=None, programs: int | None = None) -> torch.Tensor:
+    """activation(a @ b) by `kernel` (matmul_kernel_tma_tuned, or the operator's traceable form of
+    it), on `programs` persistent programs (default: one per SM, or one per tile where there are
+    fewer tiles). For inputs check_tma accepted."""
+    (M, K), N = a.shape, b.shape[1]
+    c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
+    a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     triton.set_allocator(scratch)  # the descriptors' memory (scratch() says why on every call)
 
-    def grid(meta):
+    def grid(meta):  # meta: the configuration the autotuner picked
         tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
         return (min(programs or sm_count(), tiles),)
 
-    launch_tuned(matmul_kernel_tma_tuned, grid, (M, N, K, a.dtype), a, b, c, M, N, K, a.stride(0), b.stride(0),
-                 c.stride(0), ACTIVATION=activation or "")
+    if M and N and K:
+        kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), ACTIVATION=activation or "")
     return c
 
 
-def host_cases(n: int = 2048) -> dict:
-    """For bench.host_costs (main.py's timing section): the host's share of each matmul path at n^3,
-    beside torch.matmul and the bare launches (lesson 1, "What a launch costs")."""
-    a, b, c = torch.randn(3, n, n, device=DEVICE, dtype=torch.float16)
-    a32, b32 = a.float(), b.float()
-    config = GPU_CONFIGS[0].all_kwargs()
-    grid = (cdiv(n, config["BLOCK_M"]) * cdiv(n, config["BLOCK_N"]),)
-    cases = {f"torch.matmul ({n}^3 float16)": lambda: a @ b,
-             "matmul_kernel[grid](...) alone, arguments ready": lambda: matmul_kernel[grid](
-                 a, b, c, n, n, n, *a.stride(), *b.stride(), *c.stride(), ACTIVATION="", INPUT_PRECISION="tf32",
-                 INDEX_TYPE=tl.int32, **config),
-             "matmul(a, b, tma=False): float16, pointers": lambda: matmul(a, b, tma=False),
-             "matmul(a32, b32): float32, pointers": lambda: matmul(a32, b32),
-             'matmul(a, b, activation="gelu", tma=False)': lambda: matmul(a, b, activation="gelu", tma=False)}
-    if HOPPER:
-        triton.set_allocator(scratch)
-        kwargs = GPU_TMA_CONFIGS[0].all_kwargs()
-        cases |= {"matmul_kernel_tma[grid](...) alone, arguments ready": lambda: matmul_kernel_tma[(sm_count(),)](
-                      a, b, c, n, n, n, n, n, n, **kwargs),
-                  "matmul(a, b, tma=True): float16, the TMA path": lambda: matmul(a, b, tma=True)}
-    return cases
-
-
-# %% Under the hood: which instructions move the tiles
-def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
+# %% Under the hood: which instructions move the tiles (runs everywhere: compiled for sm_90 in a child process)
+def copy_instructions(pointer_module: str, BLOCK=(128, 128, 64)) -> dict:
     """Compile both kernels for sm_90 (no GPU needed: common/ptx.py) and count, in the PTX, the
     instructions that move tiles (cp.async: per-thread asynchronous copies; cp.async.bulk.tensor:
-    TMA) and the Hopper tensor-core instruction (wgmma.mma_async)."""
+    TMA) and Hopper's tensor-core instruction (wgmma.mma_async: a warpgroup, 4 warps, multiplies
+    tiles read straight from shared memory, asynchronously). pointer_module: the module that holds
+    main.py's matmul_kernel, by name ("lesson04_matmul.main"), for the child process to import."""
     BM, BN, BK = BLOCK
+    print(f"The PTX of both kernels for an H100/H200 (sm_90), {BM} x {BN} x {BK} tiles:")
     tile = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8, ACTIVATION="")
     sizes = {"M": "i32", "N": "i32", "K": "i32"}
     jobs = {
         "matmul_kernel (main.py, pointer loads)": dict(
-            module="lesson04_matmul.main", kernel="matmul_kernel",
+            module=pointer_module, kernel="matmul_kernel",
             signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
                        "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr", "stride_cm": "i32",
                        "stride_cn": "constexpr", **dict.fromkeys(tile, "constexpr"),
@@ -209,14 +203,19 @@ def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
         counts[name] = {"cp.async": code.count("cp.async.cg") + code.count("cp.async.ca"),
                         "cp.async.bulk.tensor": code.count("cp.async.bulk.tensor"),
                         "wgmma.mma_async": code.count("wgmma.mma_async")}
-    bench.print_table([(name, *c.values()) for name, c in counts.items()],
-                      ["kernel", "cp.async", "cp.async.bulk.tensor (TMA)", "wgmma.mma_async"])
+    print_table([(name, *c.values()) for name, c in counts.items()],
+                ["kernel", "cp.async", "cp.async.bulk.tensor (TMA)", "wgmma.mma_async"])
     return counts
 
 
-# %% What each step bought
-def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
-    """main.py's kernel, then TMA, a persistent grid and flatten, one tile shape throughout."""
+# %% What each step bought (a GPU section)
+def bench_steps(launch, matmul_kernel, sizes=(4096, 8192), dtype=torch.float16) -> Table | None:
+    """main.py's kernel (matmul_kernel, through main.py's launch), then TMA, a persistent grid and
+    flatten, one tile shape throughout, side by side with cuBLAS."""
+    if not HOPPER:
+        print("This GPU cannot run the TMA kernel (tma_gpu: compute capability >= 9.0, and 160 KB of shared\n"
+              "memory per program): nothing to time.")
+        return None
     tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
     rows = []
     for n in sizes:
@@ -238,34 +237,19 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> bench.Table:
         for name, ms in times.items():
             rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms),
                          100 * times["cuBLAS (torch.matmul)"] / ms))
-    return bench.print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
-                             title=f"What each step bought, {dtype_name(dtype)}",
-                             note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order." + bench.SIDE_BY_SIDE_NOTE)
+    return print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
+                       title=f"What each step bought, {dtype_name(dtype)}",
+                       note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order. 'kernel µs': the kernels' own "
+                            "time (profiler timestamps, L2 flushed between calls). " + bench.SIDE_BY_SIDE_NOTE)
 
 
-# %% Addressing: offsets against coordinates
-def bench_offsets(n: int = 4096, run: bool = True) -> bench.Table | None:
-    """main.py's kernel computes addresses from offsets: int32, or int64 past 2^31 elements (lesson 2,
-    section 4); the TMA kernel hands the copy engine coordinates and needs neither. What int64
-    offsets would cost the pointer kernel, timed side by side with int32."""
-    def cases():
-        ab = {t: torch.randn(2, n, n, device=DEVICE, dtype=t) for t in (torch.float16, torch.float32)}
-        return {f"matmul(a, b, tma=False), {n}^3 {dtype_name(t)}": (lambda a=a, b=b: matmul(a, b, tma=False))
-                for t, (a, b) in ab.items()}
-    return bench.offsets_cost(cases, __file__, run)
-
-
-def section(full: bool = False) -> None:
-    """main.py's last section: the PTX of both kernels, then what each step bought."""
-    print("The PTX of both kernels for an H100/H200 (sm_90), 128 x 128 x 64 tiles:")
-    copy_instructions()
-    if HOPPER:
-        bench_steps((4096, 8192) if full else (4096,))
-    elif INTERPRET:  # the interpreter imitates TMA (the tests use that) but cannot time it
-        print_recorded(__file__, "What each step bought")
-    else:
-        print("This GPU cannot run the TMA kernel (tma_gpu: compute capability >= 9.0, and 160 KB of shared\n"
-              "memory per program): nothing to time.")
-    print(f"(matmul() takes this kernel from M * N * K = {round(TMA_FROM ** (1 / 3))}^3 up, on Hopper, "
-          "in float16 and bfloat16.)")
-    bench_offsets(run=full)
+# %% Addressing: offsets against coordinates (a GPU section)
+def bench_offsets(launch, tuned_kernel, n: int = 4096) -> Table:
+    """main.py's kernel computes addresses from offsets: int32, or int64 past 2^31 elements
+    (common.checks.index_type); the TMA kernel hands the copy engine coordinates and needs neither.
+    What int64 offsets would cost the pointer kernel (tuned_kernel, through main.py's launch, which
+    takes the index type as an argument), timed side by side with int32."""
+    ab = {t: torch.randn(2, n, n, device=DEVICE, dtype=t) for t in (torch.float16, torch.float32)}
+    return bench.offsets_cost({f"pointer kernel (autotuned), {n}^3 {dtype_name(t)}":
+                               (lambda index_type, a=a, b=b: launch(tuned_kernel, a, b, index_type=index_type))
+                               for t, (a, b) in ab.items()})

@@ -3,48 +3,66 @@
 C = A @ B with A (M, K) and B (K, N). Each output element is a row of A times a column of B; done
 one element at a time, every element of A and B is read N or M times over. So a program owns a
 BLOCK_M x BLOCK_N tile of C and walks K in steps of BLOCK_K: each step loads a tile of A and a
-tile of B once and uses every loaded number BLOCK_N (or BLOCK_M) times, in one tl.dot that runs
-on the tensor cores. An fp32 accumulator collects the steps; an activation can be applied to it
-before the store, for free (a fused epilogue). Then the GPU-specific part: the order in which
-programs run decides how much of A and B the L2 cache can share (grouped ordering), and the best
-block sizes depend on the shape and the GPU (autotuning). Hopper's copy engine (TMA) and a
-persistent grid, the last few percent, are in this lesson's second file, hopper.py.
+tile of B once and uses every loaded number BLOCK_N (or BLOCK_M) times, in one tl.dot on the
+tensor cores (the units that multiply small matrix tiles in one instruction: section 2). An fp32
+accumulator collects the steps; an activation can be applied to it before the store, for free (a
+fused epilogue). The order in which programs run decides how much of A and B the L2 cache can
+share (grouped order), and the best block sizes depend on the shape and the GPU (autotuning). A
+first reading can stop after section 9 (training); sections 10-15 time the kernel against
+cuBLAS, and 16-18 (hopper.py) show Hopper's copy engine (TMA) and a persistent grid, the last few
+percent.
 
-Run:   python lesson04_matmul/main.py            (all sections)
-       python lesson04_matmul/main.py --help
-Without a CUDA GPU the kernels run under Triton's interpreter on small matrices; timings then
-measure the interpreter. Real H200 numbers: lesson04_matmul/RESULTS.md.
+Run:   python lesson04_matmul/main.py            (every section)
+       python lesson04_matmul/main.py --help     (sections, sizes)
+Without a CUDA GPU the kernels run under Triton's interpreter on small matrices: exact results,
+the traces, the PTX; the sections that need a GPU show what an H200 printed (RESULTS.md).
 """
-# %% Set-up: choose GPU or interpreter before triton is imported
-import pathlib
-import sys
+# %% Set-up: common.device chooses GPU or interpreter before triton is imported
+import functools
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
-if __name__ == "__main__":  # run as a script: be the module hopper.py imports, not a second copy of it
-    sys.modules.setdefault("lesson04_matmul.main", sys.modules[__name__])
-
-from common.device import DEVICE, INTERPRET, interpretable
+from common.device import DEVICE, INTERPRET, interpretable, sm_count
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench, roofline
-from common.checks import check_tensors, dtype_name, index_type, rel_error
-from common.launch import cdiv, launch as launch_tuned, needs_op  # launch_tuned: the autotuner's pick, remembered
-from common.cli import (lesson_parser, positive_int, run_sections, sizes,
-                        sizes_help, start_lesson, trace_section)
-from common.results import print_recorded
+from common import bench, checks, roofline
+from common.chapter import Chapter, positive_int
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, rel_error
+from common.launch import cdiv, needs_op, traceable
+from common.table import Table, print_table
 from common.trace import show
 from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
-from lesson04_matmul import backward  # the backward pass, in a file of its own
+from lesson04_matmul import backward, hopper, library  # the lesson's other files
 
+SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
+    "tiles": "2. Why tiles: the arithmetic",
+    "grouped": "3. Grouped order: which tile each program computes",
+    "trace": "5. The trace: matmul_kernel, program by program, round by round",
+    "check": "8. Correctness: awkward shapes, views, dtypes, activations",
+    "grad": "9. Training: the backward pass is two more matmuls (backward.py)",
+    "bench": "10. Timing: against torch.matmul (cuBLAS)",
+    "roofline": "11. The roofline: a compute-bound kernel",
+    "epilogue": "12. The fused epilogue, timed",
+    "order": "13. Grouped order, timed",
+    "host": "14. What a call costs the host",
+    "library": "15. torch.matmul's kernel for each shape (library.py)",
+    "ptx": "16. Hopper: which instructions move the tiles, compiled for sm_90 without a GPU (hopper.py)",
+    "steps": "17. Hopper: TMA and a persistent grid, step by step (hopper.py)",
+    "offsets": "18. 64-bit offsets: what they cost the pointer kernel (hopper.py)",
+}
+SIZES = {"quick": [(4096, 4096, 4096)],  # section 10's (M, N, K); the last two of "full": a Llama-7B MLP, up and down
+         "full": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+                  (4096, 11008, 4096), (4096, 4096, 11008)]}
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = (None, "relu", "gelu")
-SIZES = {"cpu": [(64, 64, 64), (128, 128, 128)], "gpu": [(4096, 4096, 4096)],  # (M, N, K) for the timing
-         "full": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
-                  (4096, 11008, 4096), (4096, 4096, 11008)]}  # the last two: a Llama-7B MLP, up and down
+
+chapter = Chapter("lesson04_matmul", __doc__, SECTIONS, running=__name__ == "__main__")
+chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
+                            help="section 10's sizes, M = N = K (default 4096^3; with --full, the shapes of "
+                                 "RESULTS.md, 512^3 to 8192^3 and a Llama-7B MLP's)")
+args = chapter.start()
 
 # %% [markdown]
 # ## 1. The plan, in plain PyTorch
@@ -85,35 +103,40 @@ def tile_counts(M, N, K, BLOCK_M, BLOCK_N, BLOCK_K) -> dict:
 # ## 2. Why tiles: the arithmetic
 # Without reuse, each of the M x N outputs reads a row of A and a column of B: 2MNK elements
 # read. A program that holds a T x T tile of C reads each loaded element of A and B once for T
-# outputs, so the reads fall to 2MNK / T. The tensor cores do the rest: tl.dot multiplies whole
-# tiles at once, so a bigger tile is both fewer reads and fewer, larger instructions.
+# outputs, so the reads fall to 2MNK / T. The tensor cores do the rest: they are units of each SM
+# that multiply small matrix tiles in one instruction (lesson 1, section 7), many times faster
+# than the ordinary cores multiply numbers one by one, and tl.dot hands them whole tiles; so a
+# bigger tile is both fewer reads and fewer, larger instructions.
 
 
 # %%
-def reuse_table(shapes) -> bench.Table:
+def reuse_table(shapes=((1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192))) -> Table:
     rows = []
     for M, N, K in shapes:
         naive = 2 * M * N * K  # every output reads a row of A and a column of B: 2K elements
         rows.append((f"{M} x {N} x {K}", naive * 2 / 1e9, *(naive / T * 2 / 1e9 for T in (16, 128))))
-    return bench.print_table(rows, ["M x N x K", "GB read, no reuse", "16 x 16 tiles", "128 x 128 tiles"], floatfmt=".2f",
-                             title="Reads of A and B (fp16), without reuse and with tiles",
-                             note="No reuse: 2MNK elements (the source documents count about MKN, one operand's "
-                                  "share; each output reads a row of A and a column of B). T x T tiles: 2MNK / T.")
+    return print_table(rows, ["M x N x K", "GB read, no reuse", "16 x 16 tiles", "128 x 128 tiles"], floatfmt=".2f",
+                       title="Reads of A and B (fp16), without reuse and with tiles",
+                       note="No reuse: 2MNK elements (the worked example counts about MKN, one operand's share; "
+                            "each output reads a row of A and a column of B). T x T tiles: 2MNK / T.")
 
+
+# %%
+chapter.run("tiles", reuse_table)
 
 # %% [markdown]
-# ## 3. The kernel
-# A program knows only addresses. Element (i, j) of A lives at a_ptr + i * stride_am + j * stride_ak
-# (for a contiguous A: stride_am = K, stride_ak = 1; for A = X.t() the strides swap, so a
-# transposed view needs no copy). rows / cols / ks are vectors of indices; rows[:, None] (a
-# column) plus ks[None, :] (a row) broadcasts to the whole [BLOCK_M, BLOCK_K] table of addresses.
-# The accumulator is fp32 whatever the inputs (fp16 in, fp32 accumulate): a sum of K products
-# in fp16 would lose the small ones. Masks on all three dimensions pad the ragged edges with 0,
-# which adds nothing to a sum.
-#
-# Programs are numbered along one grid axis, pid = 0, 1, 2, ...; grouped_pid turns a number into
-# the tile (pid_m, pid_n) it computes. With GROUP_M = 1 it is plain row-major order, the plan's
-# loops above; why a larger GROUP_M is faster is section 5.
+# ## 3. Grouped order: which tile each program computes
+# The grid is one axis of programs, pid = 0, 1, 2, ...; each program first works out which tile
+# (pid_m, pid_n) of C is its own. The obvious mapping is row-major, the plan's two loops:
+# pid_m = pid // num_pid_n, pid_n = pid % num_pid_n. But programs start in pid order, about one
+# wave (SMs x programs per SM) at a time, and a wave in row-major order covers a strip of C: a few
+# tile rows of A, and ALL of B. Grouped order walks GROUP_M tile rows at a time, down the columns:
+# a wave covers a squarer block of C, which needs fewer tiles of A and B, and shares more of them
+# through the L2 cache (the cache that all SMs share in front of memory: lesson 1, section 7).
+# grouped_pid computes the mapping, and the kernel of section 4 calls it first thing; with
+# GROUP_M = 1 it is row-major again. Triton's standard library has this mapping as tl.swizzle2d;
+# hopper.py uses it. Below, on a 9 x 9 grid of tiles, the first wave of 9 programs reads 90 input
+# tiles in row-major order and 54 in groups of 3; section 13 times the difference.
 
 
 # %%
@@ -129,6 +152,51 @@ def grouped_pid(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
     return pid_m, pid_n
 
 
+def tile_order(num_pid_m: int, num_pid_n: int, GROUP_M: int) -> list[tuple[int, int]]:
+    """(pid_m, pid_n) of programs 0, 1, 2, ...: the kernel's own mapping, run as plain Python
+    (.fn is the Python function under @triton.jit; on integers it needs no GPU)."""
+    return [grouped_pid.fn(pid, num_pid_m, num_pid_n, GROUP_M) for pid in range(num_pid_m * num_pid_n)]
+
+
+def tiles_loaded(order: list, wave: int, k_tiles: int) -> int:
+    """Distinct input tiles the first `wave` programs read: A tiles (pid_m, k), B tiles (k, pid_n)."""
+    return (len({m for m, _ in order[:wave]}) + len({n for _, n in order[:wave]})) * k_tiles
+
+
+def order_demo(tiles: int = 9, GROUP_M: int = 3) -> None:
+    """Row-major against grouped order on a tiles x tiles grid of C (K also `tiles` tiles)."""
+    for label, group in (("row-major (GROUP_M = 1)", 1), (f"grouped (GROUP_M = {GROUP_M})", GROUP_M)):
+        order = tile_order(tiles, tiles, group)
+        position = {tile: pid for pid, tile in enumerate(order)}
+        print(f"\n{label}: the program that computes each tile of C (first wave of {tiles} marked *)")
+        for m in range(tiles):
+            print("    " + " ".join(f"{position[(m, n)]:3d}{'*' if position[(m, n)] < tiles else ' '}"
+                                    for n in range(tiles)))
+        show("input tiles read by the first wave", tiles_loaded(order, tiles, tiles))
+
+
+# %%
+chapter.run("grouped", order_demo)
+
+# %% [markdown]
+# ## 4. The kernel
+# A program knows only addresses. Element (i, j) of A lives at a_ptr + i * stride_am + j * stride_ak
+# (for a contiguous A: stride_am = K, stride_ak = 1; for A = X.t() the strides swap, so a
+# transposed view needs no copy). rows / cols / ks are vectors of indices; rows[:, None] (a
+# column) plus ks[None, :] (a row) broadcasts to the whole [BLOCK_M, BLOCK_K] table of addresses.
+# Masks on all three dimensions pad the ragged edges with 0, which adds nothing to a sum. The
+# accumulator is fp32 whatever the inputs (fp16 in, fp32 accumulate): a sum of K products in fp16
+# would lose the small ones. float32 inputs are multiplied in TF32 by default: the tensor cores
+# round each input to float32's 8-bit exponent with a 10-bit mantissa (about 3 decimal digits,
+# as float16 has) and add the products in fp32, several times faster than full fp32, which
+# INPUT_PRECISION = "ieee" asks for (section 8 shows both errors).
+#
+# The launcher allocates C and launches one program per tile. The kernel it is handed picks the
+# block sizes: matmul_kernel takes them as arguments (`meta`), the autotuned form of section 6
+# chooses them, so the grid is a function of the configuration in use.
+
+
+# %%
 @triton.jit
 def matmul_kernel(
     a_ptr, b_ptr, c_ptr,            # A (M, K), B (K, N), C (M, N)
@@ -137,13 +205,13 @@ def matmul_kernel(
     stride_bk, stride_bn,           # ... of B
     stride_cm, stride_cn,           # ... of C
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # the tile of C, the K step
-    GROUP_M: tl.constexpr,          # tile rows per group (section 5); 1 is row-major order
+    GROUP_M: tl.constexpr,          # tile rows per group (section 3); 1 is row-major order
     ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: "tf32" (tensor cores) or "ieee"
-    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (lesson 2)
+    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (common.checks.index_type)
     TRACE: tl.constexpr = False,
 ):
-    # Which tile of C is mine?
+    # Which tile of C is mine? (section 3)
     pid = tl.program_id(axis=0)
     pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
     rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # its rows of C (and of A)
@@ -182,23 +250,30 @@ def matmul_kernel(
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
-def launch(kernel, a, b, activation=None, precision="tf32", **meta) -> torch.Tensor:
-    """activation(a @ b) by `kernel`: matmul_kernel with block sizes in `meta`, or the autotuned one."""
+def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, **meta) -> torch.Tensor:
+    """activation(a @ b) by `kernel`: matmul_kernel with its block sizes in `meta`, or the autotuned
+    matmul_kernel_tuned (section 6), which picks them; for a and b as matmul() checked them.
+    index_type: of the kernel's offsets, tl.int32 or tl.int64; by default the one these tensors need
+    (common.checks.index_type). Section 18 hands it one, then the other."""
     (M, K), N = a.shape, b.shape[1]
     c = a.new_empty((M, N))
-    a, b = interpretable(a), interpretable(b)
+    a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
+    if index_type is None:
+        index_type = checks.index_type(a, b, c)
 
-    def grid(meta):  # the block sizes in use: given, or the autotuner's pick
-        return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)
+    def grid(meta):  # meta: the block sizes in use, given here or picked by the autotuner
+        return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # one program per tile of C
 
-    meta.setdefault("INDEX_TYPE", index_type(a, b, c))
-    launch_tuned(kernel, grid, (M, N, K, a.dtype), a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0),
-                 b.stride(1), c.stride(0), c.stride(1), ACTIVATION=activation or "", INPUT_PRECISION=precision, **meta)
+    if M and N:  # (K = 0 is fine: the K loop runs no rounds, and act(0) = 0)
+        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                     ACTIVATION=activation or "", INPUT_PRECISION=precision, INDEX_TYPE=index_type, **meta)
     return c
 
 
 # %% [markdown]
-# ## 4. The trace: the 4 x 4 worked by hand, then the 70 x 45 @ 45 x 50 masks
+# ## 5. The trace: the 4 x 4 worked by hand, then the 70 x 45 @ 45 x 50 masks
+# Under Triton's interpreter the programs run one after another, in order, so what each one holds
+# can be printed from inside the kernel (the `if TRACE:` lines; a compiled kernel drops them).
 
 
 # %%
@@ -234,47 +309,21 @@ def trace() -> None:
           f"the second round ks 32..44 (13 of 32). Max error against fp32: {err:.1e}")
 
 
-# %% [markdown]
-# ## 5. Grouped ordering: which tiles run at the same time
-# Programs start in pid order, about one wave of (SMs x programs per SM) at a time. In row-major
-# order a wave covers a strip of C: few rows of A but ALL of B. GROUP_M tile rows together make a
-# wave cover a squarer block of C: fewer A and B tiles per wave, more of them shared through the
-# L2 cache. How much time that saves depends on the GPU and the tile: bench_order() times it.
-
-
 # %%
-def tile_order(num_pid_m: int, num_pid_n: int, GROUP_M: int) -> list[tuple[int, int]]:
-    """(pid_m, pid_n) of programs 0, 1, 2, ...: the kernel's own mapping, run as plain Python
-    (.fn is the Python function under @triton.jit; on integers it needs no GPU)."""
-    return [grouped_pid.fn(pid, num_pid_m, num_pid_n, GROUP_M) for pid in range(num_pid_m * num_pid_n)]
-
-
-def tiles_loaded(order: list, wave: int, k_tiles: int) -> int:
-    """Distinct input tiles the first `wave` programs read: A tiles (pid_m, k), B tiles (k, pid_n)."""
-    return (len({m for m, _ in order[:wave]}) + len({n for _, n in order[:wave]})) * k_tiles
-
-
-def order_demo(tiles: int = 9, GROUP_M: int = 3) -> None:
-    """Row-major against grouped order on a tiles x tiles grid of C (K also `tiles` tiles)."""
-    for label, group in (("row-major (GROUP_M = 1)", 1), (f"grouped (GROUP_M = {GROUP_M})", GROUP_M)):
-        order = tile_order(tiles, tiles, group)
-        position = {tile: pid for pid, tile in enumerate(order)}
-        print(f"\n{label}: the program that computes each tile of C (first wave of {tiles} marked *)")
-        for m in range(tiles):
-            print("    " + " ".join(f"{position[(m, n)]:3d}{'*' if position[(m, n)] < tiles else ' '}"
-                                    for n in range(tiles)))
-        show("input tiles read by the first wave", tiles_loaded(order, tiles, tiles))
-
+chapter.run("trace", trace, trace=True)
 
 # %% [markdown]
 # ## 6. Autotuning: the best tile depends on the shape and the GPU
 # triton.autotune times each configuration the first time it meets a new (M, N, K) and keeps the
-# fastest. The list holds tile shapes that do well on Hopper (tensor-core tiles of 64-256, 3-4
-# pipeline stages: num_stages is how many K tiles are in flight, loaded asynchronously, while the
-# tensor cores work on an earlier one; they wait in shared memory, so a GPU with less of it skips
-# the largest). Small problems: below 512^3 tuning costs more than it saves; the smallest tile
-# (the last, which fits every GPU) runs untimed. The interpreter runs one small configuration.
-# (Autotune times each configuration once, briefly: near-equal ones can swap from run to run.)
+# fastest. The list holds tile shapes that do well on Hopper: tensor-core tiles of 64-256, and 3-4
+# pipeline stages. num_stages is the depth of the software pipeline: while the tensor cores
+# multiply one K tile, the loads of the next num_stages - 1 are already in flight, each landing in
+# shared memory; the compiler issues them as cp.async, an asynchronous copy from memory to shared
+# memory that each thread starts and does not wait for (hopper.py counts them in the PTX: section
+# 16). The stages wait in shared memory, so a GPU with less of it skips the largest tiles. Small
+# problems: below 512^3 tuning costs more than it saves; the smallest tile (the last, which fits
+# every GPU) runs untimed. The interpreter runs one small configuration. (Autotune times each
+# configuration once, briefly: near-equal ones can swap from run to run.)
 
 
 # %%
@@ -295,16 +344,22 @@ matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"],
 
 
 # %% [markdown]
-# ## 7. The launcher
+# ## 7. The public function: matmul()
+# It checks the input, then chooses the kernel: hopper.py's TMA kernel (sections 16-17) where it
+# can run and pays (hopper.pays: a Hopper GPU, float16 or bfloat16, rows the copy engine can
+# address, M * N * K from 4096^3), the autotuned pointer kernel otherwise. Whether TMA can read a
+# tensor depends on where its memory starts, so the choice is made here, on the real tensors,
+# before the registered operator of section 9, which is handed a plain True or False.
 
 
 # %%
-def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
-           precision: str = "tf32", tma: bool | None = None) -> torch.Tensor:
+def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, precision: str = "tf32",
+           tma: bool | None = None) -> torch.Tensor:
     """C = activation(a @ b) for 2-D a (M, K), b (K, N): float16, bfloat16 or float32, any strides;
     fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
     precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
-    tma: None runs hopper.py's kernel where it can and pays, True insists on it, False never."""
+    tma: None takes hopper.py's TMA kernel where it can run and pays (never while torch.compile
+    traces), True insists on it, False never."""
     a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
@@ -313,22 +368,16 @@ def matmul(a: torch.Tensor, b: torch.Tensor, activation: str | None = None,
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if precision not in ("tf32", "ieee"):
         raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
-    if tma not in (None, True, False):
+    if tma is not None and not isinstance(tma, bool):  # (the operator takes a bool)
         raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    if tma is None:
+        tma = not torch.compiler.is_compiling() and hopper.pays(a, b)
+    elif tma:
+        hopper.check_tma(a, b)  # raises where the TMA kernel cannot compute a @ b
     if needs_op(a, b):  # autograd or torch.compile: through the registered operator (section 9)
         return matmul_op(a, b, activation, precision, tma)
-    return run(a, b, activation, precision, tma)
-
-
-def run(a, b, activation, precision, tma) -> torch.Tensor:
-    """matmul's kernels, for a and b as matmul() checked them."""
-    (M, K), N = a.shape, b.shape[1]
-    if M == 0 or N == 0 or K == 0:  # nothing to compute; an empty sum is 0, and relu(0) = gelu(0) = 0
-        return torch.zeros((M, N), device=a.device, dtype=a.dtype)
-    from lesson04_matmul import hopper  # the second file of this lesson (it imports this one)
-
-    if tma or (tma is None and hopper.pays(a, b)):
-        return hopper.matmul_tma(a, b, activation)
+    if tma:
+        return hopper.launch_tma(hopper.matmul_kernel_tma_tuned, a, b, activation)
     return launch(matmul_kernel_tuned, a, b, activation, precision)
 
 
@@ -340,66 +389,99 @@ def reference(a, b, activation=None):
 
 # %% [markdown]
 # ## 8. Correctness: awkward shapes, views, dtypes, activations
+# Shapes that are not multiples of any tile (1, 33, 45, 127, 255) exercise the masks on all three
+# dimensions; x.t() @ y.t() reads transposed views through their strides. The error is relative, over
+# the whole of C, against float64: float16 and bfloat16 are as good as their output's rounding,
+# float32 as good as TF32 (or fp32 itself, with precision="ieee").
 
 
 # %%
 TINY = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)  # 16 x 16 x 16 tiles, for contrast (section 10)
-TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3 if not INTERPRET else 1e-6}
+TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3}  # relative; float32: TF32's
 
 
-def check() -> bench.Table:
-    """Relative error ||C - C_ref|| / ||C_ref|| against float64, every dtype and activation."""
+def check(n: int = 128) -> Table:
+    """Relative error ||C - C_ref|| / ||C_ref|| against float64, every dtype and activation; then
+    float32 at n^3 in TF32 and in full precision."""
     rows, x, y = [], torch.randn(64, 96, device=DEVICE), torch.randn(80, 64, device=DEVICE)
     cases = [(f"{M} x {N} x {K}", torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype))
              for dtype in DTYPES for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255), (16, 24, 700)]]
     for label, a, b in cases + [("x.t() @ y.t(): views", x.t(), y.t())]:
         for act in ACTIVATIONS:
-            err = rel_error(matmul(a, b, act), reference(a.double(), b.double(), act))
+            err = rel_error(matmul(a, b, activation=act), reference(a.double(), b.double(), act))
             rows.append((dtype_name(a.dtype), label, act or "-", err, err < TOLERANCE[a.dtype]))
-    if not INTERPRET:  # float32 on the tensor cores: TF32 against full precision
-        a, b = torch.randn(384, 384, device=DEVICE), torch.randn(384, 384, device=DEVICE)
-        for precision, tolerance in (("tf32", 2e-3), ("ieee", 1e-6)):
-            err = rel_error(matmul(a, b, precision=precision), a.double() @ b.double())
-            rows.append(("float32", f"384^3, {precision}", "-", err, err < tolerance))
-    return bench.print_table(rows, ["dtype", "M x N x K", "activation", "relative error", "ok"], floatfmt=".1e",
-                             title="Check: matmul against float64",
-                             note="float16 and bfloat16 round the output to 11 and 8 bits; float32 on a GPU "
-                                  "multiplies in TF32 (10-bit mantissa) unless precision='ieee'.")
+    a, b = torch.randn(2, n, n, device=DEVICE)
+    for precision, tolerance in (("tf32", TOLERANCE[torch.float32]), ("ieee", 1e-6)):
+        err = rel_error(matmul(a, b, precision=precision), a.double() @ b.double())
+        rows.append(("float32", f"{n}^3, {precision}", "-", err, err < tolerance))
+    return print_table(rows, ["dtype", "M x N x K", "activation", "relative error", "ok"], floatfmt=".1e",
+                       title="Check: matmul against float64",
+                       note="float16 and bfloat16 round the output to 11 and 8 bits; float32 on a GPU multiplies in "
+                            "TF32 (10-bit mantissa) unless precision='ieee'. (Triton's interpreter multiplies float32 "
+                            "in full precision whatever precision says.)")
 
+
+# %%
+chapter.run("check", check)
 
 # %% [markdown]
 # ## 9. Training: the backward pass is two more matmuls
 # For C = A @ B and a loss L: dL/dA = dL/dC @ B^T (M x N times N x K) and dL/dB = A^T @ dL/dC
 # (K x M times M x N). B^T and A^T are views: the same memory with the strides swapped, and the
-# kernel reads any strides (section 3), so the backward runs the same kernel with no copy. (Not
-# hopper.py's TMA kernel, which the forward takes for large fp16 products on an H100/H200: TMA wants
-# rows that are contiguous, and a transposed view's are not.)
+# kernel reads any strides (section 4), so the backward runs the same kernel with no copy. (Not
+# hopper.py's TMA kernel: TMA wants rows that are contiguous, and a transposed view's are not.)
 # With an activation, C = act(Z) for Z = A @ B, and dL/dZ = dL/dC * act'(Z) comes first:
 # - relu' is 1 where Z > 0, and C > 0 exactly there: C itself tells, no Z needed;
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per
 #   layer, held from each step's forward to its backward; recomputing it costs one more matmul in
 #   the backward (as activation checkpointing does). Then lesson 1's gelu_backward kernel:
 #   dL/dZ = dL/dC * gelu'(Z).
-# The backward itself, matmul_grad, and the check of the gradients live in backward.py.
+# The operator is registered as in lesson 1, section 5; its backward, matmul_grad, is in
+# backward.py, which gets the operator to call as an argument.
 
 
 # %%
 @torch.library.triton_op("lessons::matmul", mutates_args=())
-def matmul_op(a: torch.Tensor, b: torch.Tensor, activation: str | None, precision: str, tma: bool | None) -> torch.Tensor:
-    return run(a, b, activation, precision, tma)
+def matmul_op(a: torch.Tensor, b: torch.Tensor, activation: str | None, precision: str, tma: bool) -> torch.Tensor:
+    if tma:  # matmul() chose, on the real tensors: this body never looks at memory
+        return hopper.launch_tma(traceable(hopper.matmul_kernel_tma_tuned), a, b, activation)
+    return launch(traceable(matmul_kernel_tuned), a, b, activation, precision)
 
 
-matmul_op.register_autograd(backward.matmul_grad, setup_context=backward.keep_inputs)  # in backward.py
+matmul_op.register_autograd(functools.partial(backward.matmul_grad, matmul_op=matmul_op),
+                            setup_context=backward.keep_inputs)
 
 
-# %% [markdown]
-# ## 10. Timing: against cuBLAS, the fused epilogue, and the order of the tiles
+def grad_check(shapes=((1, 1, 1), (70, 50, 45))) -> Table:
+    """dA, dB through matmul() against torch's autograd, every dtype and activation (common.checks.grad_errors)."""
+    rows = []
+    for dtype in DTYPES:
+        for M, N, K in shapes:
+            a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
+            for act in ACTIVATIONS:
+                errs = grad_errors(lambda a, b, activation: matmul(a, b, activation=activation, precision="ieee"),
+                                   reference, [a, b], activation=act)
+                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", act or "-",
+                             *(f"{e:.1e} ({t:.1e})" for e, t in errs), all(grad_ok(e, t) for e, t in errs)))
+    return print_table(rows, ["dtype", "M x N x K", "activation", "dA", "dB", "ok"],
+                       title="Check: matmul's gradients against float64 autograd", note=GRAD_NOTE +
+                       " float32 multiplies in full precision here (precision='ieee'), as torch's does.")
 
 
 # %%
-def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
-    from lesson04_matmul import hopper
+chapter.run("grad", grad_check)
 
+# %% [markdown]
+# ## 10. Timing: against torch.matmul (cuBLAS)
+# Each implementation's kernel time (common/bench.py says how it is measured), turned into TFLOP/s
+# (2MNK floating-point operations: a multiply and an add per term) and into % of the machine's
+# measured matmul rate. The implementations of one shape take turns (bench.side_by_side), so the
+# GPU's clock drifts alike for all of them. 16 x 16 tiles, tl.dot's smallest, show what section
+# 2's arithmetic means in time.
+
+
+# %%
+def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
     ceiling = bench.matmul_rate()
     rows = []
     for dtype in dtypes:
@@ -408,34 +490,77 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
             cases = {"torch.matmul": lambda: a @ b, "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b, tma=False)}
             if hopper.HOPPER:
                 cases["Triton, TMA + persistent (hopper.py)"] = lambda: matmul(a, b, tma=True)
-            if max(M, N, K) <= (64 if INTERPRET else 4096):
-                cases["Triton, 16 x 16 tiles"] = lambda: launch(matmul_kernel, a, b, **TINY)  # tl.dot's smallest
+            if max(M, N, K) <= 4096:  # (at 8192^3 they take a tenth of a second per call)
+                cases["Triton, 16 x 16 tiles"] = lambda: launch(matmul_kernel, a, b, **TINY)
             times = bench.side_by_side(cases)
             for name, ms in times.items():
                 tf = bench.tflops(2 * M * N * K, ms)
                 rows.append((dtype_name(dtype), f"{M} x {N} x {K}", name, ms * 1e3, tf,
                              100 * times["torch.matmul"] / ms, bench.percent(tf, ceiling)))
-    where = "torch.matmul on the CPU, 256^3" if INTERPRET else "cuBLAS, bf16, 8192^3"
-    note = (f"{bench.stamp()}. {bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE} Matmul ceiling measured ({where}): "
-            f"{ceiling:.3g} TFLOP/s. TFLOP/s = 2MNK / kernel time. matmul() runs the TMA kernel from 4096^3 up on "
-            "Hopper (hopper.pays).")
-    return bench.print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s", "% of torch",
-                                    "% of ceiling"], title="Timing against torch.matmul", note=note)
+    note = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); TFLOP/s = 2MNK / "
+            f"kernel time; '% of ceiling': of the measured matmul rate (cuBLAS, bf16, 8192^3: {ceiling:.0f} TFLOP/s). "
+            f"{bench.SIDE_BY_SIDE_NOTE} matmul() runs the TMA kernel from 4096^3 up on Hopper (hopper.pays). A small "
+            "product's caller pays its host cost instead, where that is larger: 'Host cost per call'.")
+    return print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s", "% of torch",
+                              "% of ceiling"], title="Timing against torch.matmul", note=note)
 
 
-def bench_epilogue(n: int = 4096, dtype=torch.float16) -> bench.Table:
+def timing() -> Table:
+    shapes = [(n, n, n) for n in args.sizes] if args.sizes else chapter.sizes(SIZES)
+    return bench_all(shapes, dtypes=(torch.float16, torch.bfloat16) if args.full else (torch.float16,))
+
+
+# %%
+chapter.run("bench", timing, gpu=True)
+
+# %% [markdown]
+# ## 11. The roofline: a compute-bound kernel
+# A 4096^3 float16 product does 2n^3 FLOPs over 3n^2 elements moved (A and B read, C written
+# once): over a thousand FLOPs per byte, far right of the ridge where memory stops being the limit
+# (common/roofline.py; the README draws every lesson's points). Only the tensor cores' rate bounds it.
+
+
+# %%
+def roofline_points(n: int = 4096) -> Table:
+    a, b = torch.randn(2, n, n, device=DEVICE, dtype=torch.float16)
+    return roofline.points({(name, f"{n}^3 float16"): (fn, 2 * n**3, 2 * 3 * n * n) for name, fn in (
+        ("Triton matmul()", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))})
+
+
+# %%
+chapter.run("roofline", roofline_points, gpu=True)
+
+# %% [markdown]
+# ## 12. The fused epilogue, timed
+# torch.matmul then torch.relu (or F.gelu) writes C, reads it back and writes it again; matmul()
+# applies the activation to the accumulator before its one store.
+
+
+# %%
+def bench_epilogue(n: int = 4096, dtype=torch.float16) -> Table:
     a, b = torch.randn(2, n, n, device=DEVICE, dtype=dtype)
     times = bench.side_by_side({(act, name): fn for act in ("relu", "gelu") for name, fn in (
         ("torch.matmul, then the activation", lambda act=act: reference(a, b, act)),
-        ("Triton matmul(), activation fused", lambda act=act: matmul(a, b, act)))})
+        ("Triton matmul(), activation fused", lambda act=act: matmul(a, b, activation=act)))})
     rows = [(act, name, ms * 1e3, bench.tflops(2 * n**3, ms)) for (act, name), ms in times.items()]
     saved = 2 * n * n * a.element_size() / 1e6
-    return bench.print_table(rows, ["activation", "implementation", "kernel µs", "TFLOP/s"],
-                             title=f"Fused epilogue, {n}^3 {dtype_name(dtype)}",
-                             note=f"Unfused, C is written, read back and written again: {saved:.0f} MB more traffic.")
+    return print_table(rows, ["activation", "implementation", "kernel µs", "TFLOP/s"],
+                       title=f"Fused epilogue, {n}^3 {dtype_name(dtype)}",
+                       note=f"Unfused, C is written, read back and written again: {saved:.0f} MB more traffic. "
+                            f"{bench.SIDE_BY_SIDE_NOTE}")
 
 
-def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
+# %%
+chapter.run("epilogue", bench_epilogue, gpu=True)
+
+# %% [markdown]
+# ## 13. Grouped order, timed
+# The same kernel and tile, launched in row-major order (GROUP_M = 1) and in groups of 8 tile rows
+# (section 3): only the order in which the programs visit the tiles differs.
+
+
+# %%
+def bench_order(n: int = 8192, dtype=torch.float16) -> Table:
     """The same kernel and tile, launched in row-major and in grouped order."""
     a, b = torch.randn(2, n, n, device=DEVICE, dtype=dtype)
     tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, num_warps=8, num_stages=3)
@@ -443,49 +568,89 @@ def bench_order(n: int = 8192, dtype=torch.float16) -> bench.Table:
                                 (lambda group=group: launch(matmul_kernel, a, b, GROUP_M=group, **tile))
                                 for group in (1, 8)})
     rows = [(name, ms * 1e3, bench.tflops(2 * n**3, ms)) for name, ms in times.items()]
-    return bench.print_table(rows, ["order", "kernel µs", "TFLOP/s"], title=f"Tile order, {n}^3 {dtype_name(dtype)}",
-                             note=f"{tile['BLOCK_M']} x {tile['BLOCK_N']} tiles, one program per tile.")
+    return print_table(rows, ["order", "kernel µs", "TFLOP/s"], title=f"Tile order, {n}^3 {dtype_name(dtype)}",
+                       note=f"{tile['BLOCK_M']} x {tile['BLOCK_N']} tiles, one program per tile. "
+                            f"{bench.SIDE_BY_SIDE_NOTE}")
 
 
-# %% The script
-def main(argv=None) -> None:
-    from lesson04_matmul import hopper, library  # the lesson's second files
+# %%
+chapter.run("order", lambda: bench_order(8192 if args.full else 4096), gpu=True)
 
-    def timing():
-        bench_all([(n, n, n) for n in args.sizes] if args.sizes else sizes(args, SIZES),
-                  dtypes=(torch.float16, torch.bfloat16) if args.full else (torch.float16,))
-        n = 4096  # the roofline (README): 2n^3 FLOPs over 3n^2 fp16 elements moved, measured on a GPU
-        a, b = torch.randn(2, n, n, device=DEVICE, dtype=torch.float16) if not INTERPRET else (None, None)
-        roofline.points({(name, f"{n}^3 float16"): (fn, 2 * n**3, 2 * 3 * n * n) for name, fn in (
-            ("Triton matmul()", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))}, __file__)
-        if INTERPRET:  # beside the interpreter's numbers, the H200's
-            print_recorded(__file__, "Timing against torch.matmul",
-                           keep=lambda row: row["dtype"] == "float16" and row["M x N x K"] == "4096 x 4096 x 4096")
-            for heading in ("Fused epilogue", "Tile order"):
-                print_recorded(__file__, heading)
-        else:
-            bench_epilogue()
-            bench_order(8192 if args.full else 4096)
+# %% [markdown]
+# ## 14. What a call costs the host
+# matmul()'s checks, its choice of kernel and the launch, against the floor (an empty kernel's
+# launch) and torch.matmul; lesson 1, section 12, says where such microseconds go. A product
+# whose kernel takes less than this waits for the host, not the GPU.
 
-    sections = {
-        "tiles": ("Why tiles", lambda: reuse_table([(n, n, n) for n in (1024, 4096, 8192)])),
-        "trace": ("Trace: matmul_kernel, program by program, round by round (interpreter)",
-                  lambda: trace_section(trace, __file__, args.child)),
-        "order": ("The order of the tiles", order_demo),
-        "check": ("Check: against float64", check),
-        "grad": ("Training: matmul's gradients (backward.py)", backward.grad_check),
-        "bench": ("Timing", timing),
-        "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
-                 lambda: bench.host_costs("lesson04_matmul.hopper:host_cases", __file__)),
-        "library": ("torch.matmul's kernel for each shape (library.py)",
-                    lambda: library.kernels_by_shape(matmul, sys.modules[__name__], hopper)),
-        "hopper": ("Hopper: TMA copies and a persistent grid (hopper.py)", lambda: hopper.section(args.full)),
-    }
-    p = lesson_parser(__doc__, list(sections))
-    p.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
-                   help=sizes_help("M = N = K for the bench, instead of the (M, N, K) shapes", SIZES))
-    args = start_lesson(p, argv)
-    run_sections(args, sections)
 
-if __name__ == "__main__":
-    main()
+# %%
+def host_cases(n: int = 2048) -> dict:  # bench.host_costs calls it in fresh processes
+    """The host's share of each matmul path at n^3, beside torch.matmul and the bare launches."""
+    a, b, c = torch.randn(3, n, n, device=DEVICE, dtype=torch.float16)
+    a32, b32 = a.float(), b.float()
+    config = GPU_CONFIGS[0].all_kwargs()
+    grid = (cdiv(n, config["BLOCK_M"]) * cdiv(n, config["BLOCK_N"]),)
+    cases = {f"torch.matmul ({n}^3 float16)": lambda: a @ b,
+             "matmul_kernel[grid](...) alone, arguments ready": lambda: matmul_kernel[grid](
+                 a, b, c, n, n, n, *a.stride(), *b.stride(), *c.stride(), ACTIVATION="", INPUT_PRECISION="tf32",
+                 INDEX_TYPE=tl.int32, **config),
+             "matmul(a, b, tma=False): float16, pointers": lambda: matmul(a, b, tma=False),
+             "matmul(a32, b32): float32, pointers": lambda: matmul(a32, b32),
+             'matmul(a, b, activation="gelu", tma=False)': lambda: matmul(a, b, activation="gelu", tma=False)}
+    if hopper.HOPPER:
+        triton.set_allocator(hopper.scratch)
+        kwargs = hopper.GPU_TMA_CONFIGS[0].all_kwargs()
+        cases |= {"matmul_kernel_tma[grid](...) alone, arguments ready": lambda: hopper.matmul_kernel_tma[
+                      (sm_count(),)](a, b, c, n, n, n, n, n, n, **kwargs),
+                  "matmul(a, b, tma=True): float16, the TMA path": lambda: matmul(a, b, tma=True)}
+    return cases
+
+
+# %%
+chapter.run("host", lambda: bench.host_cost_table("lesson04_matmul.main:host_cases"), gpu=True)
+
+# %% [markdown]
+# ## 15. torch.matmul's kernel for each shape (library.py)
+# cuBLAS picks one of many kernels for each call by a heuristic; the autotuner picks matmul()'s
+# configuration by measuring. The profiler names both, shape by shape.
+
+
+# %%
+chapter.run("library", lambda: library.kernels_by_shape(
+    matmul, {"matmul_kernel": matmul_kernel_tuned, "matmul_kernel_tma": hopper.matmul_kernel_tma_tuned}), gpu=True)
+
+# %% [markdown]
+# ## 16. Hopper: which instructions move the tiles (hopper.py)
+# hopper.py's kernel reads its tiles through TMA (the tensor memory accelerator): a copy engine
+# beside each SM that moves a whole tile between memory and shared memory on one thread's request,
+# computing every address and padding the edges itself; and it runs on a persistent grid, one
+# program per SM looping over tiles. Compiled for an H100/H200 (sm_90) in a child process, which
+# needs no GPU, the PTX shows what each kernel's loads became: cp.async, the per-thread
+# asynchronous copies of section 6, for the pointer kernel; cp.async.bulk.tensor, TMA copies, for
+# hopper.py's; and in both, wgmma.mma_async, Hopper's tensor-core instruction, in which a warpgroup
+# (4 warps) multiplies tiles read straight from shared memory while the threads go on.
+
+
+# %%
+chapter.run("ptx", lambda: hopper.copy_instructions("lesson04_matmul.main"))
+
+# %% [markdown]
+# ## 17. Hopper: TMA and a persistent grid, step by step (hopper.py)
+# One tile shape throughout; each step added to the one before, timed side by side with cuBLAS.
+# matmul() takes this kernel from M * N * K = 4096^3 up (hopper.TMA_FROM), where it won in this
+# table and in section 10's, on Hopper, in float16 and bfloat16.
+
+
+# %%
+chapter.run("steps", lambda: hopper.bench_steps(launch, matmul_kernel, (4096, 8192) if args.full else (4096,)),
+            gpu=True)
+
+# %% [markdown]
+# ## 18. 64-bit offsets: what they cost the pointer kernel (hopper.py)
+# The pointer kernel computes each address as an offset from the base: in int32, or in int64 where
+# a tensor passes 2^31 elements (common.checks.index_type), which costs wider registers and more
+# instructions per address. The TMA kernel hands the copy engine coordinates and needs neither.
+
+
+# %%
+chapter.run("offsets", lambda: hopper.bench_offsets(launch, matmul_kernel_tuned), gpu=True)

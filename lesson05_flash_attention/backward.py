@@ -13,7 +13,8 @@ loss's gradient with respect to O (arriving from above):
 
 dK and dV sum over query rows, dQ over keys. The FlashAttention-2 paper gives each program a
 block of keys, which owns its dK and dV, and adds each dQ contribution into memory with atomics
-(in no fixed order: the result varies in its last bits from run to run). Here, as in Triton's
+(additions that many programs may make to one address at once, none lost, in no fixed order: the
+result varies in its last bits from run to run). Here, as in Triton's
 fused-attention tutorial, dQ gets a pass of its own instead: one program per block of KEYS walks
 the query blocks for dK, dV; one program per block of QUERIES walks the key blocks for dQ. Each
 recomputes P for its tiles (the exp2s twice over: the price of not storing P, and of no
@@ -21,16 +22,22 @@ atomics). Before them, a small kernel computes Delta (`delta` in the code).
 
 Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
 diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
+
+main.py imports this file and hands it what it needs of the forward (the launcher, the public
+function, the reference) as arguments: sections 12-15 of the chapter run the functions below.
 """
+import functools
+
+from common.device import DEVICE, INTERPRET, interpretable  # first: it decides how triton is imported
+
 import torch
-import torch.nn.functional as F
 import triton
 import triton.language as tl
 
 from common import bench
-from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok, index_type
-from common.device import DEVICE, INTERPRET, interpretable
-from common.launch import cdiv, launch as launch_tuned
+from common.checks import dtype_name, index_type
+from common.launch import cdiv, traceable
+from common.table import print_table
 from common.trace import show
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -193,13 +200,13 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x HEAD_DIM
 # fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
 # the BLOCK_N keys, so big key blocks pay, as long as the registers hold (8 warps for 128 keys).
-# The dQ kernel is the forward's shape. RESULTS.md, "Backward block sizes", times the candidates;
-# the autotuner picks among them per (seq_len, head_dim, causal).
+# The dQ kernel is the forward's shape. Section 15 (bench_configs, RESULTS.md "Backward block
+# sizes") times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
 GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # the last fits a
                     for bm, bn, w, s in [(64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]]  # T4 in fp32
 GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                   for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
-INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]
+INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
 DKDV_CONFIGS, DQ_CONFIGS = (INTERPRETED, INTERPRETED) if INTERPRET else (GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS)
 
 
@@ -214,40 +221,46 @@ dkdv_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUN
 dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_kernel)
 
 
-def launch(do, q, k, v, o, lse, causal: bool, sm_scale: float, dkdv=dkdv_kernel_tuned, dq=dq_kernel_tuned,
-           dkdv_meta=None, dq_meta=None) -> tuple:
-    """dq, dk, dv for attention's output o (with its lse) and the gradient do. The kernels read
-    contiguous tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here. (The
-    backward's 5 matmuls of useful work take 7 tl.dots: S and dP are computed in both kernels.)"""
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=preprocess_kernel,
+                    dkdv=dkdv_kernel_tuned, dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+    """dq, dk, dv for attention's output o (with its lse) and the gradient do: the three kernels in
+    turn. preprocess, dkdv, dq: the kernels (the autotuned ones by default; the operator hands in
+    their traceable forms; the trace and the block-size sweep plain ones, with their block sizes in
+    dkdv_meta, dq_meta). The kernels read contiguous tensors; a view (q from a (B, seq, H, D)
+    layout, say) is copied once here. (The backward's 5 matmuls of useful work take 7 tl.dots: S
+    and dP are computed in both kernels.)"""
     B, H, seq_len, D = q.shape
     dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
     if q.numel() == 0:
         return dq_out, dk_out, dv_out
-    q, k, v, do, o = (interpretable(t.contiguous()) for t in (q, k, v, do, o))
+    q, k, v, do, o = (interpretable(t.contiguous()) for t in (q, k, v, do, o))  # (bf16 as fp32 under the interpreter)
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    launch_tuned(preprocess_kernel, (cdiv(seq_len, 64), B * H), None, o, do, delta, seq_len, HEAD_DIM=D,
-                 BLOCK_M=64, INDEX_TYPE=index)
-    key = (seq_len, D, causal, q.dtype)
-    launch_tuned(dkdv, lambda meta: (cdiv(seq_len, meta["BLOCK_N"]), B * H), key, q, k, v, do, lse, delta,
-                 dk_out, dv_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision,
-                 INDEX_TYPE=index, **(dkdv_meta or {}))
-    launch_tuned(dq, lambda meta: (cdiv(seq_len, meta["BLOCK_M"]), B * H), key, q, k, v, do, lse, delta,
-                 dq_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision,
-                 INDEX_TYPE=index, **(dq_meta or {}))
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"  # as the forward's launcher says
+    preprocess[(cdiv(seq_len, 64), B * H)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_M=64, INDEX_TYPE=index)
+
+    def key_blocks(meta):  # one program per block of keys per (batch, head), for dK and dV
+        return (cdiv(seq_len, meta["BLOCK_N"]), B * H)
+
+    def query_blocks(meta):  # one program per block of queries per (batch, head), for dQ
+        return (cdiv(seq_len, meta["BLOCK_M"]), B * H)
+
+    dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
+                     INPUT_PRECISION=precision, INDEX_TYPE=index, **(dkdv_meta or {}))
+    dq[query_blocks](q, k, v, do, lse, delta, dq_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
+                     INPUT_PRECISION=precision, INDEX_TYPE=index, **(dq_meta or {}))
     return dq_out, dk_out, dv_out
 
 
 def keep_for_backward(ctx, inputs, output):
-    """main.attention_op's setup_context: what the backward needs from the forward."""
+    """main.py's attention_op's setup_context: what the backward needs from the forward."""
     q, k, v, ctx.causal, ctx.sm_scale = inputs
     ctx.save_for_backward(q, k, v, *output)
     ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
 
 
 def attention_grad(ctx, do, dlse):
-    """main.attention_op's backward: (dq, dk, dv, and none for causal, sm_scale)."""
+    """main.py's attention_op's backward: (dq, dk, dv, and none for causal, sm_scale)."""
     q, k, v, o, lse = ctx.saved_tensors
     return *attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
 
@@ -255,112 +268,92 @@ def attention_grad(ctx, do, dlse):
 @torch.library.triton_op("lessons::attention_backward", mutates_args=())
 def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                        lse: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv): the gradients of attention for dO = do (main.attention's operator calls it)."""
-    return launch(do, q, k, v, o, lse, causal, sm_scale)
+    """(dq, dk, dv): the gradients of attention for dO = do. An operator too: torch.compile traces
+    backward passes, so each launch inside is traceable(kernel)[grid](...) (lesson 1, section 5)."""
+    return launch_backward(do, q, k, v, o, lse, causal, sm_scale, preprocess=traceable(preprocess_kernel),
+                           dkdv=traceable(dkdv_kernel_tuned), dq=traceable(dq_kernel_tuned))
 
 
-def trace(q, k, v, standard) -> dict:
-    """The backward on main.trace()'s tiny problem (seq 8, head_dim 2, blocks of 4, causal, sm_scale 1,
-    dO = 1 on the first output column), from inside the kernels, then torch's autograd's gradients."""
-    from lesson05_flash_attention.main import attention_kernel, launch as forward
-
-    o, lse = forward(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
+def trace(q, k, v, o, lse, standard) -> None:
+    """The backward on the chapter's tiny problem (seq 8, head_dim 2, blocks of 4, causal, sm_scale 1),
+    given the forward's o and lse, with dO = 1 on the first output column, from inside the kernels;
+    then the gradients of `standard` (standard attention) by torch's autograd, in float64."""
     do = torch.zeros_like(o)
     do[..., 0] = 1  # the loss: the sum of the outputs' first column
     print("Delta = rowsum(dO * O), per query row:", [round(x, 4) for x in (do * o).sum(-1).flatten().tolist()])
-    grads = launch(do, q, k, v, o, lse, True, 1.0, dkdv_kernel, dq_kernel, dict(BLOCK_M=4, BLOCK_N=4, TRACE=True),
-                   dict(BLOCK_M=4, BLOCK_N=4, TRACE=True))
+    tiny = dict(BLOCK_M=4, BLOCK_N=4, TRACE=True)
+    grads = launch_backward(do, q, k, v, o, lse, True, 1.0, dkdv=dkdv_kernel, dq=dq_kernel, dkdv_meta=tiny,
+                            dq_meta=tiny)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
     standard(*leaves, causal=True, sm_scale=1.0).backward(do.double())
     for name, ours, leaf in zip(("dQ", "dK", "dV"), grads, leaves):
         print(f"{name}: kernel   {[[round(x, 4) for x in row] for row in ours[0, 0].tolist()]}")
         print(f"    autograd {[[round(x, 4) for x in row] for row in leaf.grad[0, 0].tolist()]}")
         show(f"max |{name} - autograd's|", (ours.double() - leaf.grad).abs().max().item(), indent=4)
-    return {name: leaf.grad for name, leaf in zip(("dq", "dk", "dv"), leaves)}
 
 
-def grad_check() -> bench.Table:
-    """dQ, dK, dV through main.attention against torch's autograd of standard attention in float64,
-    on awkward sizes: one row, lengths that are not a multiple of any block, causal and not (more
-    of them in tests/test_training.py; the interpreter takes the smaller ones)."""
-    from lesson05_flash_attention.main import DTYPES, attention, attention_standard
-
-    rows = []
-    for dtype in DTYPES:
-        for B, H, seq, D in [(1, 1, 1, 64), (2, 3, 50, 32)] + ([] if INTERPRET else [(1, 2, 129, 64)]):
-            q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-            for causal in (False, True):
-                errs = grad_errors(attention, attention_standard, [q, k, v], causal=causal)
-                rows.append((dtype_name(dtype), f"{B} x {H} x {seq} x {D}", causal,
-                             *(f"{e:.1e} ({t:.1e})" for e, t in errs), all(grad_ok(e, t) for e, t in errs)))
-    return bench.print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "dQ", "dK", "dV", "ok"],
-                             title="Check: attention's gradients against float64 autograd",
-                             note=GRAD_NOTE + " torch's: standard attention (section 1) in the inputs' dtype.")
+BACKWARD_NOTE = ("'µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); the backward is "
+                 "the gradient call, torch.autograd.grad(o, (q, k, v), dO). " + bench.SIDE_BY_SIDE_NOTE)
 
 
-def bench_backward(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtype=torch.float16) -> bench.Table:
-    """Forward and backward side by side: main.attention against SDPA's FlashAttention-2 and cuDNN
-    backends. The backward is the time of the gradient call, torch.autograd.grad(o, (q, k, v), dO)."""
-    from lesson05_flash_attention.main import attention, sdpa_flash
-
-    impls = {"Triton flash": attention}
-    if INTERPRET:
-        impls["SDPA default"] = lambda q, k, v, causal: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    else:  # cuDNN's kernels, on Hopper, work in FlashAttention-3's style
-        impls |= {"SDPA flash backend": sdpa_flash,
-                  "SDPA cuDNN": lambda q, k, v, causal: sdpa_flash(q, k, v, causal, "CUDNN_ATTENTION")}
-    rows = []
+def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
+    """Forward and backward side by side, one table per (batch, heads, head_dim): impls = {name:
+    fn(q, k, v, causal=...)}, main.py's attention first, then SDPA's backends. GPU only."""
+    tables = []
     for B, H, D in shapes:
+        rows = []
         for seq in seqs:
             for causal in (False, True):
                 q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
                 do = torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype)
-                outs = {name: fn(q, k, v, causal) for name, fn in impls.items()}
-                forward = bench.side_by_side({name: (lambda fn=fn: fn(q, k, v, causal)) for name, fn in impls.items()})
-                backward = bench.side_by_side({name: (lambda o=o: torch.autograd.grad(o, (q, k, v), do, retain_graph=True))
-                                               for name, o in outs.items()})
+                outs = {name: fn(q, k, v, causal=causal) for name, fn in impls.items()}
+                forward = bench.side_by_side({name: functools.partial(fn, q, k, v, causal=causal)
+                                              for name, fn in impls.items()})
+                backward = bench.side_by_side({name: functools.partial(torch.autograd.grad, o, (q, k, v), do,
+                                                                       retain_graph=True) for name, o in outs.items()})
                 flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
-                ref = backward.get("SDPA flash backend")
+                ref = backward["SDPA flash backend"]
                 for name in impls:
-                    rows.append((f"{B} x {H} x {D}", seq, causal, name, forward[name] * 1e3, backward[name] * 1e3)
-                                + (() if INTERPRET else (bench.tflops(flops, forward[name]),
-                                                         bench.tflops(2.5 * flops, backward[name]), ref / backward[name])))
+                    rows.append((seq, causal, name, forward[name] * 1e3, backward[name] * 1e3,
+                                 bench.tflops(flops, forward[name]), bench.tflops(2.5 * flops, backward[name]),
+                                 ref / backward[name]))
                 del q, k, v, do, outs
-    note = (f"{bench.stamp()}. {dtype_name(dtype)}. µs: the GPU kernels' own time (profiler), L2 flushed between "
-            f"calls.{bench.SIDE_BY_SIDE_NOTE}")
-    headers = ["B x H x head_dim", "seq", "causal", "implementation", "forward µs", "backward µs"]
-    if INTERPRET:
-        headers[-2:] = ["forward, interpreter µs", "backward, interpreter µs"]
-        note = f"{bench.stamp()}. {dtype_name(dtype)}. {bench.TIMING_NOTE}"
-    else:
-        headers += ["forward TFLOP/s", "backward TFLOP/s", "backward x SDPA flash"]
-        note += (" TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls "
-                 "to the forward's two); 'backward x SDPA flash': the SDPA flash backend's backward time over this one's.")
-    return bench.print_table(rows, headers, title="Forward and backward against SDPA's backends", note=note)
+        tables.append(print_table(
+            rows, ["seq", "causal", "implementation", "forward µs", "backward µs", "forward TFLOP/s",
+                   "backward TFLOP/s", "backward x SDPA flash"],
+            title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}",
+            note=BACKWARD_NOTE + " TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that "
+                 "(five matmuls to the forward's two); 'backward x SDPA flash': the SDPA flash backend's backward "
+                 "time over this one's.",
+            plot=dict(x="seq", y="backward TFLOP/s", series=["causal", "implementation"], ceiling=None)))
+        print()
+    return tables
 
 
-def bench_configs(seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), dtype=torch.float16) -> bench.Table:
+def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), causals=(False, True),
+                  dtype=torch.float16):
     """Every candidate block size of the two backward kernels, timed side by side (the autotuner's
-    job done by hand; its lists are DKDV_CONFIGS and DQ_CONFIGS)."""
-    from lesson05_flash_attention.main import attention_kernel_tuned, launch as forward
-
+    job done by hand; its lists are DKDV_CONFIGS and DQ_CONFIGS). forward(q, k, v, causal, sm_scale):
+    main.py's launcher with the autotuned kernel, which gives (o, lse). GPU only."""
     rows = []
     for B, H, D in shapes:
         q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
-        for causal in (False, True):
-            o, lse = forward(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
+        for causal in causals:
+            o, lse = forward(q, k, v, causal, D ** -0.5)
             for kind, configs in (("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS)):
-                def run(config):
-                    meta = dict(config.all_kwargs())
-                    kernels = dict(dkdv=dkdv_kernel, dkdv_meta=meta) if kind == "dK, dV" else dict(dq=dq_kernel, dq_meta=meta)
-                    return lambda: launch(do, q, k, v, o, lse, causal, D ** -0.5, **kernels)
-                times = bench.side_by_side({config: run(config) for config in configs})
+                def whole_backward(config):  # this kernel plain, with `config`; the other autotuned
+                    meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
+                    varied = dict(dkdv=dkdv_kernel, dkdv_meta=meta) if kind == "dK, dV" else dict(dq=dq_kernel, dq_meta=meta)
+                    return lambda: launch_backward(do, q, k, v, o, lse, causal, D ** -0.5, **varied)
+                times = bench.side_by_side({config: whole_backward(config) for config in configs})
                 best = min(times.values())
                 for config, ms in times.items():
                     rows.append((D, causal, kind, f"{config.kwargs['BLOCK_M']} x {config.kwargs['BLOCK_N']}",
                                  config.num_warps, config.num_stages, ms * 1e3, 100 * best / ms))
-    return bench.print_table(rows, ["head_dim", "causal", "kernel varied", "BLOCK_M x BLOCK_N", "num_warps",
-                                    "num_stages", "whole backward µs", "% of best"],
-                             title=f"Backward block sizes, seq {seq}, {dtype_name(dtype)}",
-                             note="Each row times the whole backward (preprocess, dK/dV, dQ) with one kernel's "
-                                  f"configuration varied; the other kernel is autotuned.{bench.SIDE_BY_SIDE_NOTE}")
+    return print_table(rows, ["head_dim", "causal", "kernel varied", "BLOCK_M x BLOCK_N", "num_warps",
+                              "num_stages", "whole backward µs", "% of best"],
+                       title=f"Backward block sizes, seq {seq}, {dtype_name(dtype)}",
+                       note=f"batch x heads = {' and '.join(f'{B} x {H}' for B, H, _ in shapes)}. Each row times the "
+                            "whole backward (preprocess, dK/dV, dQ) with one kernel's configuration varied; the other "
+                            f"kernel is autotuned. Kernel time (profiler timestamps, L2 flushed between calls). "
+                            f"{bench.SIDE_BY_SIDE_NOTE}")

@@ -1,4 +1,4 @@
-"""Lesson 5: flash attention (forward). Online softmax plus tiled matmul, without the seq x seq matrix.
+"""Lesson 5: flash attention. Online softmax plus tiled matmul, without the seq x seq matrix.
 
 Standard attention computes S = Q K^T (seq x seq), P = softmax(S), O = P V. For 32 heads of a 16K
 sequence that S is 16 GiB per batch element, written to memory and read back, when all anyone
@@ -8,19 +8,18 @@ with tl.dot (lesson 4) and folding it into a running softmax (lesson 2's online 
 running max m, a running sum l, and an output accumulator that is rescaled whenever the max
 grows. Memory stays linear in the sequence length, and the seq x seq scores never touch HBM.
 
-Run:   python lesson05_flash_attention/main.py            (all sections)
-       python lesson05_flash_attention/main.py --help
-Without a CUDA GPU the kernel runs under Triton's interpreter on small problems; timings then
-measure the interpreter. Real H200 numbers: lesson05_flash_attention/RESULTS.md.
-"""
-# %% Set-up: choose GPU or interpreter before triton is imported
-import math
-import pathlib
-import sys
+A first reading can stop after section 6 (correctness). Sections 7-11 measure the forward on a GPU
+(memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets; tuning.py holds
+most of their code); sections 12-15 are the backward pass, for training (backward.py).
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # `common` from anywhere
-if __name__ == "__main__":  # run as a script: be the module tuning.py imports, not a second copy of it
-    sys.modules.setdefault("lesson05_flash_attention.main", sys.modules[__name__])
+Run:   python lesson05_flash_attention/main.py            (every section)
+       python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
+Without a CUDA GPU the kernels run under Triton's interpreter on the CPU, on small problems: exact
+results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
+"""
+# %% Set-up: common.device chooses GPU or interpreter before triton is imported
+import functools
+import math
 
 from common.device import DEVICE, INTERPRET, interpretable
 
@@ -29,27 +28,59 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench, roofline
-from common.checks import check_tensors, dtype_name, index_type, rel_error
-from common.launch import cdiv, launch as launch_tuned, needs_op  # launch_tuned: the autotuner's pick, remembered
-from common.cli import (lesson_parser, positive_int, run_sections, sizes,
-                        sizes_help, start_lesson, trace_section)
-from common.results import print_recorded
+from common import bench, checks, roofline
+from common.chapter import Chapter, positive_int
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, rel_error
+from common.launch import cdiv, needs_op, traceable
+from common.table import print_table
 from common.trace import show
-from lesson05_flash_attention import backward  # the backward pass, in the lesson's second part
+from lesson05_flash_attention import backward, tuning  # the lesson's other files
 
+SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
+    "memory": "1. Standard attention, and what its scores cost in memory",
+    "online": "2. Online softmax, on its own: one row of scores in blocks",
+    "trace": "5. The trace: attention_kernel on a tiny problem, block by block",
+    "check": "6. Correctness: against float64 standard attention",
+    "peak": "7. Memory, measured: each implementation's peak (tuning.py)",
+    "bench": "8. Timing: against PyTorch's scaled_dot_product_attention",
+    "configs": "9. Block sizes, side by side (tuning.py)",
+    "host": "10. What a call costs the host (tuning.py)",
+    "offsets": "11. 64-bit offsets: what they cost here (tuning.py)",
+    "backward": "12. The backward (backward.py): the tiny problem again, traced beside autograd",
+    "grad": "13. Training: the gradients against float64 autograd",
+    "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
+    "configs_backward": "15. The backward's block sizes (backward.py)",
+}
+# The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
+# 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8-15; dtypes: section 8's;
+# memory: section 7's sequence lengths (section 1 takes the full list); backward: section 14's
+# sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases.
+SIZES = {
+    "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
+                  backward=[4096], causal=[False]),
+    "full": dict(seqs=[512, 1024, 2048, 4096, 8192, 16384], shapes=[(4, 32, 64), (4, 16, 128)],
+                 dtypes=[torch.float16, torch.bfloat16], memory=[1024, 4096, 8192, 16384, 32768],
+                 backward=[4096, 16384], causal=[False, True]),
+}
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
-SHAPES = {"cpu": [(1, 2, 64)], "gpu": [(4, 16, 128)], "full": [(4, 32, 64), (4, 16, 128)]}  # B, H, head_dim
-SIZES = {"cpu": [64, 128], "gpu": [4096], "full": [512, 1024, 2048, 4096, 8192, 16384]}  # sequence lengths
+
+chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
+chapter.parser.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
+                            help=f"the sequence lengths of sections 8 and 14 (default {SIZES['quick']['seqs']}; with "
+                                 f"--full {SIZES['full']['seqs']} and {SIZES['full']['backward']})")
+args = chapter.start()
 
 # %% [markdown]
-# ## 1. Standard attention, and what it costs in memory
+# ## 1. Standard attention, and what its scores cost in memory
+# The textbook version writes the whole (batch, heads, seq, seq) score matrix to memory, in float32,
+# then the probabilities p beside it, and reads both back: the cost grows as seq^2, while q, k, v
+# and the output o grow as seq.
 
 
 # %%
-def attention_standard(q, k, v, causal=False, sm_scale=None):
+def attention_standard(q, k, v, *, causal=False, sm_scale=None):
     """The textbook version. It writes the whole (B, H, seq, seq) score matrix, several times over."""
     sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
     s = (q @ k.transpose(-2, -1)).float() * sm_scale          # (B, H, seq, seq): write seq^2 per head
@@ -65,15 +96,37 @@ def score_bytes(B, H, seq, dtype=torch.float16) -> int:
     return B * H * seq * seq * torch.tensor([], dtype=dtype).element_size()
 
 
+def memory_cost(seqs=SIZES["full"]["memory"], B=4, H=32, D=64, dtype=torch.float16):
+    """The arithmetic: q, k, v and o against the scores s (float32) and p (the inputs' dtype)."""
+    rows = []
+    for seq in seqs:
+        linear = 4 * B * H * seq * D * torch.tensor([], dtype=dtype).element_size()
+        scores = score_bytes(B, H, seq, torch.float32) + score_bytes(B, H, seq, dtype)
+        rows.append((seq, linear / 2**30, scores / 2**30, scores / linear))
+    return print_table(rows, ["seq", "q, k, v, o (GiB)", "scores s and p (GiB)", "scores / (q, k, v, o)"],
+                       floatfmt=".2f", title=f"Memory, by arithmetic: batch {B}, {H} heads, head_dim {D}, "
+                                             f"{dtype_name(dtype)}",
+                       note="The scores grow as seq^2, everything else as seq: at 32K the scores alone would fill "
+                            "several GPUs. Section 7 measures what each implementation really allocates.")
+
+
+# %%
+chapter.run("memory", memory_cost)
+
 # %% [markdown]
 # ## 2. Online softmax, on its own: one row of scores in blocks
 # Lesson 2 walked a long row keeping m (the max so far) and l (the sum of exp(x - m) so far),
 # rescaling l by alpha = exp(m_old - m_new) whenever the max grew. Attention needs softmax(s) @ v,
 # not the softmax itself, so the same rescaling applies to an output accumulator o = sum of
 # exp(s_j - m) v_j: when m grows, o is multiplied by alpha too. At the end, O = o / l.
+# The worked example: one query's row of 8 scores, its 8 values of 2 numbers each, in blocks of 4.
 
 
 # %%
+SCORES = torch.tensor([1.0, 3.0, 0.0, 2.0, 5.0, 1.0, 4.0, 0.0])  # one query's scores
+VALUES = torch.tensor([[1.0, 0], [0, 1], [1, 1], [2, 0], [0, 2], [1, 0], [0, 1], [1, 1]])  # one value per key, d = 2
+
+
 def online_softmax_demo(scores, values, block: int) -> dict:
     """One query row: scores (N,) and values (N, D), walked `block` keys at a time, printed."""
     m, l = float("-inf"), 0.0
@@ -95,12 +148,21 @@ def online_softmax_demo(scores, values, block: int) -> dict:
             "l_ref": torch.exp(scores.double() - scores.max()).sum().item()}
 
 
+def online_softmax() -> dict:
+    print("One row of 8 scores in blocks of 4; values are 2-D (d = 2):")
+    return online_softmax_demo(SCORES, VALUES, 4)
+
+
+# %%
+chapter.run("online", online_softmax)
+
 # %% [markdown]
 # ## 3. The kernel
 # Program pid works on one block of BLOCK_M query rows of one (batch, head): it loads its queries
 # once, then for each block of BLOCK_N keys computes the scores qk = q @ k^T (tl.dot), folds them
 # into the running softmax, and adds p @ v into the accumulator (tl.dot again). All of it in
-# registers and shared memory; only q, k, v are read and only o is written.
+# registers and shared memory (each SM's scratchpad: lesson 1, section 7); only q, k, v are read
+# and only o (and one number per row for the backward) is written.
 #
 # Choices, and why:
 # - exp2 instead of exp: the GPU's fast exponential is base 2 (ex2). exp(x) = exp2(x log2 e), so
@@ -110,17 +172,20 @@ def online_softmax_demo(scores, values, block: int) -> dict:
 #   (the loop stops at the query block's end: about half the work), blocks wholly below it need
 #   no mask, and only the blocks on the diagonal (and the ragged last block) pay for a mask. So
 #   the loop runs in two stages through one helper, `attend`, with MASKED known at compile time.
-# - fp32 for m, l and acc; p is cast to the input dtype for the second tl.dot (tensor cores).
-#   float32 inputs multiply in full fp32 ("ieee"), not TF32: scores feed an exponential.
+# - fp32 for m, l and acc; p is cast to the input dtype for the second tl.dot, which runs on the
+#   tensor cores (the units that multiply small matrices in one instruction: lesson 1, section 7;
+#   lesson 4 builds a matmul on them). float32 inputs multiply in full fp32 ("ieee"), not TF32 (the
+#   tensor cores' float32 format, with a 10-bit mantissa): scores feed an exponential.
 # - The softmax, not the matmuls, is the tight part. At head_dim 64 one score costs 4 x 64 = 256
 #   tensor-core flops, and an H100/H200 SM does about 4096 of those per clock: 16 scores per clock,
-#   while its special-function units manage 16 exp2 per clock. So every instruction per score
-#   counts: the unmasked blocks fold the scale into one multiply-add, and only the last or
-#   diagonal block pays for masks (on the loads too).
+#   while its special-function units (the SM's units for exp2, log2 and reciprocals) manage 16
+#   exp2 per clock. So every instruction per score counts: the unmasked blocks fold the scale into
+#   one multiply-add, and only the last or diagonal block pays for masks (on the loads too).
 # - Block sizes: BLOCK_M query rows share each K/V block loaded, so bigger is better until the
 #   registers run out (the fp32 score tile and the BLOCK_M x HEAD_DIM accumulator live there);
-#   num_stages = 3 keeps the next K/V blocks loading while the tensor cores work. bench_configs()
-#   (section 8) times the candidates side by side.
+#   num_stages = 3 has the loads of the next K/V blocks issued while the tensor cores work on this
+#   one (software pipelining: the blocks in flight wait in shared memory). Section 9 times the
+#   candidates side by side.
 
 
 # %%
@@ -234,22 +299,28 @@ def attention_kernel(
 
 # %% [markdown]
 # ## 4. The launcher
-# One launch path: checks, then the autotuned kernel. The rule for the block sizes: on a GPU the
-# autotuner picks among three configurations per (sequence length, head dim, causal), except
-# below 512 queries, where timing them costs more than it saves and the last (the smallest) runs
-# untimed; under the interpreter one small configuration runs. The K/V blocks in
-# flight wait in shared memory, and GPUs have 64 KB (T4) to 227 KB (H100) of it per program: the
-# autotuner skips a configuration that does not fit, and the last fits them all (in float32 at
-# head_dim 128: 72 KB, 64 KB on a T4, which has no tensor cores that Triton uses).
+# One launch path: the checks, then `kernel[grid](...)` of the autotuned kernel, whose grid is a
+# function of the block sizes it picks. The rule for the block sizes: on a GPU the autotuner (lesson
+# 4) times three configurations on the first call per (sequence length, head dim, causal, dtype)
+# and keeps the fastest, except below 512 queries, where timing them costs more than it saves and
+# the last (the smallest) runs untimed; under the interpreter one small configuration runs. A
+# configuration also sets num_warps, the warps (groups of 32 threads that run in lockstep: lesson
+# 1, section 7) that share a program's work. The K/V blocks in flight wait in shared memory, and GPUs
+# have 64 KB (T4) to 227 KB (H100) of it per program: the autotuner skips a configuration that does
+# not fit, and the last fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no
+# tensor cores that Triton uses).
+#
+# Training (lesson 1, section 5, registers an operator): attention_op returns lse beside O, and
+# autograd keeps both, with q, k, v, for the backward (backward.py, section 12).
 
 
 # %%
-GPU_CONFIGS = [  # the winners of the block-size sweep (bench_configs, RESULTS.md "Block sizes"), then
+GPU_CONFIGS = [  # the winners of the block-size sweep (section 9, RESULTS.md "Block sizes"), then
     triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),  # one that fits every GPU
 ]
-CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
+CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]  # the interpreter's
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
@@ -264,27 +335,32 @@ attention_kernel_tuned = triton.autotune(CONFIGS, key=["seq_len", "HEAD_DIM", "C
                                          )(attention_kernel)
 
 
-def launch(kernel, q, k, v, causal, sm_scale, **meta) -> tuple[torch.Tensor, torch.Tensor]:
-    """o = attention(q, k, v) and its lse per row, by `kernel`: attention_kernel with block sizes in
-    `meta`, or the autotuned one. One program per block of query rows per (batch, head)."""
+def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, **meta) -> tuple:
+    """(o, lse): o = attention(q, k, v) and its lse per query row, by `kernel`: attention_kernel_tuned
+    (the public function), its traceable form (the operator), or attention_kernel with its block
+    sizes in `meta` (the trace, the sweep). One program per block of query rows per (batch, head).
+    index_type: the offsets' integer type, by default the one the tensors need (common.checks)."""
     B, H, seq_len, D = q.shape
     o = torch.empty_like(q)  # q's layout (a view of (B, seq, H, D) memory gives o the same strides)
     lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
+    if q.numel() == 0:
+        return o, lse
     # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    q, k, v = interpretable(q), interpretable(k), interpretable(v)
-    meta.setdefault("INDEX_TYPE", index_type(q, k, v, o))
+    if index_type is None:  # int64 where an offset can pass 2**31 (lesson 2), int32 otherwise
+        index_type = checks.index_type(q, k, v, o)
+    q, k, v = interpretable(q), interpretable(k), interpretable(v)  # (bf16 as fp32 under the interpreter)
 
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
         return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
 
-    launch_tuned(kernel, grid, (seq_len, D, causal, q.dtype), q, k, v, o, lse, sm_scale, H, seq_len, *q.stride(),
-                 *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, **meta)
+    kernel[grid](q, k, v, o, lse, sm_scale, H, seq_len, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
+                 HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, INDEX_TYPE=index_type, **meta)
     return o, lse
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False,
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
               sm_scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T * sm_scale [+ causal mask]) v for q, k, v of shape (batch, heads, seq, head_dim).
 
@@ -292,7 +368,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     head_dim 16, 32, 64 or 128; any sequence length; sm_scale defaults to 1/sqrt(head_dim).
     """
     q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4, same_shape=True)
-    B, H, seq_len, D = q.shape
+    D = q.shape[-1]
     if D not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {D}")
     if causal not in (True, False):  # a string such as "False" would be truthy: causal attention
@@ -301,49 +377,43 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
     if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
-        return attention_op(q, k, v, causal, sm_scale)[0]
-    return run(q, k, v, causal, sm_scale)[0]
+        return attention_op(q, k, v, bool(causal), sm_scale)[0]
+    return launch(attention_kernel_tuned, q, k, v, bool(causal), sm_scale)[0]
 
 
-def run(q, k, v, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    if q.numel() == 0:
-        return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
-    return launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
-
-
-# Training (lesson 1, section 5, registers an operator; backward.py holds the backward: kernels,
-# launcher, and what autograd keeps). The operator returns lse beside O: autograd keeps both, and
-# q, k, v, for the backward.
 @torch.library.triton_op("lessons::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                  sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return run(q, k, v, causal, sm_scale)
+    return launch(traceable(attention_kernel_tuned), q, k, v, causal, sm_scale)
 
 
 attention_op.register_autograd(backward.attention_grad, setup_context=backward.keep_for_backward)
 
-
 # %% [markdown]
-# ## 5. The trace: online softmax on one row, then the kernel on a tiny problem
+# ## 5. The trace: the kernel itself, on a tiny problem, block by block
+# Section 2's row, now inside attention_kernel under Triton's interpreter (the programs run one
+# after another, so each prints what it holds: the `if TRACE:` lines). Batch 1, 1 head, seq 8,
+# head_dim 2, blocks of 4 queries x 4 keys, sm_scale 1. Query 0 is [1, 0] and key j is
+# [SCORES[j], ...], so row 0 of the scores is section 2's row, and row 0 of the output its o / l.
 
 
 # %%
-def trace() -> None:
-    torch.set_printoptions(precision=4, sci_mode=False)
-    print("Online softmax, one row of 8 scores in blocks of 4; values are 2-D (d = 2):")
-    scores = torch.tensor([1.0, 3.0, 0.0, 2.0, 5.0, 1.0, 4.0, 0.0])
-    values = torch.tensor([[1.0, 0], [0, 1], [1, 1], [2, 0], [0, 2], [1, 0], [0, 1], [1, 1]])
-    online_softmax_demo(scores, values, 4)
-
-    print("\nThe kernel: batch 1, 1 head, seq 8, head_dim 2, blocks of 4 queries x 4 keys, sm_scale 1.")
-    print("Query 0 is [1, 0] and key j is [scores_j, ...]: so row 0 of the scores is the row above.")
+def tiny_problem() -> tuple:
+    """q, k, v of the worked example: (1, 1, 8, 2) each."""
     q = torch.zeros(1, 1, 8, 2, device=DEVICE)
     q[0, 0, :, 0] = torch.tensor([1.0, 0.5, 0, 1, 0, 0.5, 1, 0])
     q[0, 0, :, 1] = torch.tensor([0.0, 1, 1, 0, 0.5, 0, 1, 1])
     k = torch.zeros(1, 1, 8, 2, device=DEVICE)
-    k[0, 0, :, 0] = scores
+    k[0, 0, :, 0] = SCORES
     k[0, 0, :, 1] = torch.tensor([0.0, 1, 2, 0, 1, 0, 1, 2])
-    v = values.reshape(1, 1, 8, 2).to(DEVICE)
+    v = VALUES.reshape(1, 1, 8, 2).to(DEVICE)
+    return q, k, v
+
+
+def trace() -> None:
+    torch.set_printoptions(precision=4, sci_mode=False)
+    q, k, v = tiny_problem()
+    print("Two query blocks, each over key blocks 0 and 1:")
     o, _ = launch(attention_kernel, q, k, v, False, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
     ref = attention_standard(q, k, v, sm_scale=1.0)
     print(f"kernel output row 0 = {o[0, 0, 0].tolist()}, standard attention: {ref[0, 0, 0].tolist()}; "
@@ -356,52 +426,64 @@ def trace() -> None:
     refc = attention_standard(q, k, v, causal=True, sm_scale=1.0)
     print(f"causal: max |difference| from standard attention = {(oc - refc).abs().max().item():.1e}")
 
-    print("\nThe backward (backward.py), the same problem, causal, the loss the sum of the outputs' first")
-    print("column: the key blocks' kernel first (dK, dV), then the query blocks' (dQ); torch's autograd beside.")
-    backward.trace(q, k, v, attention_standard)
 
+# %%
+chapter.run("trace", trace, trace=True)
 
 # %% [markdown]
-# ## 6. Correctness
+# ## 6. Correctness: against float64 standard attention
+# Lengths of one row, below a block and past one (50, 129: the masks), in every dtype, causal and
+# not. Each dtype has its tolerance, relative to the size of the output: float16 keeps 11
+# significant bits and bfloat16 8 (p is rounded to them for the second tl.dot); float32 inputs
+# multiply in full fp32, so only the summation order differs from float64.
 
 
 # %%
 TOLERANCE = {torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}  # relative; float32: "ieee" dots
 
 
-def check() -> bench.Table:
+def check():
     rows = []
     cases = [(1, 1, 1, 64), (2, 3, 50, 64), (1, 2, 129, 64)]  # B, H, seq, head_dim (the tests take every head_dim)
     for dtype in DTYPES:
         for B, H, seq, D in cases:
             q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
             for causal in (False, True):
-                err = rel_error(attention(q, k, v, causal), attention_standard(q.double(), k.double(), v.double(), causal))
+                exact = attention_standard(q.double(), k.double(), v.double(), causal=causal)
+                err = rel_error(attention(q, k, v, causal=causal), exact)
                 rows.append((dtype_name(dtype), f"{B} x {H} x {seq} x {D}", causal, err, err < TOLERANCE[dtype]))
-    return bench.print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "relative error", "ok"],
-                             floatfmt=".1e", title="Check: attention against float64 standard attention",
-                             note='float32 inputs multiply in full fp32 ("ieee").')
-
-
-# %% [markdown]
-# ## 7. Memory: the quadratic term against the linear one
-# q, k, v and o grow as seq; the scores, in fp32 and again as p, as seq^2 (score_bytes, section 1).
-# tuning.memory_table sets the two side by side and, on a GPU, measures each implementation's peak:
-# standard attention's grows with the scores until it runs out of memory; flash attention's is o.
-
-
-# %% [markdown]
-# ## 8. Timing: the block sizes, then against PyTorch's scaled_dot_product_attention
-# First the autotuner's job done by hand (tuning.py, with --full): every candidate configuration,
-# timed side by side.
-# Then the comparison. SDPA's flash backend is FlashAttention-2; its default on an H100/H200 is
-# cuDNN's Hopper kernel, which, like FlashAttention-3, gives the loads to producer warps and lets
-# two consumer warpgroups take turns, one running its exp2s while the other's matmuls run. This
-# kernel has no such overlap; RESULTS.md shows where that leaves it against both.
+    return print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "relative error", "ok"],
+                       floatfmt=".1e", title="Check: attention against float64 standard attention",
+                       note="ok: below the dtype's tolerance, relative: "
+                            + ", ".join(f"{dtype_name(d)} {t:g}" for d, t in TOLERANCE.items())
+                            + '. float32 inputs multiply in full fp32 ("ieee").')
 
 
 # %%
-def sdpa_flash(q, k, v, causal=False, backend="FLASH_ATTENTION"):
+chapter.run("check", check)
+
+# %% [markdown]
+# ## 7. Memory, measured: each implementation's peak (tuning.py)
+# Section 1's arithmetic, against what torch.cuda's allocator saw: standard attention's peak grows
+# with the scores until it runs out of memory; flash attention's is o, whatever the length.
+
+
+# %%
+chapter.run("peak", lambda: tuning.peak_memory({"standard": attention_standard, "flash": attention},
+                                               chapter.sizes(SIZES)["memory"]), gpu=True)
+
+# %% [markdown]
+# ## 8. Timing: against PyTorch's scaled_dot_product_attention
+# SDPA's flash backend is FlashAttention-2; its default on an H100/H200 is cuDNN's Hopper kernel,
+# which, like FlashAttention-3, gives the loads to producer warps (warps that only load) and lets
+# two consumer warpgroups (a warpgroup: 4 warps, which Hopper's largest matrix instruction, wgmma,
+# takes together) take turns, one running its exp2s while the other's matmuls run. This kernel has
+# no such overlap; the tables show where that leaves it against both. Then the roofline's points
+# (README).
+
+
+# %%
+def sdpa_flash(q, k, v, *, causal=False, backend="FLASH_ATTENTION"):
     """PyTorch's SDPA with one backend forced: by default its flash-attention backend
     (FlashAttention-2); "CUDNN_ATTENTION" is cuDNN's."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -410,76 +492,159 @@ def sdpa_flash(q, k, v, causal=False, backend="FLASH_ATTENTION"):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
 
-def bench_all(seqs, shapes=((4, 32, 64), (4, 16, 128)), dtypes=(torch.float16, torch.bfloat16)) -> bench.Table:
-    rows = []
+TIMING_NOTE = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). "
+               + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s = 4 B H seq^2 head_dim (half when causal) / kernel time; "
+               "'% of SDPA flash': the SDPA flash backend's time over this one's. 'standard' runs where its "
+               "scores fit in 40 GiB.")
+
+
+def bench_all(seqs, shapes, dtypes) -> list:
+    """One table per dtype and (batch, heads, head_dim): every implementation at each seq, causal and not."""
+    tables = []
     for dtype in dtypes:
         for B, H, D in shapes:
+            rows = []
             for seq in seqs:
                 for causal in (False, True):
                     q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-                    cases = {"Triton flash": lambda: attention(q, k, v, causal),
-                             "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
-                    if not INTERPRET:
-                        cases["SDPA flash backend"] = lambda: sdpa_flash(q, k, v, causal)
-                    if score_bytes(B, H, seq, torch.float32) * 2 < (40 << 30) or INTERPRET:
-                        cases["standard"] = lambda: attention_standard(q, k, v, causal)
-                    times = bench.side_by_side(cases)
+                    cases = {"Triton flash": lambda: attention(q, k, v, causal=causal),
+                             "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
+                             "SDPA flash backend": lambda: sdpa_flash(q, k, v, causal=causal)}
+                    if 2 * score_bytes(B, H, seq, torch.float32) < (40 << 30):
+                        cases["standard"] = lambda: attention_standard(q, k, v, causal=causal)
+                    ms = bench.side_by_side(cases)
                     flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
-                    ref = times.get("SDPA flash backend", times["SDPA default"])
-                    for name, ms in times.items():
-                        rows.append((dtype_name(dtype), f"{B} x {H} x {D}", seq, causal, name, ms * 1e3,
-                                     bench.tflops(flops, ms), 100 * ref / ms))
-    note = (f"{bench.stamp()}. {bench.TIMING_NOTE}{bench.SIDE_BY_SIDE_NOTE} TFLOP/s = 4 B H seq^2 head_dim "
-            "(half when causal) / kernel time; '% of SDPA flash' compares with torch's flash backend "
-            "(SDPA default on the CPU).")
-    return bench.print_table(rows, ["dtype", "B x H x head_dim", "seq", "causal", "implementation", "kernel µs",
-                                    "TFLOP/s", "% of SDPA flash"], title="Timing against PyTorch's SDPA", note=note)
+                    for name, t in ms.items():
+                        rows.append((seq, causal, name, t * 1e3, bench.tflops(flops, t),
+                                     100 * ms["SDPA flash backend"] / t))
+            tables.append(print_table(rows, ["seq", "causal", "implementation", "kernel µs", "TFLOP/s",
+                                             "% of SDPA flash"],
+                                      title=f"Timing against PyTorch's SDPA, {B} x {H} x {D}, {dtype_name(dtype)}",
+                                      note=TIMING_NOTE,
+                                      plot=dict(x="seq", y="TFLOP/s", series=["causal", "implementation"],
+                                                ceiling=None)))
+            print()
+    return tables
 
 
-# %% The script
-def main(argv=None) -> None:
-    from lesson05_flash_attention import tuning  # what most readers skip, in the lesson's second file
+def timing() -> list:
+    sizes = chapter.sizes(SIZES)
+    tables = bench_all(args.seqs or sizes["seqs"], sizes["shapes"], sizes["dtypes"])
+    B, H, seq, D = 4, 16, 4096, 128  # the roofline (README): FLOPs per byte, at one size
+    q, k, v = torch.randn(3, B, H, seq, D, device=DEVICE, dtype=torch.float16)
+    flops, nbytes = 4 * B * H * seq * seq * D, 2 * 4 * B * H * seq * D  # two matmuls; q, k, v read, o written
+    size = f"{B} x {H} x {seq} x {D} fp16"
+    points = roofline.points({("Triton attention", size): (lambda: attention(q, k, v), flops, nbytes),
+                              ("SDPA flash backend", size): (lambda: sdpa_flash(q, k, v), flops, nbytes)})
+    return [*tables, points]
 
-    def configs():
-        if args.full:
-            tuning.bench_configs()
-            backward.bench_configs()
-        else:  # a sweep of minutes on a GPU; the interpreter ignores num_warps and num_stages
-            print_recorded(__file__, "Block sizes", keep=lambda row: row["causal"] == "False")
 
-    def timing():
-        bench_all(args.seqs or sizes(args, SIZES), shapes=sizes(args, SHAPES),
-                  dtypes=(torch.float32,) if INTERPRET else (torch.float16, torch.bfloat16) if args.full
-                  else (torch.float16,))
-        backward.bench_backward(args.seqs or ([4096, 16384] if args.full else sizes(args, SIZES)[:1 if INTERPRET else None]),
-                                sizes(args, SHAPES), torch.float32 if INTERPRET else torch.float16)
-        if INTERPRET:  # beside the interpreter's numbers, the H200's
-            print_recorded(__file__, "Timing", keep=lambda row: row["dtype"] == "float16" and row["seq"] == "4096"
-                           and row["causal"] == "True")
-        B, H, seq, D = 4, 16, 4096, 128  # the roofline (README): FLOPs per byte, measured on a GPU
-        q, k, v = torch.randn(3, B, H, seq, D, device=DEVICE, dtype=torch.float16) if not INTERPRET else [None] * 3
-        flops, nbytes = 4 * B * H * seq * seq * D, 2 * 4 * B * H * seq * D  # two matmuls; q, k, v read, o written
-        roofline.points({("Triton attention", f"{B} x {H} x {seq} x {D} fp16"): (lambda: attention(q, k, v), flops, nbytes),
-                         ("SDPA flash backend", f"{B} x {H} x {seq} x {D} fp16"):
-                             (lambda: sdpa_flash(q, k, v), flops, nbytes)}, __file__)
+# %%
+chapter.run("bench", timing, gpu=True)
 
-        bench.offsets_cost(tuning.offsets_cases, __file__, run=args.full)  # int64 offsets' cost (lesson 2)
+# %% [markdown]
+# ## 9. Block sizes, side by side (tuning.py)
+# The autotuner's job done by hand: every candidate configuration of the sweep (BLOCK_M, BLOCK_N,
+# num_warps, num_stages) timed in turns, at seq 4096. GPU_CONFIGS (section 4) holds the winners.
 
-    sections = {
-        "trace": ("Trace: online softmax, then attention_kernel block by block (interpreter)",
-                  lambda: trace_section(trace, __file__, args.child)),
-        "memory": ("Memory (tuning.py)", lambda: tuning.memory_table([1024, 4096, 8192, 16384, 32768] if args.full else [1024, 4096, 16384])),
-        "check": ("Check: against float64 standard attention", check),
-        "grad": ("Training: the gradients (backward.py)", backward.grad_check),
-        "configs": ("Block sizes, side by side", configs),
-        "bench": ("Timing", timing),
-        "host": ("What a call costs the host (lesson 1, 'What a launch costs')",
-                 lambda: bench.host_costs("lesson05_flash_attention.tuning:host_cases", __file__)),
-    }
-    p = lesson_parser(__doc__, list(sections))
-    p.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ", help=sizes_help("sequence lengths", SIZES))
-    args = start_lesson(p, argv)
-    run_sections(args, sections)
 
-if __name__ == "__main__":
-    main()
+# %%
+chapter.run("configs", lambda: tuning.bench_configs(launch, attention_kernel, shapes=chapter.sizes(SIZES)["shapes"],
+                                                    causals=chapter.sizes(SIZES)["causal"]), gpu=True)
+
+# %% [markdown]
+# ## 10. What a call costs the host (tuning.py)
+# Lesson 1, section 12, takes a call's host cost apart; here: attention's, against SDPA's and the
+# bare launch of attention_kernel. The autotuned launch adds the autotuner's bookkeeping (its key
+# rebuilt from the arguments, the chosen configuration's settings merged in) to Triton's launch.
+
+
+# %%
+def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
+    return tuning.host_cases(attention, attention_kernel, GPU_CONFIGS[0])
+
+
+# %%
+chapter.run("host", lambda: bench.host_cost_table("lesson05_flash_attention.main:host_cases"), gpu=True)
+
+# %% [markdown]
+# ## 11. 64-bit offsets: what they cost here (tuning.py)
+# The launcher picks int32 offsets unless a tensor passes 2**31 elements (lesson 2 explains why and
+# when); here the same calls with int32, then int64, side by side.
+
+
+# %%
+chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, attention_kernel_tuned,
+                                                                       chapter.sizes(SIZES)["shapes"])), gpu=True)
+
+# %% [markdown]
+# ## 12. The backward (backward.py): the tiny problem again, traced beside autograd
+# Training needs dQ, dK, dV. backward.py's docstring derives them (FlashAttention-2's backward:
+# P recomputed from q, k and the forward's lse, never stored); here its kernels run on section 5's
+# problem, causal, the loss the sum of the outputs' first column: the key blocks' kernel first
+# (dK, dV), then the query blocks' (dQ), with torch's autograd of standard attention beside them.
+
+
+# %%
+def trace_backward() -> None:
+    torch.set_printoptions(precision=4, sci_mode=False)
+    q, k, v = tiny_problem()
+    o, lse = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
+    backward.trace(q, k, v, o, lse, attention_standard)
+
+
+# %%
+chapter.run("backward", trace_backward, trace=True)
+
+# %% [markdown]
+# ## 13. Training: the gradients against float64 autograd
+# dQ, dK, dV through attention (the registered operator: section 4) on awkward sizes: one row,
+# lengths that are not a multiple of any block, causal and not (more in tests/test_training.py).
+
+
+# %%
+def grad_check():
+    """Gradients through attention against torch's autograd of standard attention (common.checks.grad_errors)."""
+    rows = []
+    for dtype in DTYPES:
+        for B, H, seq, D in [(1, 1, 1, 64), (2, 3, 50, 32)]:
+            q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
+            for causal in (False, True):
+                errs = grad_errors(attention, attention_standard, [q, k, v], causal=causal)
+                rows.append((dtype_name(dtype), f"{B} x {H} x {seq} x {D}", causal,
+                             *(f"{e:.1e} ({t:.1e})" for e, t in errs), all(grad_ok(e, t) for e, t in errs)))
+    return print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "dQ", "dK", "dV", "ok"],
+                       title="Check: attention's gradients against float64 autograd",
+                       note=GRAD_NOTE + " torch's: standard attention (section 1) in the inputs' dtype.")
+
+
+# %%
+chapter.run("grad", grad_check)
+
+# %% [markdown]
+# ## 14. Timing the backward against SDPA's backends (backward.py)
+# Forward and backward side by side, against SDPA's FlashAttention-2 backend and cuDNN's (which
+# on Hopper works in FlashAttention-3's style, section 8). The backward is the gradient call.
+
+
+# %%
+def timing_backward() -> list:
+    impls = {"Triton flash": attention, "SDPA flash backend": sdpa_flash,
+             "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}
+    sizes = chapter.sizes(SIZES)
+    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"])
+
+
+# %%
+chapter.run("bench_backward", timing_backward, gpu=True)
+
+# %% [markdown]
+# ## 15. The backward's block sizes (backward.py)
+# Each candidate of the two backward kernels' lists, timed as the whole backward, with the other
+# kernel autotuned.
+
+
+# %%
+chapter.run("configs_backward", lambda: backward.bench_configs(
+    functools.partial(launch, attention_kernel_tuned), shapes=chapter.sizes(SIZES)["shapes"],
+    causals=chapter.sizes(SIZES)["causal"]), gpu=True)

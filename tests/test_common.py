@@ -1,14 +1,17 @@
-"""The shared helpers: input checks, the command line, PTX parsing, the profiler table, trace
-formatting, the results pages."""
+"""The shared helpers: input checks, a chapter's run, PTX parsing, the profiler table, trace
+formatting, the results pages, the launch helpers."""
 import argparse
+import os
+import sys
 
 import pytest
 import torch
 
-from conftest import DEVICE, INTERPRET
-from common import bench, profile, ptx
+from conftest import DEVICE, INTERPRET, ROOT
+from common import bench, chapter as chapter_module, profile, ptx, results
+from common.chapter import Chapter, positive_int, shape_arg
 from common.checks import check_tensors, dtype_name
-from common.cli import lesson_parser, positive_int, start_lesson
+from common.table import Table, print_table
 from common.trace import fmt, value_of
 
 
@@ -39,17 +42,83 @@ def test_check_tensors_never_suggests_moving_a_meta_tensor():
     assert ".to(" not in str(error.value)
 
 
-def test_command_line_sizes_and_sections(capsys):
-    assert positive_int("12") == 12
+SECTIONS = {"trace": "2. The trace", "check": "4. Correctness", "bench": "10. Timing"}
+STAMP = {"GPU": "NVIDIA H200", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0", "triton": "3.6.0",
+         "date": "2026-12-01", "copy bandwidth (measured)": "4228 GB/s"}
+
+
+def test_command_line_types():
+    assert positive_int("12") == 12 and shape_arg("4096x16384") == (4096, 16384)
     for bad in ("0", "-3", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             positive_int(bad)
-    parser = lesson_parser("Lesson 9: a test.\nMore.", ["trace", "check", "bench"])
-    args = start_lesson(parser, ["--skip", "trace", "bench"])
+    with pytest.raises(argparse.ArgumentTypeError, match="not a shape"):
+        shape_arg("4096")
+
+
+def test_a_chapter_reads_its_command_line_only_when_it_is_the_script(monkeypatch, capsys):
+    script = os.path.join(ROOT, "lesson01_vector_add", "main.py")
+    monkeypatch.setattr(sys, "argv", [script, "--skip", "trace", "bench"])
+    args = Chapter("lesson01_vector_add", "Lesson 9: a test.\nMore.", SECTIONS, running=True).start()
     assert args.sections == ["check"] and not args.full
-    assert capsys.readouterr().out.startswith("Mode: ")
+    assert capsys.readouterr().out.startswith("Mode: ")  # the banner, when running
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py", "-f", "kernel.json"])  # a notebook's kernel
+    assert Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True).start().sections == list(SECTIONS)
+    monkeypatch.setattr(sys, "argv", [script, "--sections", "plot"])
     with pytest.raises(SystemExit):
-        start_lesson(parser, ["--sections", "plot"])
+        Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True).start()
+    capsys.readouterr()
+    imported = Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=False)  # an import: defaults, silence
+    imported.start()
+    ran = []
+    imported.run("check", lambda: ran.append(1))
+    assert ran == [] and capsys.readouterr().out == ""
+    with pytest.raises(KeyError):
+        imported.run("plot", lambda: None)  # not a section of the chapter
+
+
+def page(tmp_path, lesson="lesson09_test") -> str:
+    """A results page for the fake lesson under tmp_path, with one recorded GPU section."""
+    folder = tmp_path / lesson
+    folder.mkdir()
+    timing = Table(["N", "GB/s"], [[256, 1500.25], [1024, 3000.5]], title="Timing, float32", note="A note.",
+                   plot=dict(x="N", y="GB/s", series=[], ceiling=4228.0, ceiling_label="copy"))
+    return results.write_page(str(folder), "Lesson 9: results", STAMP,
+                              [("check", "4. Correctness", [Table(["ok"], [[True]], title="Check")]),
+                               ("bench", "10. Timing", [timing, Table(["a"], [[1]], title="Another")])])
+
+
+def test_a_chapter_runs_its_sections_and_shows_the_record_where_a_gpu_is_needed(tmp_path, monkeypatch, capsys):
+    page(tmp_path)
+    monkeypatch.setattr(chapter_module, "ROOT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py"])
+    monkeypatch.setattr(chapter_module, "INTERPRET", True)
+    chapter = Chapter("lesson09_test", "Lesson 9: a test.", {**SECTIONS, "host": "12. Host"}, running=True)
+    chapter.start()
+    capsys.readouterr()
+    chapter.run("check", lambda: [print_table([[1]], ["x"], title="Kept"), print_table([[2]], ["y"])])
+    assert [t.title for t in chapter.tables["check"]] == ["Kept"]  # titled tables only
+    chapter.run("bench", lambda: 1 / 0, gpu=True)  # not run: its record is printed instead
+    chapter.run("bench", lambda: 1 / 0, gpu=True)
+    chapter.run("host", lambda: 1 / 0, gpu=True)
+    out = capsys.readouterr().out
+    assert out.count("=== 10. Timing ===") == 2 and out.count("| NVIDIA H200 | 580.159.04 |") == 1  # stamp once
+    assert out.count("| 1024 | 3000.5 |") == 2 and "### Another" in out and "![" not in out
+    assert "has no record of it yet" in out
+    assert chapter.results() == [("check", "4. Correctness", chapter.tables["check"])]
+
+
+def test_a_section_runs_in_a_child_process_and_its_tables_come_back(monkeypatch, capsys):
+    sys.path.insert(0, os.path.join(ROOT, "tests"))
+    import sections
+
+    monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
+    chapter = Chapter("lesson01_vector_add", "Doc.", {"t": "1. T"}, running=True)
+    tables = chapter.in_child(sections.a_table, interpret=True)
+    assert "printed in the child" in capsys.readouterr().out
+    assert [(t.title, t.rows, t.note) for t in tables] == [("From the child", [["a", 1.5]], "A note.")]
+    with pytest.raises(TypeError, match="not a lambda"):
+        chapter.in_child(lambda: None, interpret=False)
 
 
 def test_ptx_parsing():
@@ -64,24 +133,60 @@ def test_ptx_parsing():
     assert [ptx.access_bits(op) for op in ("ld.global.v4.b32", "ld.global.b32", "st.global.v2.b16")] == [128, 32, 32]
 
 
-def test_profiler_counts_the_kernels_of_each_implementation():
-    x = torch.randn(1024, device=DEVICE)
-    one = profile.kernels_launched(lambda: x + x)
-    assert sum(calls for _, calls, _ in one) == 1
-    assert "add" in one[0][0].lower()
-    many = profile.kernels_launched(lambda: (x * 2 + 1).tanh() * x)
-    assert sum(calls for _, calls, _ in many) == 4
-
-
-def test_print_table_records_titled_tables(capsys):
-    before = len(bench.TABLES)
-    table = bench.print_table([("a", 1.234)], ["name", "value"], title="T", note="A note.")
-    bench.print_table([("b", 2.0)], ["name", "value"])  # no title: printed, not recorded
+def test_print_table(capsys):
+    table = print_table([("a", 1.234)], ["name", "value"], title="T", note="A note.")
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "T" and "1.2" in out and out.splitlines()[4] == "A note."
-    assert bench.TABLES[before:] == [table]
     assert table.column("value") == [1.234] and "| a " in table.markdown()
-    assert "torch" in bench.stamp() and "triton" in bench.stamp()
+
+
+def test_results_page_written_and_read_back_by_section(tmp_path):
+    text = page(tmp_path)
+    assert (tmp_path / "lesson09_test" / "RESULTS.md").read_text() == text
+    lines = text.splitlines()
+    assert lines[0] == "# Lesson 9: results"
+    assert "| NVIDIA H200 | 580.159.04 | 13.0 | 2.11.0 | 3.6.0 | 2026-12-01 | 4228 GB/s |" in lines
+    assert [line for line in lines if line.startswith("## ")] == ["## 4. Correctness", "## 10. Timing"]
+    read = results.read_page(str(tmp_path / "lesson09_test" / "RESULTS.md"))
+    assert read["stamp"]["GPU"] == "NVIDIA H200" and list(read["sections"]) == ["check", "bench"]
+    tables = results.read_tables(read["sections"]["bench"])
+    assert [t["title"] for t in tables] == ["Timing, float32", "Another"]
+    assert tables[0]["rows"][1] == {"N": "1024", "GB/s": "3000.5"}
+    try:
+        import matplotlib  # noqa: F401
+        assert (tmp_path / "lesson09_test" / "results_bench_1.png").exists()
+    except ImportError:  # no plot without matplotlib; the tables are still written
+        assert "results_bench_1.png" not in text
+    assert results.read_page(str(tmp_path / "none.md")) is None
+
+
+def test_results_page_updated_section_by_section(tmp_path):
+    page(tmp_path)
+    folder = str(tmp_path / "lesson09_test")
+    results.update_page(folder, {**STAMP, "date": "2026-12-02"},
+                        [("check", "4. Correctness", [Table(["ok"], [[False]], title="Check", note="new note")])])
+    text = (tmp_path / "lesson09_test" / "RESULTS.md").read_text()
+    assert "Refreshed apart from the rest of this page: NVIDIA H200, torch 2.11.0, triton 3.6.0, 2026-12-02" in text
+    assert "new note" in text and "| False |" in text and "| True |" not in text
+    assert "| 1024 | 3000.5 |" in text  # the other section is as it was
+    read = results.read_page(os.path.join(folder, "RESULTS.md"))
+    assert list(read["sections"]) == ["check", "bench"]
+    with pytest.raises(SystemExit, match="measured with triton 3.6.0, this machine has 3.9.0"):
+        results.update_page(folder, {**STAMP, "triton": "3.9.0"}, [])
+    with pytest.raises(SystemExit, match="no section 'fourth'"):
+        results.update_page(folder, STAMP, [("fourth", "5. Fourth", [])])
+
+
+@pytest.mark.skipif(not INTERPRET, reason="on a GPU the command would run every benchmark")
+def test_results_refuse_the_interpreter(capsys):
+    assert results.main([]) == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().out
+
+
+def test_results_usage_errors(capsys):
+    assert results.main(["lesson02_softmax", "--sections"]) == 2
+    assert results.main(["--sections", "host", "lesson02_softmax"]) == 2
+    assert "lessons first" in capsys.readouterr().out
 
 
 def test_trace_formatting():
@@ -98,68 +203,6 @@ def test_gpu_kernel_names_in_profile():
     assert [name for name, _, _ in rows] == ["gelu_kernel"]
 
 
-def test_results_page_written_and_read_back(tmp_path, capsys):
-    from common import results
-
-    table = bench.Table(["N", "implementation", "GB/s"], [[256, "torch", 1000.0], [256, "Triton", 1500.25],
-                                                           [1024, "torch", 2000.0], [1024, "Triton", 3000.5]],
-                        title="Timing, float32", note="GB/s counts one read and one write.",
-                        plot=dict(x="N", y="GB/s", series=["implementation"], ceiling=4228.0, ceiling_label="copy"))
-    other = bench.Table(["a"], [[1]], title="Another table")
-    stamp = {"GPU": "NVIDIA H200", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0",
-             "triton": "3.6.0", "date": "2026-11-29", "copy bandwidth (measured)": "4228 GB/s"}
-    text = results.write_results(str(tmp_path), "Lesson 9: results", stamp, [table, other])
-    assert (tmp_path / "RESULTS.md").read_text() == text
-    lines = text.splitlines()
-    assert lines[0] == "# Lesson 9: results"
-    assert "| GPU | driver | CUDA | torch | triton | date | copy bandwidth (measured) |" in lines
-    assert "| NVIDIA H200 | 580.159.04 | 13.0 | 2.11.0 | 3.6.0 | 2026-11-29 | 4228 GB/s |" in lines
-    assert lines[lines.index("## Timing, float32") + 2] == "GB/s counts one read and one write."
-    assert "| 1024 | Triton           | 3000.5 |" in lines and "## Another table" in lines
-    try:
-        import matplotlib  # noqa: F401
-        assert (tmp_path / "results_1.png").exists() and "![Timing, float32](results_1.png)" in lines
-    except ImportError:  # no plot without matplotlib; the tables are still written
-        assert not (tmp_path / "results_1.png").exists() and "results_1.png" not in text
-    # and read back beside the interpreter's numbers: the stamp, then the rows asked for
-    results.print_recorded(str(tmp_path / "main.py"), "Timing", keep=lambda row: row["N"] == "1024")
-    out = capsys.readouterr().out
-    assert "| NVIDIA H200 | 580.159.04 |" in out and "3000.5" in out and "1500.25" not in out
-    results.print_recorded(str(tmp_path / "main.py"), "No such table")
-    assert "no table 'No such table'" in capsys.readouterr().out
-
-
-def test_results_page_updated_section_by_section(tmp_path):
-    from common import results
-
-    stamp = {"GPU": "NVIDIA H200", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0", "triton": "3.6.0",
-             "date": "2026-11-29"}
-    tables = [bench.Table(["a"], [[1]], title="First", note="old note"), bench.Table(["b"], [[2]], title="Second"),
-              bench.Table(["c"], [[3]], title="Third")]
-    results.write_results(str(tmp_path), "Lesson 9: results", stamp, tables)
-    results.update_results(str(tmp_path), stamp, [bench.Table(["a"], [[10]], title="First", note="new note"),
-                                                  bench.Table(["c"], [[30]], title="Third")])
-    lines = (tmp_path / "RESULTS.md").read_text().splitlines()
-    assert ("new note Refreshed apart from the rest of this page: NVIDIA H200, torch 2.11.0, triton 3.6.0, "
-            "2026-11-29 (common.results --sections).") in lines
-    assert "old note" not in lines and "|  10 |" in lines and "|  30 |" in lines
-    assert "|   2 |" in lines and [line for line in lines if line.startswith("## ")] == ["## First", "## Second", "## Third"]
-    with pytest.raises(SystemExit, match="measured with triton 3.6.0, this machine has 3.9.0"):
-        results.update_results(str(tmp_path), {**stamp, "triton": "3.9.0"}, tables[:1])
-    with pytest.raises(SystemExit, match="no table 'Fourth'"):
-        results.update_results(str(tmp_path), stamp, [bench.Table(["d"], [[4]], title="Fourth")])
-    with pytest.raises(SystemExit, match="print no table"):
-        results.update_results(str(tmp_path), stamp, [])
-
-
-@pytest.mark.skipif(not INTERPRET, reason="on a GPU the command would run every benchmark")
-def test_results_refuse_the_interpreter(capsys):
-    from common import results
-
-    assert results.main([]) == 2
-    assert "needs a CUDA GPU" in capsys.readouterr().out
-
-
 def test_side_by_side_takes_turns_and_keeps_the_median(monkeypatch):
     # The GPU path, with a fake clock that drifts: every case must see each phase of the drift.
     calls = []
@@ -169,7 +212,6 @@ def test_side_by_side_takes_turns_and_keeps_the_median(monkeypatch):
         calls.append(fn())
         return next(drift)
 
-    monkeypatch.setattr(bench, "INTERPRET", False)
     monkeypatch.setattr(bench, "kernel_time_ms", fake_kernel_time_ms)
     times = bench.side_by_side({"a": lambda: "a", "b": lambda: "b"}, rounds=3)
     assert calls == ["a", "b"] * 3
@@ -186,14 +228,22 @@ def test_roofline_arithmetic():
     assert attainable(ridge, 989, 3350) == pytest.approx(989)
 
 
-@pytest.mark.skipif(not INTERPRET, reason="on a GPU the points are timed: the results pages show them")
-def test_roofline_points_print_the_intensity_without_a_gpu(capsys):
-    from common import roofline
+def test_roofline_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    from common.roofline import plot
 
-    table = roofline.points({("add", "n"): (lambda: None, 10, 120), ("matmul", "n"): (lambda: None, 2e9, 6e6)},
-                            "lesson01_vector_add/main.py")
-    assert [row[4] for row in table.rows] == [10 / 120, 2e9 / 6e6]
-    assert "FLOP/byte" in capsys.readouterr().out
+    pts = [("01", "add", 1 / 12, 0.3), ("04", "matmul", 600.0, 700.0)]
+    assert plot(pts, 790.0, 4200.0, "NVIDIA H200", str(tmp_path / "r.png")) and (tmp_path / "r.png").stat().st_size > 0
+
+
+@pytest.mark.skipif(INTERPRET, reason="needs a GPU: the interpreter launches no CUDA kernels")
+def test_profiler_counts_the_kernels_of_each_implementation():
+    x = torch.randn(1024, device=DEVICE)
+    one = profile.kernels_launched(lambda: x + x)
+    assert sum(calls for _, calls, _ in one) == 1
+    assert "add" in one[0][0].lower()
+    many = profile.kernels_launched(lambda: (x * 2 + 1).tanh() * x)
+    assert sum(calls for _, calls, _ in many) == 4
 
 
 def test_launch_helpers_match_triton():
@@ -207,120 +257,44 @@ def test_launch_helpers_match_triton():
             assert cdiv(n, b) == triton.cdiv(n, b)
 
 
-def test_a_remembered_autotuner_choice_skips_the_autotuner(monkeypatch):
-    from common import launch
-    from lesson04_matmul import main as l4
+def test_traceable_hands_wrap_triton_every_default(monkeypatch):
+    # What torch.compile's tracer needs (every argument, defaults included), with a stand-in for
+    # torch.library.wrap_triton so that it runs without a GPU.
+    import triton
+    import triton.language as tl
 
-    a, b = torch.randn(40, 24, device=DEVICE), torch.randn(24, 8, device=DEVICE)
-    expected = l4.matmul(a, b, tma=False)  # the first call with this key: through the autotuner
-    key = (l4.matmul_kernel_tuned, (40, 8, 24, torch.float32))
-    assert key in launch.CHOSEN and launch.CHOSEN[key][1]["BLOCK_M"] > 0
-
-    def autotuner_called(*args, **kwargs):
-        raise AssertionError("the autotuner ran again")
-    monkeypatch.setattr(l4.matmul_kernel_tuned, "run", autotuner_called)
-    torch.testing.assert_close(l4.matmul(a, b, tma=False), expected)
-
-
-def test_the_launch_key_tells_apart_what_triton_compiles_apart():
-    from common.launch import specialization
-
-    scalars = [tuple(specialization([v])) for v in (1, 1.0, True, 16, 17, 2**31)]
-    assert len(set(scalars)) == len(scalars)  # 1 == 1.0 == True in Python, not to Triton
-    x = torch.zeros(64, device=DEVICE)
-    aligned, off_by_4, half, off_by_16 = (tuple(specialization([t])) for t in (x, x[1:], x.half(), x[4:]))
-    assert aligned != off_by_4 and aligned != half and aligned == off_by_16
-
-
-def test_launch_keeps_the_compiled_kernel_and_fills_in_the_rest(monkeypatch):
-    # common.launch's direct path, with a stand-in for a Triton kernel (so it runs without a GPU)
     from common import launch
 
+    @triton.jit
+    def kernel(x_ptr, n, BLOCK: tl.constexpr, PAD: tl.constexpr = False, TRACE: tl.constexpr = False):
+        pass
+
+    launched = []
     monkeypatch.setattr(launch, "INTERPRET", False)
-    monkeypatch.setattr(launch, "current_stream", lambda: 7)
-    calls = []
-
-    def body(x_ptr, n, BLOCK: int = 0, TRACE: bool = False):
-        """The kernel's parameters: all launch() reads of its Python function."""
-
-    class Compiled:  # what kernel[grid](...) returns: its launcher, and Triton's handle (with hooks)
-        function, packed_metadata = "the CUfunction", "num_warps and the like"
-
-        def run(self, g0, g1, g2, stream, function, metadata, launch_metadata, enter_hook, exit_hook, *args):
-            assert (stream, function, launch_metadata, enter_hook) == (7, "the CUfunction", None, None)
-            calls.append(("direct", (g0, g1, g2), args))
-
-        def __getitem__(self, grid):
-            return lambda *args: calls.append(("hooked", grid, args))
-
-    class Kernel:
-        fn = staticmethod(body)  # as a JITFunction holds its Python function
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: calls.append(("triton", grid, args, kwargs)) or Compiled()
-
-    kernel, x = Kernel(), torch.zeros(64)
-    for t in (x, x, x[1:], x[4:], x[4:]):  # x[1:]: 4 bytes off 16, compiled apart; x[4:]: 16 bytes on
-        launch.launch(kernel, lambda meta: (64 // meta["BLOCK"],), None, t, 64, BLOCK=16)
-    assert [c[0] for c in calls] == ["triton", "direct", "triton", "direct", "direct"]
-    _, grid, args = calls[1]
-    assert grid == (4, 1, 1) and args[0] is x and args[1:] == (64, 16, False)  # BLOCK, then TRACE's default
-    launch.launch(kernel, (4,), None, x, 64, BLOCK=32)  # another constexpr: Triton's path
-    assert calls[-1][0] == "triton"
-    monkeypatch.setattr(launch, "launch_hooks", lambda: True)  # a profiler listens: Triton's handle, which calls it
-    launch.launch(kernel, (4,), None, x, 64, BLOCK=32)
-    assert calls[-1][:2] == ("hooked", (4, 1, 1))
+    monkeypatch.setattr(launch, "wrap_triton", lambda k: {(4,): lambda *a, **kw: launched.append((k, a, kw))})
+    launch.traceable(kernel)[(4,)]("x", 8, BLOCK=16, TRACE=True)
+    launch.traceable(kernel)[(4,)]("x", 8, 16, True)  # given by position: no default added for them
+    assert launched == [(kernel, ("x", 8), {"BLOCK": 16, "TRACE": True, "PAD": False}),
+                        (kernel, ("x", 8, 16, True), {"TRACE": False})]
 
 
-@pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
-def test_a_kept_compiled_kernel_skips_tritons_launch_path(monkeypatch):
-    from lesson02_softmax import main as l2
+def test_needs_op_only_where_autograd_records_the_call():
+    from common.launch import needs_op
 
-    x = torch.randn(8, 100, device=DEVICE)
-    expected = l2.softmax(x, long_rows=False)
-    l2.softmax(x, long_rows=False)  # kept by now
-
-    def tritons_path(*args, **kwargs):
-        raise AssertionError("Triton's launch path ran")
-    monkeypatch.setattr(l2.softmax_kernel, "run", tritons_path)
-    torch.testing.assert_close(l2.softmax(x, long_rows=False), expected)
-    with pytest.raises(AssertionError, match="launch path ran"):  # 4 bytes off 16: compiled apart
-        l2.softmax(torch.randn(8, 101, device=DEVICE)[:, 1:], long_rows=False)
+    x = torch.ones(2, device=DEVICE)
+    assert not needs_op(x, 3) and needs_op(x, x.clone().requires_grad_())
+    with torch.no_grad():
+        assert not needs_op(x.clone().requires_grad_())
 
 
-@pytest.mark.skipif(INTERPRET, reason="the interpreter has no compiled kernels to keep")
-def test_a_launch_hook_hears_kept_kernels_too():
-    from triton import knobs
-    from lesson02_softmax import main as l2
-
-    x = torch.randn(8, 100, device=DEVICE)
-    l2.softmax(x, long_rows=False)  # kept by now
-    heard = []
-    hook = heard.append  # called with each launch's metadata
-    knobs.runtime.launch_enter_hook.add(hook)
-    try:
-        l2.softmax(x, long_rows=False)
-    finally:
-        knobs.runtime.launch_enter_hook.remove(hook)
-    assert len(heard) == 1
-    l2.softmax(x, long_rows=False)
-    assert len(heard) == 1
-
-
-def test_timing_cells_fit_the_headers():
-    from common import bench
-
-    cells = bench.timing_cells((0.002, 0.010), nbytes=4e6, ceiling=4000.0)
-    assert len(cells) == len(bench.TIMING_HEADERS)
-    if INTERPRET:  # only the interpreter's time: no GB/s of numpy
-        assert cells == [2.0]
-    else:
-        assert cells == pytest.approx([2.0, 10.0, 2000.0, 50.0])
+def test_timing_cells_fit_the_headers(monkeypatch):
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: 4000.0)
+    cells = bench.timing_cells(0.002, nbytes=4e6)
+    assert len(cells) == len(bench.TIMING_HEADERS) and cells == pytest.approx([2.0, 2000.0, 50.0])
 
 
 def test_plot_draws_several_columns(tmp_path):
     pytest.importorskip("matplotlib")
-    from common.bench import Table
     from common.results import plot
 
     table = Table(["N", "host µs", "kernel µs"], [[1024, 10.0, 1.0], [4096, 10.0, 3.0]], title="t")

@@ -64,8 +64,12 @@ def jobs_for(arch: int) -> dict:
         BLOCK_M, BLOCK_N, num_warps = tile_config(N)
         jobs[f"row_sum_kernel, bfloat16, N = {N}", True] = dict(
             module=l3, kernel="row_sum_kernel",
-            signature={**pointers("bf16", "x_ptr", "y_ptr"),
-                       **ints("M", "N", "stride_xm", "stride_xn", "stride_ym", "COLS_PER_PROGRAM")},
+            signature={**pointers("bf16", "x_ptr", "y_ptr"), **ints("M", "N", "stride_xm", "stride_xn")},
+            constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}, num_warps=num_warps)
+        jobs[f"row_sum_split_kernel, bfloat16, N = {N}", True] = dict(
+            module=l3, kernel="row_sum_split_kernel",
+            signature={"x_ptr": "*bf16", "partial_ptr": "*fp32",
+                       **ints("M", "N", "stride_xm", "stride_xn", "stride_pm", "COLS_PER_PROGRAM")},
             constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}, num_warps=num_warps)
     matmul_args = ints("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
     for dtype, config, must_fit in (("fp16", MATMUL_CONFIGS[0], False), ("bf16", MATMUL_CONFIGS[-1], True),

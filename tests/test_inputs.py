@@ -13,16 +13,16 @@ import triton.language as tl
 
 from conftest import DEVICE, INTERPRET
 from common.checks import index_type, rel_error
+import lesson01_vector_add.main as lesson01
+import lesson02_softmax.main as lesson02
+import lesson03_rowsum.main as lesson03
+import lesson04_matmul.main as lesson04
+import lesson05_flash_attention.main as lesson05
 from lesson01_vector_add.main import add, gelu
-from lesson01_vector_add.main import main as main01
 from lesson02_softmax.main import softmax
-from lesson02_softmax.main import main as main02
 from lesson03_rowsum.main import row_sum
-from lesson03_rowsum.main import main as main03
 from lesson04_matmul.main import matmul
-from lesson04_matmul.main import main as main04
 from lesson05_flash_attention.main import attention
-from lesson05_flash_attention.main import main as main05
 
 
 def sdpa(q, k, v, causal=False):
@@ -96,7 +96,7 @@ def test_offsets_past_2_31_under_the_interpreter():
     q = far_apart(3, 16).view(1, 1, 3, 16)
     k, v = torch.randn(2, 1, 1, 3, 16, device=DEVICE)
     for causal in (False, True):
-        assert rel_error(attention(q, k, v, causal), sdpa(q, k, v, causal)) < 1e-6
+        assert rel_error(attention(q, k, v, causal=causal), sdpa(q, k, v, causal)) < 1e-6
     # head dimensions 2^27 elements apart: (32 - 1) x 2^27 > 2^31, with short rows (float16: 8 GB virtual)
     k = torch.empty_strided((1, 1, 4, 32), (4, 4, 1, 2**27), device=DEVICE, dtype=torch.float16).normal_()
     q, v = torch.randn(2, 1, 1, 4, 32, device=DEVICE, dtype=torch.float16)
@@ -131,7 +131,7 @@ def test_past_2_31_on_a_gpu():
     base = torch.randn(3, 1, 4608, 8192, 64, device=DEVICE, dtype=torch.float16)  # 14.5 GB
     q, k, v = base[:, :, :, :2].transpose(2, 3)  # (1, 2, 4608, 64) each, row stride 2^19
     for causal in (False, True):
-        assert rel_error(attention(q, k, v, causal), sdpa(q, k, v, causal)) < 2e-3
+        assert rel_error(attention(q, k, v, causal=causal), sdpa(q, k, v, causal)) < 2e-3
     del base, q, k, v
     # attention with 129 x 1024 (batch, head) pairs of 256 x 64 (4.3 GB each): the last batch starts past 2^31
     q, k, v = torch.randn(3, 129, 1024, 256, 64, device=DEVICE, dtype=torch.float16)
@@ -203,11 +203,11 @@ def test_other_layouts_get_one_message_style():
             fn(bad)
 
 
-@pytest.mark.parametrize("main, argv", [
-    (main01, ["--sizes", "-5"]), (main02, ["--rows", "0"]), (main02, ["--sizes", "-1"]),
-    (main03, ["--shapes", "4x"]), (main03, ["--shapes", "4x5x6"]), (main03, ["--shapes", "0x100"]),
-    (main04, ["--sizes", "-64"]), (main05, ["--seqs", "-1"])])
-def test_bad_sizes_on_the_command_line_are_usage_errors(main, argv, capsys):
+@pytest.mark.parametrize("lesson, argv", [
+    (lesson01, ["--sizes", "-5"]), (lesson02, ["--rows", "0"]), (lesson02, ["--sizes", "-1"]),
+    (lesson03, ["--shapes", "4x"]), (lesson03, ["--shapes", "4x5x6"]), (lesson03, ["--shapes", "0x100"]),
+    (lesson04, ["--sizes", "-64"]), (lesson05, ["--seqs", "-1"])])
+def test_bad_sizes_on_the_command_line_are_usage_errors(lesson, argv, capsys):
     with pytest.raises(SystemExit) as exit_:
-        main(["--sections", "bench", *argv])
+        lesson.chapter.parser.parse_args(["--sections", "bench", *argv])
     assert exit_.value.code == 2 and "error: argument" in capsys.readouterr().err

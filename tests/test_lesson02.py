@@ -1,9 +1,14 @@
-"""Lesson 2: softmax against torch on awkward shapes and values, both kernels, the trace, bad input."""
+"""Lesson 2: softmax against torch on awkward shapes and values, both kernels, the trace, bad input,
+the chapter's runs."""
+import os
+
 import pytest
 import torch
+import triton.language as tl
 
-from conftest import DEVICE, assert_matches, run_trace
-from lesson02_softmax.main import MAX_ONE_PASS_N, check, main, softmax, softmax_naive, traffic
+from conftest import DEVICE, INTERPRET, ROOT, assert_matches, run_as_notebook, run_script, run_trace
+from lesson02_softmax.main import (MAX_ONE_PASS_N, check, grad_check, launch, memory_traffic, softmax, softmax_naive,
+                                   traffic)
 
 SHAPES = [(1, 1), (1, 7), (3, 5), (17, 1000), (4, 4097), (2, 40000)]
 
@@ -53,6 +58,23 @@ def test_naive_reference_and_traffic_counts():
     assert_matches(softmax_naive(x), torch.softmax(x, dim=1))
     moved = traffic(4096, 1024)
     assert moved["naive (5 steps)"] / moved["fused, one pass"] == pytest.approx(4.0, rel=1e-3)
+    table = memory_traffic(4096, 4096)  # section 1's table: arithmetic, on every machine
+    assert table.title == "Memory traffic, M = 4096, N = 4096"
+    assert [round(v, 3) for v in table.column("elements moved / MN")] == [8.001, 2.0, 3.0]
+
+
+@pytest.mark.parametrize("long_rows", [False, True], ids=["one_pass", "online"])
+def test_64_bit_offsets_give_the_same_result(long_rows):
+    # what section 11 times: the launcher handed the index type instead of asking common.checks.index_type
+    x = torch.randn(5, 3000, device=DEVICE)
+    narrow = launch(x, long_rows, index_type=tl.int32)
+    assert torch.equal(launch(x, long_rows, index_type=tl.int64), narrow)
+    assert torch.equal(softmax(x, long_rows=long_rows), narrow)
+
+
+def test_long_rows_is_keyword_only():
+    with pytest.raises(TypeError):
+        softmax(torch.randn(2, 3, device=DEVICE), True)
 
 
 @pytest.mark.parametrize(
@@ -96,19 +118,14 @@ def test_check_passes():
     assert all(check().column("ok"))
 
 
-def test_script_sections(capsys):
-    main(["--sections", "bench", "--rows", "4", "--sizes", "64", "--no-compile"])
-    out = capsys.readouterr().out
-    assert "Triton one pass" in out and "x torch.softmax" in out
-    with pytest.raises(SystemExit):
-        main(["--sections", "bench", "--rows", "0"])
-    assert "must be at least 1" in capsys.readouterr().err
+def test_grad_check_passes():
+    assert all(grad_check().column("ok"))
 
 
 def test_reduction_tree_rounds_and_the_shuffles_in_the_ptx():
     from lesson02_softmax.main import tree, tree_rounds
 
-    assert tree_rounds(range(1, 9)) == [[1, 2, 3, 4, 5, 6, 7, 8], [3, 7, 11, 15], [10, 26], [36]]  # the documents'
+    assert tree_rounds(range(1, 9)) == [[1, 2, 3, 4, 5, 6, 7, 8], [3, 7, 11, 15], [10, 26], [36]]  # the worked example
     assert len(tree_rounds([0] * 1024)) - 1 == 10
     counts = tree(4096)  # 4 warps: 5 shuffle rounds in a warp, 2 across the warps, for the max and for the sum
     assert counts["shfl.sync"] == 2 * (5 + 2) and counts["bar.sync"] >= 1 and counts["st.shared"] >= 1
@@ -116,3 +133,69 @@ def test_reduction_tree_rounds_and_the_shuffles_in_the_ptx():
 
 def test_float16_exp_limit(traced):
     assert traced["exp in float16 (max 65504; the kernel computes in fp32) overflows past x"] == [11.09]
+
+
+def test_runs_as_a_notebook_each_sections_output_under_its_cell():
+    cells = run_as_notebook("lesson02_softmax")
+    text = "".join(cells)
+    trace_cell = next(c for c in cells if "=== 5. The trace" in c)
+    assert "result = [[0.09  , 0.2447, 0.6652" in trace_cell and "(sums to 0.1616: wrong)" in trace_cell
+    assert "alpha = 0.3679" in trace_cell and "index_type(x) for that x = int64" in trace_cell
+    assert "Memory traffic, M = 4096, N = 4096" in next(c for c in cells if "=== 1. Softmax" in c)
+    assert "shfl.sync         |      14" in next(c for c in cells if "=== 6. What tl.max" in c)
+    assert "max |err|" in next(c for c in cells if "=== 7. Correctness" in c)
+    headings = [line for line in text.splitlines() if line.startswith("=== ")]
+    numbers = [int(h.split()[1].rstrip(".")) for h in headings]
+    assert numbers == sorted(numbers) and len(headings) == 9  # every section, numbered as in the code
+    assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
+    if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
+        assert text.count("This section needs a GPU") == 4
+        assert text.count("| GPU ") <= 1 and "interpreter µs" not in text
+
+
+def test_script_and_its_command_line():
+    done = run_script("lesson02_softmax", "--sections", "trace")
+    assert done.returncode == 0, done.stderr
+    assert "(sums to 0.1616: wrong)" in done.stdout and "=== 7." not in done.stdout
+    assert "Sections: traffic: 1. Softmax" in run_script("lesson02_softmax", "--help").stdout
+    for bad in (["--rows", "0"], ["--sizes", "-1"]):
+        done = run_script("lesson02_softmax", "--sections", "bench", *bad)
+        assert done.returncode == 2 and "must be at least 1" in done.stderr
+
+
+def test_the_sections_are_declared_in_reading_order_under_their_headings():
+    import re
+
+    from lesson02_softmax.main import SECTIONS
+
+    source = open(os.path.join(ROOT, "lesson02_softmax", "main.py")).read()
+    runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
+    assert runs == list(SECTIONS)  # each section run once, in the order declared
+    for name, heading in SECTIONS.items():
+        number = heading.split(".")[0]
+        assert re.search(rf"^# ## {number}[.-]", source, flags=re.M), f"no markdown heading for section {heading!r}"
+
+
+def test_the_chapter_imports_nothing_that_imports_it_back():
+    source = open(os.path.join(ROOT, "lesson02_softmax", "backward.py")).read()
+    assert "lesson02_softmax.main" not in source and "import main" not in source
+
+
+@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
+def test_timing_table_times_every_implementation():
+    from lesson02_softmax.main import bench_all
+
+    table = bench_all(64, [256, 4096], use_compile=False)
+    assert table.title == "Timing, float32, M = 64"
+    names = table.column("implementation")
+    assert names.count("Triton one pass") == 2 and names.count("Triton online") == 1
+    assert all(us > 0 for us in table.column("kernel µs"))
+
+
+@pytest.mark.skipif(INTERPRET, reason="the profiler's CUDA kernels need a GPU")
+def test_fusion_one_kernel_for_the_fused_softmax():
+    from lesson02_softmax.main import fusion
+
+    tables = {t.title: t for t in fusion(256, 1024, use_compile=False)}
+    assert len(tables["Kernels launched: naive (5 steps), M = 256, N = 1024"].rows) >= 4
+    assert tables["Kernels launched: Triton softmax, M = 256, N = 1024"].column("CUDA kernel") == ["softmax_kernel"]

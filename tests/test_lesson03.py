@@ -1,10 +1,15 @@
-"""Lesson 3: row_sum against a float64 sum, split and not, the trace, the split rule, bad input."""
+"""Lesson 3: row_sum against a float64 sum, split and not, the traces, the split rule, 64-bit offsets,
+bad input, the machine's arithmetic (waves, occupancy, coalescing), the chapter's runs."""
+import os
+import re
+
 import pytest
 import torch
+import triton.language as tl
 
-from conftest import DEVICE, run_trace
+from conftest import DEVICE, INTERPRET, ROOT, run_as_notebook, run_script, run_trace
 from common.device import sm_count
-from lesson03_rowsum.main import check, choose_splits, columns_per_program, main, row_sum, tile_config
+from lesson03_rowsum.main import check, choose_splits, columns_per_program, launch, row_sum, tile_config
 
 SHAPES = [(1, 1), (3, 7), (64, 1000), (5, 12345), (3, 70000), (1000, 33)]
 
@@ -36,8 +41,14 @@ def test_strided_views_and_empty():
     for x in (base.t(), base[::3], base[:, 1:129:2]):
         assert not x.is_contiguous()
         assert_sum_close(row_sum(x), x)
+        assert_sum_close(row_sum(x, splits=2), x)
     assert row_sum(torch.empty(0, 5, device=DEVICE)).shape == (0,)
     assert torch.equal(row_sum(torch.empty(3, 0, device=DEVICE)), torch.zeros(3, device=DEVICE))
+
+
+def test_splits_is_keyword_only():
+    with pytest.raises(TypeError):
+        row_sum(torch.ones(2, 3, device=DEVICE), 2)
 
 
 def test_split_rule_fills_the_gpu():
@@ -46,6 +57,13 @@ def test_split_rule_fills_the_gpu():
     programs_per_row = -(-N // columns_per_program(N, choose_splits(M, N)))
     assert M * programs_per_row >= 4 * sm_count()
     assert columns_per_program(N, choose_splits(M, N)) % tile_config(N)[1] == 0  # whole tiles
+
+
+@pytest.mark.parametrize("index_type", [tl.int32, tl.int64])
+@pytest.mark.parametrize("splits", [1, 4])
+def test_the_launcher_takes_the_offsets_type(index_type, splits):
+    x = torch.randint(-8, 8, (5, 20_000), device=DEVICE).float()  # integers: exact in any order
+    assert torch.equal(launch(x, splits, index_type=index_type), x.sum(dim=1))
 
 
 @pytest.mark.parametrize(
@@ -74,42 +92,54 @@ def traced():
     return run_trace("lesson03_rowsum.main")
 
 
+@pytest.fixture(scope="module")
+def traced_split():
+    return run_trace("lesson03_rowsum.main", "split_trace")
+
+
 def test_trace_reproduces_the_worked_example(traced):
     log = traced
-    accs = log["acc"][:3]  # the unsplit walk: lane accumulators after each tile
-    assert accs == [[[3.0, 1.0, 4.0, 1.0]], [[8.0, 10.0, 6.0, 7.0]], [[13.0, 13.0, 11.0, 15.0]]]
-    assert log["tl.sum(acc)"][0] == [52.0]
+    assert log["program"] == [0]  # one program: the tiled kernel, no split
+    assert log["columns"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    assert log["acc"] == [[[3.0, 1.0, 4.0, 1.0]], [[8.0, 10.0, 6.0, 7.0]], [[13.0, 13.0, 11.0, 15.0]]]
+    assert log["tl.sum(acc)"] == [[52.0]]
+
+
+def test_split_trace_reproduces_the_worked_example(traced_split):
+    log = traced_split
+    assert log["program (pid_m, pid_n)"] == [[0, 0], [0, 1], [0, 2]]
+    assert log["partial sum"] == [[9.0], [22.0], [21.0]]
     assert log["partial sums"] == [[9.0, 22.0, 21.0]]
-    assert log["row_sum"] == [52.0]  # the second launch: the kernel again, on the partial sums
-    assert log["program (pid_m, pid_n)"] == [[0, 0], [0, 0], [0, 1], [0, 2]]
+    assert log["program"] == [0]  # the second launch: the tiled kernel again, on the partial sums
+    assert log["acc"][-1] == [[9.0, 22.0, 21.0, 0.0]]  # its fourth lane masked off: 0
+    assert log["tl.sum(acc)"] == [[52.0]] and log["row_sum"] == [52.0]
 
 
 def test_check_passes():
     assert all(check().column("ok"))
 
 
-def test_script_sections(capsys):
-    main(["--sections", "waves", "bench", "--shapes", "8x64"])
-    out = capsys.readouterr().out
-    assert "programs per SM" in out and "torch.sum(dim=1)" in out
-    for bad in ("4x", "4x5x6", "0x100"):
-        with pytest.raises(SystemExit):
-            main(["--sections", "bench", "--shapes", bad])
-        assert "--shapes" in capsys.readouterr().err
-
-
 def test_waves_and_the_tail_effect():
     from lesson03_rowsum.main import waves
 
-    assert waves(160, 148) == (1, 12, 136)  # the documents' B200: a second wave of 12, 136 SMs idle
+    assert waves(160, 148) == (1, 12, 136)  # the worked example's B200: a second wave of 12, 136 SMs idle
     assert waves(110, 108) == (1, 2, 106)   # and A100: 2 programs in the second wave
     assert waves(264, 132) == (2, 0, 0) and waves(300, 132, per_sm=2) == (1, 36, 114)
+
+
+def test_waves_and_split_tables():
+    from lesson03_rowsum.main import split_table, waves_table
+
+    one = {row[0]: row[2] for row in waves_table().rows}
+    split = {row[0]: row[4] for row in split_table().rows}
+    assert one["4 x 16777216"] == 4 and split["4 x 16777216"] >= 4 * sm_count()
+    assert one["4096 x 16384"] == split["4096 x 16384"] == 4096  # enough rows: not split
 
 
 def test_occupancy_arithmetic():
     from lesson03_rowsum.main import occupancy
 
-    seed = occupancy(warps=4, registers=160)  # the documents' example: 20,480 registers per program
+    seed = occupancy(warps=4, registers=160)  # the worked example: 20,480 registers per program
     assert seed["registers"] == 3 and seed["programs"] == 3 and seed["occupancy"] == 0.1875
     assert seed["limited_by"] == "registers"
     assert occupancy(4, 93)["registers"] == 5   # 93 registers are allocated as 96: 65536 // (96 * 128)
@@ -126,8 +156,70 @@ def test_occupancy_table_reads_registers_from_ptxas():
     assert rows[0][5] < rows[1][5] or rows[0][4] != "registers"  # ... and, registers permitting, more occupancy
 
 
-def test_coalescing_lines_per_warp():
-    from lesson03_rowsum.coalescing import lines_per_warp
+def test_coalescing_lines_and_sectors_per_warp():
+    from lesson03_rowsum.coalescing import lines_per_warp, lines_table, sectors_per_warp
 
     assert lines_per_warp(1) == 1 and lines_per_warp(4096) == 32  # side by side: one 128-byte line; a row apart: 32
     assert lines_per_warp(1, itemsize=2) == 1 and lines_per_warp(2) == 2
+    assert sectors_per_warp(1) == 4 and sectors_per_warp(4096) == 32 and sectors_per_warp(1, itemsize=2) == 2
+    assert lines_table().column("% of fetched bytes used") == [100.0, 100.0, 50.0, 12.5]
+
+
+def test_runs_as_a_notebook_each_sections_output_under_its_cell():
+    from lesson03_rowsum.main import SECTIONS
+
+    cells = run_as_notebook("lesson03_rowsum")
+    text = "".join(cells)
+    trace_cell = next(c for c in cells if "=== 2. The trace" in c)
+    assert "acc = [[13., 13., 11., 15.]]" in trace_cell and "tl.sum(acc) = [52.]" in trace_cell
+    split_cell = next(c for c in cells if "=== 6. The trace of a split row" in c)
+    assert "partial sums = [ 9., 22., 21.]" in split_cell and "row_sum = 52." in split_cell
+    assert "max error / sum |x|" in next(c for c in cells if "=== 8. Correctness" in c)
+    headings = [line for line in text.splitlines() if line.startswith("=== ")]
+    assert [h.removeprefix("=== ").removesuffix(" ===") for h in headings] == list(SECTIONS.values())
+    assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
+    if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
+        # staircase, occupancy_timed, bench, offsets, host, coalescing
+        assert text.count("This section needs a GPU") == 6
+        assert text.count("| GPU ") <= 1 and "interpreter µs" not in text
+
+
+def test_script_and_its_command_line():
+    done = run_script("lesson03_rowsum", "--sections", "trace")
+    assert done.returncode == 0, done.stderr
+    assert "acc = [[13., 13., 11., 15.]]" in done.stdout and "=== 3." not in done.stdout
+    assert "Sections: trace: 2. The trace" in run_script("lesson03_rowsum", "--help").stdout
+    for bad, message in (("4x", "must be at least 1|not a whole number"), ("4x5x6", "is not a shape"),
+                         ("0x100", "must be at least 1")):
+        done = run_script("lesson03_rowsum", "--sections", "bench", "--shapes", bad)
+        assert done.returncode == 2 and re.search(message, done.stderr) and "--shapes" in done.stderr
+
+
+def test_the_sections_are_declared_in_reading_order_under_their_headings():
+    from lesson03_rowsum.main import SECTIONS
+
+    source = open(os.path.join(ROOT, "lesson03_rowsum", "main.py")).read()
+    runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
+    assert runs == list(SECTIONS)  # each section run once, in the order declared
+    for name, heading in SECTIONS.items():
+        number = heading.split(".")[0]
+        assert re.search(rf"^# ## {number}[.-]", source, flags=re.M), f"no markdown heading for section {heading!r}"
+
+
+@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
+def test_timing_tables_on_a_gpu():
+    from lesson03_rowsum.main import bench_all, occupancy_timed, staircase
+
+    rows = bench_all([(8, 64), (4, 1 << 16)]).rows
+    assert [row[1] for row in rows].count("torch.sum(dim=1)") == 2 and all(row[2] > 0 for row in rows)
+    assert "Triton row_sum, rows split (auto)" in [row[1] for row in rows]  # 4 rows: split
+    assert all(row[2] > 0 for row in occupancy_timed(M=256, N=16384).rows)
+    assert len(staircase(iters=100).rows) == 10
+
+
+@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
+def test_coalescing_timing_on_a_gpu():
+    from lesson03_rowsum import coalescing
+
+    rows = coalescing.timing(row_sum, M=256, N=1024).rows
+    assert len(rows) == 4 and all(row[2] > 0 for row in rows)

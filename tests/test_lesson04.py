@@ -1,14 +1,27 @@
 """Lesson 4: matmul against float64 on awkward shapes, views, dtypes and activations; the trace;
-the grouped order; the interpreter's bf16 trap; bad input."""
+the grouped order (and tl.swizzle2d, hopper.py's copy of it); the interpreter's bf16 trap; the TMA
+kernel; bad input; the chapter's runs."""
+import os
+import re
+
 import pytest
 import torch
+import triton
+import triton.language as tl
 
-from conftest import DEVICE, INTERPRET, run_trace
-from lesson04_matmul.hopper import HOPPER, copy_instructions, matmul_tma
-from common.checks import rel_error
-from lesson04_matmul.main import (A4, B4, TOLERANCE as TOL, check, main, matmul, matmul_plan, reference,
-                                  order_demo, tile_order, tiles_loaded, TINY, launch, matmul_kernel)
+from conftest import DEVICE, INTERPRET, ROOT, run_as_notebook, run_script, run_trace
+from common.checks import grad_errors, grad_ok, rel_error
+from lesson04_matmul.hopper import HOPPER, copy_instructions, launch_tma, matmul_kernel_tma_tuned
+from lesson04_matmul.main import (A4, B4, TINY, TOLERANCE, check, grad_check, grouped_pid, launch, matmul,
+                                  matmul_kernel, matmul_kernel_tuned, matmul_plan, order_demo, reference, tile_order,
+                                  tiles_loaded)
+
 SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
+
+
+def tolerance(dtype):
+    """The chapter's tolerance; float32 tighter under the interpreter, which multiplies it in full precision."""
+    return 1e-6 if INTERPRET and dtype == torch.float32 else TOLERANCE[dtype]
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
@@ -18,9 +31,9 @@ def test_matmul_matches_float64(shape, dtype, activation):
     M, N, K = shape
     a = torch.randn(M, K, device=DEVICE, dtype=dtype)
     b = torch.randn(K, N, device=DEVICE, dtype=dtype)
-    out = matmul(a, b, activation)
+    out = matmul(a, b, activation=activation)
     assert out.shape == (M, N) and out.dtype == dtype
-    assert rel_error(out, reference(a.double(), b.double(), activation)) < TOL[dtype]
+    assert rel_error(out, reference(a.double(), b.double(), activation)) < tolerance(dtype)
 
 
 def test_bfloat16_dot_is_not_garbage():
@@ -36,13 +49,24 @@ def test_transposed_and_strided_views():
     x, y = torch.randn(40, 72, device=DEVICE), torch.randn(56, 40, device=DEVICE)
     for a, b in ((x.t(), y.t()), (x[:, ::2].t()[:, :20], y[::2][:18, :20].t())):
         assert not a.is_contiguous()
-        assert rel_error(matmul(a, b), a.double() @ b.double()) < TOL[torch.float32]
+        assert rel_error(matmul(a, b), a.double() @ b.double()) < tolerance(torch.float32)
 
 
 def test_empty_and_k_zero():
     a, b = torch.randn(5, 0, device=DEVICE), torch.randn(0, 7, device=DEVICE)
-    assert torch.equal(matmul(a, b, "gelu"), torch.zeros(5, 7, device=DEVICE))
+    assert torch.equal(matmul(a, b, activation="gelu"), torch.zeros(5, 7, device=DEVICE))
     assert matmul(torch.randn(0, 3, device=DEVICE), torch.randn(3, 4, device=DEVICE)).shape == (0, 4)
+    leaf = a.clone().requires_grad_()  # through the operator too: K = 0 still has a gradient (of zeros)
+    out = matmul(leaf, b, activation="relu")
+    assert out.grad_fn is not None and torch.equal(out, torch.zeros(5, 7, device=DEVICE))
+
+
+def test_the_offsets_can_be_64_bit_on_request():
+    # section 18 times this: the launcher takes the index type as an argument; the answer is the same
+    a, b = torch.randn(70, 45, device=DEVICE), torch.randn(45, 50, device=DEVICE)
+    ref = launch(matmul_kernel, a, b, index_type=tl.int32, **TINY)
+    assert torch.equal(launch(matmul_kernel, a, b, index_type=tl.int64, **TINY), ref)
+    assert torch.equal(launch(matmul_kernel_tuned, a, b, index_type=tl.int64), launch(matmul_kernel_tuned, a, b))
 
 
 @pytest.mark.parametrize(
@@ -65,6 +89,12 @@ def test_bad_input(a, b, kwargs, error, message):
         matmul(a, b, **kwargs)
 
 
+def test_the_knobs_are_keyword_only():
+    a = torch.ones(3, 4, device=DEVICE)
+    with pytest.raises(TypeError):
+        matmul(a, a.t(), "relu")
+
+
 def test_plan_is_the_algorithm():
     A, B = torch.tensor(A4), torch.tensor(B4)
     assert torch.equal(matmul_plan(A, B), A @ B)
@@ -73,16 +103,37 @@ def test_plan_is_the_algorithm():
 
 
 def test_grouped_order_reads_fewer_tiles():
-    assert tiles_loaded(tile_order(9, 9, 1), 9, 9) == 90   # the source documents' numbers
+    assert tiles_loaded(tile_order(9, 9, 1), 9, 9) == 90   # the worked example's numbers
     assert tiles_loaded(tile_order(9, 9, 3), 9, 9) == 54
     for m, n, g in ((9, 9, 3), (7, 5, 3), (4, 10, 8)):      # every tile exactly once, any shape
         assert sorted(tile_order(m, n, g)) == [(i, j) for i in range(m) for j in range(n)]
 
 
+@triton.jit
+def both_orders_kernel(out_ptr, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
+    # each program stores its tile by main.py's grouped_pid and by tl.swizzle2d (hopper.py's kernel)
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_pid(pid, num_pid_m, num_pid_n, GROUP_M)
+    swizzled_m, swizzled_n = tl.swizzle2d(pid // num_pid_n, pid % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
+    tl.store(out_ptr + 4 * pid, pid_m)
+    tl.store(out_ptr + 4 * pid + 1, pid_n)
+    tl.store(out_ptr + 4 * pid + 2, swizzled_m)
+    tl.store(out_ptr + 4 * pid + 3, swizzled_n)
+
+
+@pytest.mark.parametrize("m, n, group", [(9, 9, 3), (7, 5, 3), (4, 10, 8), (5, 3, 1), (1, 1, 8), (10, 3, 4)])
+def test_swizzle2d_is_grouped_pid(m, n, group):
+    out = torch.full((m * n, 4), -1, dtype=torch.int32, device=DEVICE)
+    both_orders_kernel[(m * n,)](out, m, n, GROUP_M=group)
+    tiles = out.cpu().tolist()
+    assert [(pm, pn) for pm, pn, _, _ in tiles] == [(sm, sn) for _, _, sm, sn in tiles]
+    assert [(pm, pn) for pm, pn, _, _ in tiles] == tile_order(m, n, group)  # and what the chapter prints
+
+
 def test_relu_keeps_nan_like_torch():
     a = torch.tensor([[float("nan"), 1.0], [1.0, -1.0]], device=DEVICE)
     b = torch.eye(2, device=DEVICE)
-    out = matmul(a, b, "relu")
+    out = matmul(a, b, activation="relu")
     assert torch.isnan(out[0, 0]) and torch.isnan(torch.relu(a @ b)[0, 0])
     assert out[1].tolist() == [1.0, 0.0]
 
@@ -119,10 +170,8 @@ def test_check_passes():
     assert all(check().column("ok"))
 
 
-def test_script_sections(capsys):
-    main(["--sections", "tiles", "bench", "--sizes", "32"])
-    out = capsys.readouterr().out
-    assert "16 x 16 tiles" in out and "TFLOP/s" in out
+def test_grad_check_passes():
+    assert all(grad_check().column("ok"))
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -135,9 +184,21 @@ def test_tma_kernel(shape, dtype):
     a = torch.randn(M, K, device=DEVICE, dtype=dtype)
     b = torch.randn(K, N, device=DEVICE, dtype=dtype)
     for act in (None, "gelu"):
-        out = matmul_tma(a, b, act, programs=3)
-        assert rel_error(out, reference(a.double(), b.double(), act)) < TOL[dtype]
-    assert rel_error(matmul(a, b, tma=True), a.double() @ b.double()) < TOL[dtype]
+        out = launch_tma(matmul_kernel_tma_tuned, a, b, act, programs=3)
+        assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[dtype]
+    assert rel_error(matmul(a, b, tma=True), a.double() @ b.double()) < TOLERANCE[dtype]
+
+
+def test_the_tma_path_through_the_operator_and_its_backward():
+    # matmul() decides tma on the real tensors and hands the operator a plain bool; the gelu
+    # backward recomputes Z with the forward's choice, dA and dB take the pointer kernel
+    if not INTERPRET and not HOPPER:
+        pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
+    a = torch.randn(64, 32, device=DEVICE, dtype=torch.float16)
+    b = torch.randn(32, 48, device=DEVICE, dtype=torch.float16)
+    errs = grad_errors(lambda a, b: matmul(a, b, activation="gelu", tma=True), lambda a, b: reference(a, b, "gelu"),
+                       [a, b])
+    assert all(grad_ok(ours, theirs) for ours, theirs in errs), errs
 
 
 def test_tma_refuses_what_it_cannot_address():
@@ -153,7 +214,7 @@ def test_tma_refuses_what_it_cannot_address():
 def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
     # hopper.py's claim, checked in the compiled code for sm_90: Triton pipelines the pointer loads
     # with per-thread asynchronous copies; the descriptor loads become TMA bulk copies.
-    pointers, descriptors = copy_instructions().values()
+    pointers, descriptors = copy_instructions("lesson04_matmul.main").values()
     assert pointers["cp.async"] > 0 and pointers["cp.async.bulk.tensor"] == 0
     assert descriptors["cp.async.bulk.tensor"] > 0 and descriptors["cp.async"] == 0
     assert pointers["wgmma.mma_async"] > 0 and descriptors["wgmma.mma_async"] > 0
@@ -168,7 +229,7 @@ def test_matmul_picks_tma_where_it_can():
     assert names(lambda: matmul(a, a)) == ["matmul_kernel_tma"]
     assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel"]  # a column-major A: pointer loads
     assert names(lambda: matmul(a[:2048], a[:, :2048])) == ["matmul_kernel"]  # smaller: pointer loads
-    assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOL[torch.float16]
+    assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOLERANCE[torch.float16]
 
 
 @pytest.mark.skipif(INTERPRET or not HOPPER, reason="the TMA kernel's scratch memory: Hopper GPUs only")
@@ -180,10 +241,10 @@ def test_the_tma_path_runs_on_any_thread():
     a = torch.randn(256, 256, device=DEVICE, dtype=torch.float16)
     with ThreadPoolExecutor(1) as pool:
         c = pool.submit(matmul, a, a, tma=True).result()  # an error in the thread is raised here
-    assert rel_error(c, reference(a.double(), a.double())) < TOL[torch.float16]
+    assert rel_error(c, reference(a.double(), a.double())) < TOLERANCE[torch.float16]
 
 
-def test_the_documents_tile_arithmetic():
+def test_the_worked_examples_tile_arithmetic():
     from lesson04_matmul.main import tile_counts
 
     t = tile_counts(8, 8, 6, 2, 2, 2)  # A[8, 6] @ B[6, 8] in 2-blocks
@@ -200,14 +261,61 @@ def test_the_plan_adds_one_tile_product_per_round(capsys):
     assert "a @ b = [[1.0, 2.0], [5.0, 6.0]]" in out and "a @ b = [[6.0, 8.0], [14.0, 16.0]]" in out
 
 
-def test_library_kernels_by_shape(capsys):
-    from lesson04_matmul import hopper, library
-    from lesson04_matmul import main as l4
+def test_the_autotuners_choice_is_read_from_its_public_attribute():
+    # library.py names the configuration each call ran: the autotuner's best_config after the call
+    from lesson04_matmul.library import described
 
-    table = library.kernels_by_shape(l4.matmul, l4, hopper, sizes=(127, 128))
-    if INTERPRET:  # the profiler sees no kernels on the CPU: the H200's table instead
-        assert table is None and "Which kernel runs" in capsys.readouterr().out
-        return
+    a, b = torch.randn(40, 24, device=DEVICE), torch.randn(24, 8, device=DEVICE)
+    matmul(a, b, tma=False)
+    text = described(matmul_kernel_tuned.best_config)
+    assert re.fullmatch(r"\d+ x \d+ x \d+, \d+ warps, \d+ stages", text), text
+    if INTERPRET:  # the interpreter's one configuration
+        assert text.startswith("32 x 32 x 32")
+
+
+@pytest.mark.skipif(INTERPRET, reason="the profiler sees kernels on a GPU only")
+def test_library_kernels_by_shape():
+    from lesson04_matmul import hopper, library
+
+    autotuners = {"matmul_kernel": matmul_kernel_tuned, "matmul_kernel_tma": hopper.matmul_kernel_tma_tuned}
+    table = library.kernels_by_shape(matmul, autotuners, sizes=(127, 128))
     mine = [row for row in table.rows if row[1] == "matmul()"]
     assert [row[2] for row in mine] == ["matmul_kernel", "matmul_kernel"] and all("warps" in row[3] for row in mine)
     assert any(row[1] == "torch.matmul" for row in table.rows)
+
+
+def test_runs_as_a_notebook_each_sections_output_under_its_cell():
+    cells = run_as_notebook("lesson04_matmul")
+    text = "".join(cells)
+    trace_cell = next(c for c in cells if "=== 5. The trace" in c)
+    assert "C = [[ 7., 10.,  4.,  6.]," in trace_cell and "ks kept = 13" in trace_cell
+    assert "input tiles read by the first wave = 54" in next(c for c in cells if "=== 3. Grouped order" in c)
+    assert "relative error" in next(c for c in cells if "=== 8. Correctness" in c)
+    assert "wgmma.mma_async" in next(c for c in cells if "=== 16. Hopper" in c)  # compiled for sm_90, no GPU
+    headings = [line for line in text.splitlines() if line.startswith("=== ")]
+    numbers = [int(h.split()[1].rstrip(".")) for h in headings]
+    assert numbers == sorted(numbers) and len(headings) == 14  # every section, numbered as in the code
+    assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
+    if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
+        assert text.count("This section needs a GPU") == 8
+        assert text.count("| GPU ") <= 1 and "interpreter µs" not in text
+
+
+def test_script_and_its_command_line():
+    done = run_script("lesson04_matmul", "--sections", "trace")
+    assert done.returncode == 0, done.stderr
+    assert "ks kept = 13" in done.stdout and "=== 8." not in done.stdout
+    assert "Sections: tiles: 2. Why tiles" in run_script("lesson04_matmul", "--help").stdout
+    bad = run_script("lesson04_matmul", "--sections", "bench", "--sizes", "-5")
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_the_sections_are_declared_in_reading_order_under_their_headings():
+    from lesson04_matmul.main import SECTIONS
+
+    source = open(os.path.join(ROOT, "lesson04_matmul", "main.py")).read()
+    runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
+    assert runs == list(SECTIONS)  # each section run once, in the order declared
+    for name, heading in SECTIONS.items():
+        number = heading.split(".")[0]
+        assert re.search(rf"^# ## {number}[.-]", source, flags=re.M), f"no markdown heading for section {heading!r}"

@@ -1,13 +1,16 @@
-"""Lesson 5: flash attention against float64 standard attention; the online-softmax trace; bad input."""
+"""Lesson 5: flash attention against float64 standard attention; the traces' numbers (the online
+softmax, the kernel, the backward); bad input; the chapter's runs (notebook, script)."""
 import math
+import os
+import re
 
 import pytest
 import torch
 
-from conftest import DEVICE, INTERPRET, run_trace
+from conftest import DEVICE, INTERPRET, ROOT, run_as_notebook, run_script, run_trace
 from common.checks import rel_error
-from lesson05_flash_attention.main import TOLERANCE as TOL, attention, attention_standard, check, main
-from lesson05_flash_attention.tuning import memory_table
+from lesson05_flash_attention.main import (SCORES, SECTIONS, TOLERANCE as TOL, VALUES, attention, attention_standard,
+                                           check, online_softmax_demo)
 
 SHAPES = [(1, 1, 1, 16), (2, 3, 50, 32), (1, 2, 129, 64), (2, 1, 100, 128), (1, 1, 17, 64)]  # B, H, seq, D
 
@@ -17,9 +20,9 @@ SHAPES = [(1, 1, 1, 16), (2, 3, 50, 32), (1, 2, 129, 64), (2, 1, 100, 128), (1, 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_attention_matches_float64(shape, dtype, causal):
     q, k, v = (torch.randn(*shape, device=DEVICE, dtype=dtype) for _ in range(3))
-    out = attention(q, k, v, causal)
+    out = attention(q, k, v, causal=causal)
     assert out.shape == q.shape and out.dtype == dtype
-    assert rel_error(out, attention_standard(q.double(), k.double(), v.double(), causal)) < TOL[dtype]
+    assert rel_error(out, attention_standard(q.double(), k.double(), v.double(), causal=causal)) < TOL[dtype]
 
 
 def test_custom_scale_and_large_magnitudes():
@@ -40,6 +43,11 @@ def test_strided_inputs():
     assert not q.is_contiguous()
     ref = attention_standard(q.double(), k.double(), v.double())
     assert rel_error(attention(q, k, v), ref) < TOL[torch.float32]
+
+
+def test_empty_input():
+    q = torch.empty(2, 3, 0, 16, device=DEVICE)
+    assert attention(q, q, q).shape == q.shape
 
 
 @pytest.mark.parametrize(
@@ -69,17 +77,20 @@ def test_mixed_devices():
 def test_causal_must_be_a_bool(causal):
     q = torch.ones(1, 1, 8, 16, device=DEVICE)
     with pytest.raises(TypeError, match="causal must be True or False"):
-        attention(q, q, q, causal)
+        attention(q, q, q, causal=causal)
 
 
-@pytest.mark.skipif(INTERPRET, reason="measures GPU memory")
-def test_flash_memory_stays_linear():
-    table = memory_table([1024, 4096], B=1, H=8)
-    standard = [float(v) for v in table.column("standard: peak extra GiB")]
-    flash = [float(v) for v in table.column("flash: peak extra GiB")]
-    assert standard[1] > 10 * standard[0]           # the scores: 16x the memory for 4x the sequence
-    assert flash[1] <= 4.5 * flash[0] + 0.01        # q, k, v, o: 4x
-    assert flash[1] < standard[1] / 10
+def test_causal_and_sm_scale_are_keyword_only():
+    q = torch.ones(1, 1, 8, 16, device=DEVICE)
+    with pytest.raises(TypeError):
+        attention(q, q, q, True)
+
+
+def test_online_softmax_demo_matches_softmax():
+    result = online_softmax_demo(SCORES, VALUES, 4)
+    assert result["m"] == 5.0 and result["l"] == pytest.approx(result["l_ref"])
+    assert result["out"] == pytest.approx(result["ref"])
+    assert result["l"] == pytest.approx(1.6031, abs=1e-4)  # the worked example's running sum after both blocks
 
 
 @pytest.fixture(scope="module")
@@ -87,21 +98,28 @@ def traced():
     return run_trace("lesson05_flash_attention.main")
 
 
-def test_trace_online_softmax_and_kernel(traced):
+def test_trace_reproduces_the_worked_example(traced):
     log = traced
     # the kernel's first program, row 0, after key blocks 0 and 1: the online-softmax demo's numbers
     assert log["l"][0][0] == pytest.approx(1.5530, abs=1e-4) and log["l"][1][0] == pytest.approx(1.6031, abs=1e-4)
     assert log["alpha"][1][0] == pytest.approx(math.exp(3 - 5), abs=1e-4)
-    scores = torch.tensor([1.0, 3.0, 0.0, 2.0, 5.0, 1.0, 4.0, 0.0])
-    values = torch.tensor([[1.0, 0], [0, 1], [1, 1], [2, 0], [0, 2], [1, 0], [0, 1], [1, 1]])
-    row0 = torch.softmax(scores, dim=0) @ values
+    row0 = torch.softmax(SCORES, dim=0) @ VALUES
     assert log["output"][0][0] == pytest.approx(row0.tolist(), abs=1e-5)
     # two programs non-causal, each over key blocks 0 and 1; then causal, where query block 0 stops
     # after key block 0 (block 1 lies above the diagonal) and query block 1 takes both
     assert log["program (query block, batch x head)"] == [[0, 0], [1, 0], [0, 0], [1, 0]]
     assert log["key block"] == [0, 1, 0, 1, 0, 0, 1]
     assert log["scores (natural units)"][-1][0][1] == float("-inf")  # key 5 is after query 4: masked
-    # the backward, causal: key block 0 takes query block 0 (its diagonal) then 1; key block 1 only 1
+
+
+@pytest.fixture(scope="module")
+def traced_backward():
+    return run_trace("lesson05_flash_attention.main", "trace_backward")
+
+
+def test_backward_trace_matches_autograd(traced_backward):
+    log = traced_backward
+    # causal: key block 0 takes query block 0 (its diagonal) then 1; key block 1 only 1
     assert log["dK, dV program (key block, batch x head)"] == [[0, 0], [1, 0]]
     assert log["query block"] == [0, 1, 1]
     assert log["dQ program (query block, batch x head)"] == [[0, 0], [1, 0]]
@@ -112,16 +130,90 @@ def test_check_passes():
     assert all(check().column("ok"))
 
 
-def test_script_sections(capsys):
-    main(["--sections", "bench", "--seqs", "32"])
-    out = capsys.readouterr().out
-    assert "Triton flash" in out and "TFLOP/s" in out
+def test_runs_as_a_notebook_each_sections_output_under_its_cell():
+    cells = run_as_notebook("lesson05_flash_attention")
+    text = "".join(cells)
+    online_cell = next(c for c in cells if "=== 2. Online softmax" in c)
+    assert "l = 1.6031" in online_cell and "o / l = [0.0934, 1.5699]" in online_cell
+    trace_cell = next(c for c in cells if "=== 5. The trace" in c)
+    assert "l = [1.6031, 2.6023, 3.5096, 1.6031]" in trace_cell and "[0.0934, 1.5699]," in trace_cell
+    backward_cell = next(c for c in cells if "=== 12. The backward" in c)
+    assert "max |dQ - autograd's|" in backward_cell and "dV so far" in backward_cell
+    assert "relative error" in next(c for c in cells if "=== 6. Correctness" in c)
+    headings = [line for line in text.splitlines() if line.startswith("=== ")]
+    numbers = [int(h.split()[1].rstrip(".")) for h in headings]
+    assert numbers == sorted(numbers) and len(headings) == len(SECTIONS)  # every section, numbered as in the code
+    assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
+    if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
+        assert text.count("This section needs a GPU") == 7
+        assert text.count("| GPU ") <= 1 and "interpreter µs" not in text
 
 
+def test_script_and_its_command_line():
+    done = run_script("lesson05_flash_attention", "--sections", "trace")
+    assert done.returncode == 0, done.stderr
+    assert "l = [1.6031, 2.6023, 3.5096, 1.6031]" in done.stdout and "=== 6." not in done.stdout
+    assert "Sections: memory: 1. Standard attention" in run_script("lesson05_flash_attention", "--help").stdout
+    bad = run_script("lesson05_flash_attention", "--sections", "bench", "--seqs", "-1")
+    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+
+
+def test_the_sections_are_declared_in_reading_order_under_their_headings():
+    source = open(os.path.join(ROOT, "lesson05_flash_attention", "main.py")).read()
+    runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
+    assert runs == list(SECTIONS)  # each section run once, in the order declared
+    for name, heading in SECTIONS.items():
+        number = heading.split(".")[0]
+        assert re.search(rf"^# ## {number}[.-]", source, flags=re.M), f"no markdown heading for section {heading!r}"
+
+
+@pytest.mark.skipif(INTERPRET, reason="measures GPU memory")
+def test_flash_memory_stays_linear():
+    from lesson05_flash_attention.tuning import peak_memory
+
+    table = peak_memory({"standard": attention_standard, "flash": attention}, [1024, 4096], B=1, H=8)
+    standard = [float(v) for v in table.column("standard: peak extra GiB")]
+    flash = [float(v) for v in table.column("flash: peak extra GiB")]
+    assert standard[1] > 10 * standard[0]           # the scores: 16x the memory for 4x the sequence
+    assert flash[1] <= 4.5 * flash[0] + 0.01        # q, k, v, o: 4x
+    assert flash[1] < standard[1] / 10
+
+
+@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
 def test_bench_configs_ranks_every_candidate():
+    from lesson05_flash_attention.main import attention_kernel, launch
     from lesson05_flash_attention.tuning import bench_configs
 
-    table = bench_configs(32, configs=[(16, 16, 4, 3), (32, 16, 4, 3)], shapes=((1, 1, 16),), dtype=torch.float32)
+    table = bench_configs(launch, attention_kernel, 256, configs=[(64, 32, 4, 2), (64, 64, 4, 3)],
+                          shapes=((1, 2, 64),), dtype=torch.float16)
     assert len(table.rows) == 4  # 2 configurations x (causal, not causal)
     best = table.column("% of best")
     assert max(best[:2]) == pytest.approx(100.0) and max(best[2:]) == pytest.approx(100.0) and min(best) > 0
+
+
+@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
+def test_backward_bench_configs_ranks_every_candidate():
+    import functools
+
+    from lesson05_flash_attention import backward
+    from lesson05_flash_attention.main import attention_kernel_tuned, launch
+
+    table = backward.bench_configs(functools.partial(launch, attention_kernel_tuned), 256, shapes=((1, 2, 64),),
+                                   causals=(True,))
+    assert len(table.rows) == len(backward.DKDV_CONFIGS) + len(backward.DQ_CONFIGS)
+    assert all(row[-1] > 0 for row in table.rows)
+
+
+@pytest.mark.skipif(INTERPRET, reason="the offsets' cost is a GPU measurement")
+def test_offsets_cases_take_the_index_type():
+    import triton.language as tl
+
+    from lesson05_flash_attention.main import attention_kernel_tuned, launch
+    from lesson05_flash_attention.tuning import offsets_cases
+
+    cases = offsets_cases(launch, attention_kernel_tuned, [(1, 2, 64)], seq=256)
+    assert len(cases) == 2
+    for fn in cases.values():
+        o32, lse32 = fn(tl.int32)
+        o64, lse64 = fn(tl.int64)
+        torch.testing.assert_close(o32, o64)

@@ -8,16 +8,15 @@ import torch
 from conftest import DEVICE, INTERPRET
 from common.checks import grad_errors, grad_ok
 from lesson01_vector_add.main import add, gelu, grad_check as grad_check01
-from lesson02_softmax.backward import grad_check as grad_check02, softmax_backward
-from lesson02_softmax.main import softmax
+from lesson02_softmax.backward import softmax_backward
+from lesson02_softmax.main import grad_check as grad_check02, softmax
 from lesson03_rowsum.main import grad_check as grad_check03, row_sum
-from lesson04_matmul.backward import grad_check as grad_check04
-from lesson04_matmul.main import matmul, reference
+from lesson04_matmul.main import grad_check as grad_check04, matmul, reference
 from lesson05_flash_attention import backward
-from lesson05_flash_attention.main import attention, attention_standard
+from lesson05_flash_attention.main import attention, attention_standard, grad_check as grad_check05
 
 
-@pytest.mark.parametrize("grad_check", [grad_check01, grad_check02, grad_check03, grad_check04, backward.grad_check])
+@pytest.mark.parametrize("grad_check", [grad_check01, grad_check02, grad_check03, grad_check04, grad_check05])
 def test_every_lessons_gradients_match_float64(grad_check):
     assert all(grad_check().column("ok"))
 
@@ -39,8 +38,9 @@ def test_the_backward_in_tiny_blocks_matches_autograd():
     for causal in (False, True):
         o, lse = main.launch(main.attention_kernel, q, k, v, causal, 0.7, BLOCK_M=4, BLOCK_N=4)
         do = torch.randn_like(o)
-        ours = backward.launch(do, q, k, v, o, lse, causal, 0.7, backward.dkdv_kernel, backward.dq_kernel,
-                               dict(BLOCK_M=4, BLOCK_N=4), dict(BLOCK_M=4, BLOCK_N=4))
+        ours = backward.launch_backward(do, q, k, v, o, lse, causal, 0.7, dkdv=backward.dkdv_kernel,
+                                        dq=backward.dq_kernel, dkdv_meta=dict(BLOCK_M=4, BLOCK_N=4),
+                                        dq_meta=dict(BLOCK_M=4, BLOCK_N=4))
         leaves = [t.double().requires_grad_() for t in (q, k, v)]
         attention_standard(*leaves, causal=causal, sm_scale=0.7).backward(do.double())
         for grad, leaf in zip(ours, leaves):
@@ -50,7 +50,7 @@ def test_the_backward_in_tiny_blocks_matches_autograd():
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
 def test_matmul_gradients_through_views_and_ragged_tiles(activation):
     a, b = torch.randn(255, 127, device=DEVICE).t(), torch.randn(33, 255, device=DEVICE).t()  # (127, 255) @ (255, 33)
-    errs = grad_errors(lambda a, b: matmul(a, b, activation, precision="ieee"),
+    errs = grad_errors(lambda a, b: matmul(a, b, activation=activation, precision="ieee"),
                        lambda a, b: reference(a, b, activation), [a, b])
     assert all(grad_ok(ours, theirs) for ours, theirs in errs), errs
 

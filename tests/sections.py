@@ -1,0 +1,7 @@
+"""Sections for tests/test_common.py's runs of common.chapter in a child process."""
+from common.table import print_table
+
+
+def a_table():
+    print("printed in the child")
+    return [print_table([("a", 1.5)], ["name", "value"], title="From the child", note="A note."), None]
