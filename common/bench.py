@@ -176,8 +176,9 @@ def offsets_cost(cases: dict) -> Table:
 TIMING_HEADERS = ["kernel µs", "GB/s", "% of copy"]
 TIMING_NOTE = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). GB/s: "
                "the bytes the operation must move (each input read once, the output written once) over that time; "
-               "'% of copy': of the measured copy bandwidth. A small kernel's caller pays its host cost instead, "
-               "when that is larger: the lesson's 'Host cost per call' table.")
+               "'% of copy': of the measured copy bandwidth, which a kernel that reads more than it writes can pass "
+               "a little (a copy reads and writes equally, and memory streams reads alone faster than a mix). A small "
+               "kernel's caller pays its host cost instead, when that is larger: the lesson's 'Host cost per call' table.")
 
 
 def timing_cells(ms: float, nbytes: float) -> list:

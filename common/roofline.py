@@ -49,7 +49,9 @@ def points(cases: dict) -> Table:
                        title=TITLE, floatfmt=".3g",
                        note=f"FLOPs and bytes are the algorithm's (each input read once, each output written once), "
                             f"except where the name says otherwise. Roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} "
-                            f"GB/s x FLOP/byte), both measured (bf16 matmul, device copy). {bench.SIDE_BY_SIDE_NOTE}")
+                            f"GB/s x FLOP/byte), both measured (bf16 matmul, device copy); a memory-bound kernel's '% of "
+                            "roofline' is its share of the copy's rate, which it can pass a little, as '% of copy' can. "
+                            f"{bench.SIDE_BY_SIDE_NOTE}")
 
 
 def plot(pts: list, peak: float, bandwidth: float, gpu: str, path: str) -> bool:

@@ -482,7 +482,7 @@ def bench_all(sizes, dtype=torch.float32, use_compile: bool = True, gelu_cuda=No
                                  ceiling_label="device copy (measured)"))
 
 
-def timing() -> list:
+def timing_section() -> list:
     gelu_cuda = cuda_cpp.built_and_checked()
     table = bench_all(args.sizes or chapter.sizes(SIZES), getattr(torch, args.dtype), args.compile, gelu_cuda)
     n = 1 << 26  # the roofline (README): FLOPs per byte at the largest size
@@ -497,7 +497,7 @@ def timing() -> list:
 
 
 # %%
-chapter.run("bench", timing, gpu=True)
+chapter.run("bench", timing_section, gpu=True)
 
 # %% [markdown]
 # ## 11. How to time a GPU call, and how not to (timing.py)

@@ -240,9 +240,10 @@ def graphs(add, n: int = 4096, chain: int = 10):
                      bench.call_time_ms(lambda: compiled(x, y)) * 1e3 / chain, ok))
     return print_table(rows, ["add", "how the chain runs", "µs per add", "correct"],
                        title=f"CUDA graphs: {chain} adds of {n} floats in a row",
-                       note=f"Time per add = time per chain (calls back to back, bench.call_time_ms) / {chain}, in a "
-                            f"fresh process. torch.compile fuses the {chain} adds into one kernel before recording "
-                            "it: both cures at once.")
+                       note=f"Time per add = time per chain (calls back to back, bench.call_time_ms) / {chain}, in one "
+                            f"fresh process (a process's host can be up to 1.5x slower than another's; the 'Host cost "
+                            f"per call' table keeps the best of three). torch.compile fuses the {chain} adds into one "
+                            "kernel before recording it: both cures at once.")
 
 
 # %% [markdown]

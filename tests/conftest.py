@@ -40,16 +40,19 @@ def run_trace(module: str, function: str = "trace") -> dict:
 
 # Runs a lesson's main.py as Jupyter or VS Code would: its `# %%` cells in order, in one namespace
 # named __main__, without __file__, from the lesson's own folder, with a kernel's arguments on the
-# command line (which are not the lesson's).
+# command line (which are not the lesson's). Like IPython, it files each cell's source under a name
+# of its own in linecache, where inspect (and so @triton.jit, which reads a kernel's source) finds it.
 NOTEBOOK = """
-import re, sys
+import linecache, re, sys
 sys.argv = ["ipykernel_launcher.py", "-f", "/tmp/kernel-1234.json"]
 source = open("main.py").read()
 cells = re.split(r"^# %%.*$", source, flags=re.M)
 namespace = {"__name__": "__main__"}
 for i, cell in enumerate(cells):
     print(f"@@CELL {i}@@")
-    exec(compile(cell, f"<cell {i}>", "exec"), namespace)
+    name = f"<ipython-input-{i}>"
+    linecache.cache[name] = (len(cell), None, cell.splitlines(True), name)
+    exec(compile(cell, name, "exec"), namespace)
 """
 
 

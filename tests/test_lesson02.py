@@ -150,7 +150,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
         assert text.count("This section needs a GPU") == 4
-        assert text.count("| GPU ") <= 1 and "interpreter µs" not in text
+        assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text
 
 
 def test_script_and_its_command_line():
