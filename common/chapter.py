@@ -4,7 +4,7 @@ GPU is needed.
 Each lesson's main.py is a chapter in `# %%` cells. Its first cells declare the sections, in the
 order they are read, and parse the command line:
 
-    SECTIONS = {"trace": "3. The trace: add_kernel, program by program", ...}
+    SECTIONS = {"trace": "2. The trace: add_kernel, program by program", ...}
     chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__")
     args = chapter.start()
 

@@ -1,6 +1,6 @@
 """Lesson 1, beside Triton: the same GELU in CUDA C++.
 
-The source documents write GELU by hand in CUDA C++ and bind it to Python with PyTorch's
+A GELU written by hand in CUDA C++, bound to Python with PyTorch's
 `torch.utils.cpp_extension.load_inline`, which writes the source to disk, compiles it with nvcc
 and ninja, and imports the result. Reading it next to `gelu_kernel` shows what Triton does for
 us: a CUDA kernel is written for ONE thread, a Triton kernel for one program (a block of
@@ -21,10 +21,10 @@ import torch.nn.functional as F
 
 from common.table import print_table
 
-# The kernel is the source documents' one. Two changes, both marked: float constants (0.5 and
-# 1.0 written as doubles would make the compiler do the arithmetic in float64) and PyTorch's
-# current stream (the documents launch on the default stream, which ignores torch.cuda.stream()
-# and cannot be captured in a CUDA graph).
+# The textbook kernel, one thread per element, with two details worth copying, both marked: float
+# constants (0.5 and 1.0 written as doubles would make the compiler do the arithmetic in float64)
+# and PyTorch's current stream (the default stream ignores torch.cuda.stream() and cannot be
+# captured in a CUDA graph).
 SOURCE = r"""
 #include <ATen/cuda/CUDAContext.h>
 

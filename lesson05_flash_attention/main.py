@@ -52,9 +52,9 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "configs_backward": "15. The backward's block sizes (backward.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
-# 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8-15; dtypes: section 8's;
-# memory: section 7's sequence lengths (section 1 takes the full list); backward: section 14's
-# sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases.
+# 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
+# section 8's; memory: section 7's sequence lengths (section 1 takes the full list); backward: section
+# 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases.
 SIZES = {
     "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
                   backward=[4096], causal=[False]),
@@ -305,7 +305,7 @@ def attention_kernel(
 # and keeps the fastest, except below 512 queries, where timing them costs more than it saves and
 # the last (the smallest) runs untimed; under the interpreter one small configuration runs. A
 # configuration also sets num_warps, the warps (groups of 32 threads that run in lockstep: lesson
-# 1, section 7) that share a program's work. The K/V blocks in flight wait in shared memory, and GPUs
+# 1, section 1) that share a program's work. The K/V blocks in flight wait in shared memory, and GPUs
 # have 64 KB (T4) to 227 KB (H100) of it per program: the autotuner skips a configuration that does
 # not fit, and the last fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no
 # tensor cores that Triton uses).
