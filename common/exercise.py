@@ -1,0 +1,522 @@
+"""Exercises: you write the kernel; this checks it, stage by stage, and stops at the first stage
+that fails, with one plain message.
+
+An exercise file (lessonNN_*/exercises/<name>.py) holds the statement, the stub you edit, the
+launcher (unless writing it is the point) and, at its end, an `Exercise` naming the cases.
+Running the file checks your work:
+
+    python lesson01_vector_add/exercises/axpy.py              # check it
+    python lesson01_vector_add/exercises/axpy.py --hint       # the next hint
+    python lesson01_vector_add/exercises/axpy.py --solution   # the reference solution, same checks
+    python lesson01_vector_add/exercises/axpy.py --bench      # on a GPU: yours against the solution
+    python -m common.exercise                                 # your progress over every lesson
+
+The stages, in order:
+1. started: the stub as shipped is "not started" (and `--hint` says where to begin);
+2. runs: under Triton's interpreter; an error becomes one sentence naming your line;
+3. memory: every load and store checked against the tensors' bounds before it happens
+   (common/accesses.py), no input written, every output element written by exactly one program;
+4. values: each named case against a float64 reference, within a tolerance from torch's own
+   error in that dtype (so a correct tl.exp passes and an all-zero output fails); the wrong
+   elements named, with the programs that wrote them;
+5. budget, where traffic is the point: how many times each tensor was read.
+On a GPU, stages 2-5 run under the interpreter in a child process (the same messages), then the
+values are checked again with the kernel compiled, and `--bench` times it against the solution.
+"""
+import argparse
+import ast
+import dataclasses
+import glob
+import hashlib
+import importlib
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+import torch
+
+from common import accesses
+from common.device import DEVICE, INTERPRET, ROOT
+
+PROGRESS = os.path.join(ROOT, ".progress.json")  # passes and hints seen, per exercise (git ignores it)
+STAGES = ("started", "runs", "memory", "values", "budget")
+
+
+@dataclass
+class Case:
+    """One named input to check on: `inputs` by the launcher's parameter names (tensors are made on
+    the CPU and moved to the device), `meta` the launcher's keyword arguments (block sizes)."""
+    name: str
+    inputs: dict
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class Result:
+    stage: str      # the stage that failed, or "passed"
+    message: str
+    passed: tuple = ()  # the stages passed before it
+
+    @property
+    def ok(self) -> bool:
+        return self.stage == "passed"
+
+
+@dataclass
+class Exercise:
+    lesson: str                   # "lesson01_vector_add"
+    name: str                     # the file's name: "axpy"
+    kind: str                     # "write", "fix", "predict" or "optimise"
+    parts: tuple                  # what the learner's file defines and the checker takes: ("axpy_kernel",)
+    stub: str                     # fingerprint() of those parts as shipped
+    hints: list                   # from the idea to nearly the line
+    cases: list = field(default_factory=list)
+    launch: Callable | None = None  # launch(**kernels, **inputs, **outputs, **meta); None: a part named "launch"
+    reference: Callable | None = None  # reference(**inputs) -> {output name: tensor}, in torch
+    verify: Callable | None = None  # verify(outputs, **inputs) -> message or None, where no reference can say
+    outputs: Callable | None = None  # with verify: outputs(**inputs) -> {name: an empty tensor of its shape and dtype}
+    budget: dict = field(default_factory=dict)  # {tensor: element loads allowed per element}: {"x": 1}
+    budget_note: str = ""          # why, in one sentence
+    budget_check: Callable | None = None  # budget_check(log, **inputs) -> message or None (accesses.Log: who read what)
+    lines: int | None = None       # the kernel body's line budget (told, not enforced)
+    answer: Callable | None = None  # predict: answer() -> (the right value, why); the part is ANSWER
+    bench_case: Case | None = None  # --bench: a large case
+    stretch: bool = False          # for those who want more
+
+    # ----- what is checked, and where it comes from
+    @property
+    def module(self) -> str:
+        return f"{self.lesson}.exercises.{self.name}"
+
+    def implementation(self, which: str) -> tuple[dict, list]:
+        """(parts, their source files) of "learner" (the exercise file), "solution" or "wrong:<label>"."""
+        if which == "learner":
+            module = sys.modules.get("__main__") if _is_main(self) else importlib.import_module(self.module)
+            return {p: getattr(module, p) for p in self.parts}, [_file(module)]
+        solutions = importlib.import_module(f"{self.lesson}.exercises.solutions.{self.name}")
+        if which == "solution":
+            return {p: getattr(solutions, p) for p in self.parts}, [_file(solutions)]
+        label = which.split(":", 1)[1]
+        wrong = next(w for w in solutions.WRONG if w.label == label)
+        return {p: wrong.parts.get(p, getattr(solutions, p)) for p in self.parts}, [_file(solutions)]
+
+    # ----- the stages
+    def stages(self, which: str = "learner", compiled: bool = False) -> Result:
+        """Every stage for `which`, in this process: under the interpreter, or (compiled=True, on a
+        GPU) the runs and values of the compiled kernel."""
+        if not INTERPRET and not compiled and self.kind != "predict":
+            raise RuntimeError("the memory stage needs Triton's interpreter: on a GPU, check() runs it in a child process")
+        impl, files = self.implementation(which)
+        if fingerprint(impl) == self.stub and which == "learner":
+            return Result("started", f"{', '.join(self.parts)} {'is' if len(self.parts) == 1 else 'are'} as shipped: "
+                                     f"not started. Edit {self.name}.py; `--hint` gives a first hint.")
+        if self.kind == "predict":
+            return self._predicted(impl)
+        passed = ["started"]
+        runs = []
+        for case in self.cases:
+            try:
+                inputs, outputs, log = self._run(case, impl, record=not compiled)
+            except accesses.OutOfBounds as oob:
+                return Result("memory", f"case '{case.name}': {oob_message(oob)}", tuple(passed))
+            except Exception as error:  # noqa: BLE001  (the learner's code: any error is a message)
+                oob = _cause(error, accesses.OutOfBounds)
+                if oob is not None:
+                    return Result("memory", f"case '{case.name}': {oob_message(oob)}", tuple(passed))
+                return Result("runs", f"case '{case.name}': {error_message(error, files)}", tuple(passed))
+            runs.append((case, inputs, outputs, log))
+        passed.append("runs")
+        if not compiled:
+            if accesses.available():
+                for case, inputs, outputs, log in runs:
+                    problem = memory_problem(log, outputs)
+                    if problem:
+                        return Result("memory", f"case '{case.name}': {problem}", tuple(passed))
+                passed.append("memory")
+            else:
+                print("(memory checks unavailable with this Triton version: its interpreter is not the one "
+                      "common/accesses.py knows)")
+        for case, inputs, outputs, log in runs:
+            problem = self._wrong_values(case, inputs, outputs, log)
+            if problem:
+                return Result("values", f"case '{case.name}': {problem}", tuple(passed))
+        passed.append("values")
+        if (self.budget or self.budget_check) and not compiled and accesses.available():
+            for case, inputs, outputs, log in runs:
+                problem = budget_problem(log, inputs, self.budget, self.budget_note)
+                if problem is None and self.budget_check is not None:
+                    problem = self.budget_check(log, **inputs)
+                if problem:
+                    return Result("budget", f"case '{case.name}': {problem}", tuple(passed))
+            passed.append("budget")
+        return Result("passed", f"all {len(self.cases)} cases pass.", tuple(passed))
+
+    def _run(self, case: Case, impl: dict, record: bool):
+        """Launch on guarded copies of the case's tensors; returns (inputs, outputs, log)."""
+        inputs = {k: accesses.guarded(v.to(DEVICE), _sentinel(v.dtype)) if isinstance(v, torch.Tensor) else v
+                  for k, v in case.inputs.items()}
+        like = self.reference or self.outputs  # the outputs' shapes and dtypes: torch's result in the inputs' dtype
+        expected = like(**{k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()})
+        outputs = {k: accesses.guarded(torch.full_like(v, _sentinel(v.dtype)), _sentinel(v.dtype))
+                   for k, v in expected.items()}
+        kernels = {p: impl[p] for p in self.parts if p != "launch"}
+        launch = impl["launch"] if "launch" in self.parts else self.launch
+        log = accesses.Log([accesses.region(k, v, True) for k, v in inputs.items() if isinstance(v, torch.Tensor)]
+                           + [accesses.region(k, v, False) for k, v in outputs.items()])
+        if record and accesses.available():
+            with accesses.recording(log):
+                launch(**kernels, **inputs, **outputs, **case.meta)
+        else:
+            log = None
+            launch(**kernels, **inputs, **outputs, **case.meta)
+        return inputs, outputs, log
+
+    def _wrong_values(self, case: Case, inputs: dict, outputs: dict, log) -> str | None:
+        if self.verify is not None:
+            return self.verify(outputs, **inputs)
+        exact = self.reference(**{k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
+                                  for k, v in inputs.items()})
+        ours = self.reference(**inputs)  # torch in the inputs' dtype: the yardstick
+        for name, out in outputs.items():
+            problem = compare(name, out, exact[name], ours[name], log)
+            if problem:
+                return problem
+        return None
+
+    def _predicted(self, impl: dict) -> Result:
+        right, why = self.answer()
+        given = impl["ANSWER"]
+        close = (isinstance(right, (int, float)) and isinstance(given, (int, float)) and not isinstance(given, bool)
+                 and math.isclose(given, right, rel_tol=0.1)) or given == right
+        if not close:
+            return Result("values", f"ANSWER = {given!r} is not it. Think again (or `--hint`), then run this "
+                                    "file again; `--solution` shows the answer and why.", ("started",))
+        return Result("passed", f"ANSWER = {given!r}: right. {why}", ("started",))
+
+    # ----- the command line
+    def main(self, argv=None) -> int:
+        p = argparse.ArgumentParser(description=f"Exercise {self.lesson}/{self.name} ({self.kind}).")
+        p.add_argument("--hint", action="store_true", help="show the next hint")
+        p.add_argument("--solution", action="store_true", help="run the reference solution through the same checks")
+        p.add_argument("--bench", action="store_true", help="on a GPU: time yours against the solution")
+        args = p.parse_args(sys.argv[1:] if argv is None else argv)
+        key = f"{self.lesson}/{self.name}"
+        if args.hint:
+            return self.next_hint(key)
+        which = "solution" if args.solution else "learner"
+        result = self.check(which)
+        print(report(self, result))
+        if which == "learner":
+            record(key, passed=result.ok)
+        if args.bench and result.ok:
+            self.bench(which)
+        return 0 if result.ok else 1
+
+    def check(self, which: str = "learner") -> Result:
+        """All stages, where this machine runs them: here under the interpreter; on a GPU stages 2-5
+        under the interpreter in a child process, then the compiled kernel's values here."""
+        if INTERPRET or self.kind == "predict":
+            return self.stages(which)
+        code = (f"import json, {self.module} as m\nr = m.EXERCISE.stages({which!r})\n"
+                "print('@@' + json.dumps([r.stage, r.message, list(r.passed)]))\n")
+        env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode or "@@" not in done.stdout:
+            return Result("runs", f"the interpreter's run failed:\n{done.stderr[-2000:]}")
+        stage, message, passed = json.loads(done.stdout.split("@@")[-1])
+        if stage != "passed":
+            return Result(stage, message, tuple(passed))
+        compiled = self.stages(which, compiled=True)
+        if not compiled.ok:
+            return Result(compiled.stage, f"compiled on the GPU: {compiled.message}", tuple(passed))
+        return Result("passed", f"{message} Compiled on the GPU, the values pass too.", tuple(passed))
+
+    def next_hint(self, key: str) -> int:
+        progress = load_progress()
+        seen = progress.setdefault(key, {}).get("hints", 0)
+        if seen >= len(self.hints):
+            print(f"No more hints ({len(self.hints)} of {len(self.hints)} shown). `--solution` runs the solution; "
+                  f"it is in {self.lesson}/exercises/solutions/{self.name}.py (a spoiler).")
+            seen = len(self.hints) - 1
+        else:
+            progress[key]["hints"] = seen + 1
+            save_progress(progress)
+        print(f"Hint {seen + 1} of {len(self.hints)}: {self.hints[seen]}")
+        return 0
+
+    def bench(self, which: str) -> None:
+        """The kernel against the solution's on the bench case, by kernel time; the values re-checked."""
+        if INTERPRET:
+            print("--bench needs a CUDA GPU: the interpreter's times say nothing about a kernel's speed.")
+            return
+        from common import bench as timing
+        from common.table import print_table
+
+        case = self.bench_case or self.cases[-1]
+        rows = []
+        for label, w in (("yours" if which == "learner" else "solution", which), ("solution", "solution")):
+            impl, _ = self.implementation(w)
+            inputs, outputs, _ = self._run(case, impl, record=False)
+            problem = self._wrong_values(case, inputs, outputs, None)
+            kernels = {p: impl[p] for p in self.parts if p != "launch"}
+            launch = impl["launch"] if "launch" in self.parts else self.launch
+            ms = timing.kernel_time_ms(lambda: launch(**kernels, **inputs, **outputs, **case.meta))
+            rows.append((label, ms * 1e3, problem or "ok"))
+        print_table(rows, ["kernel", "kernel µs", "values"], title=f"{self.name}, case '{case.name}'",
+                    note="Kernel time (common.bench.kernel_time_ms: profiler timestamps, L2 flushed).")
+
+
+# ----- messages
+def error_message(error: Exception, files: list) -> str:
+    """One sentence for an error raised while running the learner's code, with the learner's line."""
+    cause = error.__cause__ or error
+    text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+    known = [("power of 2", "tl.arange(start, end) needs end - start to be a power of two: round the block up "
+                            "(triton.next_power_of_2) and mask the lanes past the end"),
+             ("must be of type `tl.constexpr`", "a block size must be known when the kernel compiles: declare it "
+                                               "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
+             ("must be of type tl.constexpr", "a block size must be known when the kernel compiles: declare it "
+                                             "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
+             ("broadcast", "two blocks whose shapes do not broadcast: make a column with [:, None] and a row with "
+                           "[None, :]"),
+             ("incompatible", "two blocks whose shapes do not match: make a column with [:, None] and a row with "
+                              "[None, :]")]
+    sentence = next((say for clue, say in known if clue in text), f"{type(cause).__name__}: {text}")
+    where = _learner_line(cause, files) or _learner_line(error, files)
+    return f"it does not run: {sentence}" + (f", at {where}" if where else "") + f" ({type(cause).__name__}: {text[:200]})."
+
+
+def _learner_line(error: Exception, files: list) -> str | None:
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if os.path.abspath(f.filename) in files]
+    if not frames:
+        return None
+    f = frames[-1]
+    return f"{os.path.basename(f.filename)} line {f.lineno}: `{(f.line or '').strip()}`"
+
+
+def oob_message(oob: accesses.OutOfBounds) -> str:
+    """Which program read or wrote where, past which tensor's end."""
+    verb = {"load": "reads", "store": "writes", "atomic": "adds into"}[oob.kind]
+    program = _program(oob.program)
+    near = oob.near
+    if near is None:
+        return f"program {program} {verb} memory that belongs to no tensor: mask the access"
+    index = (oob.addresses.astype(np.int64) - near.start) // near.itemsize
+    side = "past the end of" if index[0] >= near.numel else "before the start of"
+    shown = _span(index)
+    return (f"program {program} {verb} {near.name}[{shown}], {side} {near.name} ({_count(near.numel, 'element')}): "
+            f"{_count(len(index), 'element')} out of bounds. Mask the {oob.kind} (mask=offsets < N) so that the lanes "
+            "past the end do nothing.")
+
+
+def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
+    """Inputs written, outputs left unwritten or written twice."""
+    for r in log.regions:
+        if r.is_input and (log.elements("store", r.name) or log.elements("atomic", r.name)):
+            programs = sorted(set(log.elements("store", r.name)) | set(log.elements("atomic", r.name)))
+            return (f"program {_program(programs[0])} writes into {r.name}, an input: a kernel must leave its "
+                    "inputs as they are (check which pointer the tl.store gets)")
+    for name, out in outputs.items():
+        stored = log.elements("store", name)
+        counts = np.zeros(out.numel(), dtype=np.int64)
+        for indices in stored.values():
+            np.add.at(counts, indices, 1)
+        atomics = log.elements("atomic", name)
+        for indices in atomics.values():
+            counts[indices] = np.maximum(counts[indices], 1)
+        twice = np.flatnonzero(counts > 1)
+        if twice.size and not atomics:
+            who = [_program(p) for p, idx in stored.items() if np.isin(twice[0], idx)]
+            return (f"{name}[{_index(twice[0], out.shape)}] is written {counts[twice[0]]} times, by programs "
+                    f"{', '.join(who)} ({_count(twice.size, 'element')} written more than once): each output element "
+                    "belongs to one program (on a GPU the programs race, and the last one wins)")
+        never = np.flatnonzero(counts == 0)
+        if never.size:
+            return (f"{name} has {never.size} of its {out.numel()} elements left unwritten, "
+                    f"{name}[{_index(never[0], out.shape)}] the first: no program stored them. Does the grid "
+                    f"cover every element (ceil, not floor: cdiv(N, BLOCK_SIZE) programs)?")
+    return None
+
+
+def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tensor, log) -> str | None:
+    """Wrong elements of `out` against the float64 `exact`, within twice torch's own error in the
+    output's dtype (`ours` is torch's result in that dtype) plus two roundings of the output."""
+    if out.shape != exact.shape:
+        return f"{name} has shape {tuple(out.shape)}, expected {tuple(exact.shape)}"
+    got, want = out.detach().double().cpu().reshape(-1), exact.detach().double().cpu().reshape(-1)
+    yard = ours.detach().double().cpu().reshape(-1)
+    eps = torch.finfo(out.dtype).eps if out.is_floating_point() else 0.0
+    finite = torch.isfinite(want)
+    torch_error = (yard - want)[finite].abs().max().item() if finite.any() else 0.0
+    tolerance = 2 * torch_error + 2 * eps * want.abs()
+    same_special = (~finite) & ((got == want) | (torch.isnan(got) & torch.isnan(want)))
+    bad = ~(((got - want).abs() <= tolerance) | same_special)
+    if not bad.any():
+        return None
+    where = bad.nonzero().reshape(-1).numpy()
+    first = int(where[0])
+    text = (f"{len(where)} of {want.numel()} elements of {name} are wrong; the first, {name}[{_index(first, out.shape)}] "
+            f"= {got[first].item():.6g}, should be {want[first].item():.6g} (tolerance {tolerance[first].item():.2g}: "
+            "twice torch's own error in this dtype, plus two roundings)")
+    if log is not None:
+        writers, programs = log.writers(name, out.numel()), log.programs()
+        wrong_programs = sorted({int(writers[i]) for i in where if writers[i] >= 0})
+        if wrong_programs:
+            named = [_program(programs[p]) for p in wrong_programs[:8]]
+            text += (f". Written by program{'s' if len(named) > 1 else ''} {', '.join(named)}"
+                     f"{' and others' if len(wrong_programs) > 8 else ''} (of {len(programs)})")
+    shown = ", ".join(f"[{_index(int(i), out.shape)}] {got[int(i)].item():.4g} (not {want[int(i)].item():.4g})"
+                      for i in where[1:4])
+    return text + (f"; then {shown}" if shown else "") + "."
+
+
+def budget_problem(log: accesses.Log, inputs: dict, budget: dict, why: str) -> str | None:
+    for name, most in budget.items():
+        numel = inputs[name].numel()
+        loads = log.count("load", name)
+        if loads > most * numel:
+            return (f"{name} was read {loads / numel:.2f} times over ({_count(loads, 'element load')} for its "
+                    f"{_count(numel, 'element')}); the budget is {most}. {why}")
+    return None
+
+
+def report(exercise: Exercise, result: Result) -> str:
+    marks = "  ".join([f"{s} ok" for s in result.passed] + ([] if result.ok else [f"{result.stage} FAILED"]))
+    head = f"{exercise.lesson}/exercises/{exercise.name}.py ({exercise.kind}): {marks or result.stage}"
+    body = result.message if result.ok else f"{result.stage}: {result.message}"
+    tail = f"\nLine budget: {exercise.lines} lines in the kernel's body." if exercise.lines and not result.ok else ""
+    return f"{head}\n{'PASSED: ' if result.ok else ''}{body}{tail}"
+
+
+# ----- helpers
+def fingerprint(parts: dict) -> str:
+    """A short hash of the parts' code (comments and layout ignored) or, for an answer, its value."""
+    text = []
+    for name in sorted(parts):
+        obj = parts[name]
+        fn = getattr(obj, "fn", obj)  # a @triton.jit kernel holds its Python function
+        if callable(fn):
+            tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+            for node in ast.walk(tree):  # a docstring is the statement, not code
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node) is not None:
+                    node.body = node.body[1:] or [ast.Pass()]
+            text.append(ast.dump(tree, include_attributes=False))
+        else:
+            text.append(repr(obj))
+    return hashlib.sha256("\n".join(text).encode()).hexdigest()[:12]
+
+
+def _sentinel(dtype):
+    return float("nan") if dtype.is_floating_point else (torch.iinfo(dtype).min if dtype != torch.bool else False)
+
+
+def _program(program) -> str:
+    p = tuple(program)
+    while len(p) > 1 and p[-1] == 0:
+        p = p[:-1]
+    return str(p[0]) if len(p) == 1 else str(p)
+
+
+def _index(flat: int, shape) -> str:
+    return ", ".join(str(int(i)) for i in np.unravel_index(flat, tuple(shape))) if len(shape) > 1 else str(flat)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
+def _span(index: np.ndarray) -> str:
+    lo, hi = int(index.min()), int(index.max())
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+def _cause(error: BaseException, kind):
+    while error is not None:
+        if isinstance(error, kind):
+            return error
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _file(module) -> str:
+    return os.path.abspath(module.__file__) if getattr(module, "__file__", None) else ""
+
+
+def _is_main(exercise: Exercise) -> bool:
+    main = sys.modules.get("__main__")
+    return main is not None and getattr(main, "EXERCISE", None) is exercise
+
+
+@dataclass
+class Wrong:
+    """A wrong solution made of a mistake learners make: the parts it replaces, and the stage and the
+    phrase its failure must name."""
+    label: str
+    stage: str
+    phrase: str
+    parts: dict
+
+
+def load_progress() -> dict:
+    try:
+        with open(PROGRESS) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def save_progress(progress: dict) -> None:
+    with open(PROGRESS, "w") as f:
+        json.dump(progress, f, indent=1)
+
+
+def record(key: str, passed: bool) -> None:
+    progress = load_progress()
+    entry = progress.setdefault(key, {})
+    entry["tried"] = True
+    entry["passed"] = bool(passed or entry.get("passed"))
+    save_progress(progress)
+
+
+def all_exercises() -> list:
+    """Every exercise of every lesson: (lesson, name, the Exercise), in order."""
+    found = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "lesson*", "exercises", "*.py"))):
+        lesson, name = path.split(os.sep)[-3], os.path.basename(path)[:-3]
+        if name.startswith("_"):
+            continue
+        found.append((lesson, name, importlib.import_module(f"{lesson}.exercises.{name}").EXERCISE))
+    return found
+
+
+def progress_table(check: bool = False) -> None:
+    """Every exercise, its kind, and where you are with it (re-checked with check=True)."""
+    from common.table import print_table
+
+    progress = load_progress()
+    rows = []
+    for lesson, name, exercise in all_exercises():
+        key = f"{lesson}/{name}"
+        if check:
+            result = exercise.check("learner")
+            record(key, result.ok)
+            progress = load_progress()
+        entry = progress.get(key, {})
+        status = "passed" if entry.get("passed") else "tried" if entry.get("tried") else "not tried"
+        rows.append((lesson, f"exercises/{name}.py", exercise.kind, status,
+                     f"{entry.get('hints', 0)} of {len(exercise.hints)}"))
+    done = sum(row[3] == "passed" for row in rows)
+    print_table(rows, ["lesson", "exercise", "kind", "status", "hints seen"], title=f"Exercises: {done} of {len(rows)} passed",
+                note="Run an exercise's file to check it; `python -m common.exercise --check` re-checks them all.")
+
+
+if __name__ == "__main__":
+    progress_table(check="--check" in sys.argv[1:])

@@ -1,0 +1,38 @@
+"""Exercise 1.4 (predict): what a host clock measures when nobody waits for the GPU.
+
+The question (lesson 1, sections 11 and 12). On the H200, add(x, y) on 2^24 floats takes about
+50 µs of kernel time; a host clock around ONE call, with no torch.cuda.synchronize() before the
+clock is read again, also reads about 55 µs. Now x and y hold 2^28 floats: the kernel moves 16
+times the bytes and takes about 735 µs. What does the same host clock read now, with no
+synchronize?
+
+    "a": about 55 µs again: the clock stops when the launch returns, whatever the kernel costs
+    "b": about 735 µs: the clock measures the kernel
+    "c": about 16 x 55 = 880 µs: the launch grows with the data
+
+Write your choice below, then run this file. (The 55 µs at 2^24 is itself mostly the launch: the
+kernel was still running when the clock stopped. RESULTS.md of lesson 1, "Timing pitfalls", has
+the table; sections 11 and 12 the reasons.)
+
+Run it: python lesson01_vector_add/exercises/host_clock.py   (--hint for a hint, --solution for ours)
+"""
+from common.exercise import Exercise, fingerprint
+
+ANSWER = None  # "a", "b" or "c"
+
+
+EXERCISE = Exercise(
+    lesson="lesson01_vector_add", name="host_clock", kind="predict", parts=("ANSWER",),
+    stub=fingerprint({"ANSWER": None}),
+    answer=lambda: ("a", "A launch only queues the kernel and returns: the host's cost of a call (checks, the output's "
+                         "allocation, Triton's launch, the driver) does not grow with N, so a clock that does not wait "
+                         "for the GPU reads that cost at any size; it reads the kernel only when a synchronize comes "
+                         "before it. At 2^24 the two happen to be close."),
+    hints=["What does the Python call add(x, y) wait for before it returns?",
+           "The driver puts the kernel in a queue; the GPU runs it later. Does queueing take longer for more bytes?",
+           "Lesson 1's 'Host cost per call' table: add(x, y) costs the host the same few tens of µs at 4096 floats "
+           "as at 2^28."],
+)
+
+if __name__ == "__main__":
+    raise SystemExit(EXERCISE.main())

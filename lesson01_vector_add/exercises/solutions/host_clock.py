@@ -1,0 +1,2 @@
+"""SPOILER: the answer of exercise 1.4."""
+ANSWER = "a"

@@ -1,0 +1,42 @@
+"""SPOILER: the solution of exercise 1.5 (SwiGLU's gate), and wrong ones the tests check the checker with."""
+import common.device  # noqa: F401
+import triton
+import triton.language as tl
+
+from common.exercise import Wrong
+
+
+@triton.jit
+def swiglu_kernel(a_ptr, b_ptr, out_ptr, N, BLOCK_SIZE: tl.constexpr):
+    """out = a * sigmoid(a) * b, in float32, stored in out's dtype."""
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, (a * tl.sigmoid(a) * b).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def reads_a_twice(a_ptr, b_ptr, out_ptr, N, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    gate = tl.sigmoid(tl.load(a_ptr + offsets, mask=mask).to(tl.float32))
+    a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, (a * gate * b).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def without_the_gate(a_ptr, b_ptr, out_ptr, N, BLOCK_SIZE: tl.constexpr):
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    a = tl.load(a_ptr + offsets, mask=mask).to(tl.float32)
+    b = tl.load(b_ptr + offsets, mask=mask).to(tl.float32)
+    tl.store(out_ptr + offsets, (tl.sigmoid(a) * b).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+WRONG = [Wrong("a loaded twice", "budget", "a was read 2.00 times over", dict(swiglu_kernel=reads_a_twice)),
+         Wrong("sigmoid(a) * b", "values", "are wrong", dict(swiglu_kernel=without_the_gate))]
