@@ -275,23 +275,33 @@ class Exercise:
 
 
 # ----- messages
+KNOWN_ERRORS = [  # a clue in Triton's message, and what it means
+    ("power of 2", "tl.arange(start, end) needs end - start to be a power of two: round the block up "
+                   "(triton.next_power_of_2) and mask the lanes past the end"),
+    ("of type tl.constexpr", "a block size must be known when the kernel compiles: declare it "
+                             "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
+    ("of type `tl.constexpr`", "a block size must be known when the kernel compiles: declare it "
+                               "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
+    ("broadcast", "two blocks whose shapes do not broadcast: make a column with [:, None] and a row with [None, :]"),
+    ("incompatible", "two blocks whose shapes do not match: make a column with [:, None] and a row with [None, :]"),
+]
+
+
+def explain(error: Exception) -> str | None:
+    """What a common Triton error means, in one sentence; None for the others."""
+    text = str(error.__cause__ or error)
+    return next((say for clue, say in KNOWN_ERRORS if clue in text), None)
+
+
 def error_message(error: Exception, files: list) -> str:
     """One sentence for an error raised while running the learner's code, with the learner's line."""
     cause = error.__cause__ or error
     text = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
-    known = [("power of 2", "tl.arange(start, end) needs end - start to be a power of two: round the block up "
-                            "(triton.next_power_of_2) and mask the lanes past the end"),
-             ("must be of type `tl.constexpr`", "a block size must be known when the kernel compiles: declare it "
-                                               "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
-             ("must be of type tl.constexpr", "a block size must be known when the kernel compiles: declare it "
-                                             "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
-             ("broadcast", "two blocks whose shapes do not broadcast: make a column with [:, None] and a row with "
-                           "[None, :]"),
-             ("incompatible", "two blocks whose shapes do not match: make a column with [:, None] and a row with "
-                              "[None, :]")]
-    sentence = next((say for clue, say in known if clue in text), f"{type(cause).__name__}: {text}")
+    sentence = explain(error)
     where = _learner_line(cause, files) or _learner_line(error, files)
-    return f"it does not run: {sentence}" + (f", at {where}" if where else "") + f" ({type(cause).__name__}: {text[:200]})."
+    raw = f"{type(cause).__name__}: {text[:200]}"
+    return (f"it does not run: {sentence or raw}" + (f", at {where}" if where else "")
+            + (f" ({raw})." if sentence else "."))
 
 
 def _learner_line(error: Exception, files: list) -> str | None:

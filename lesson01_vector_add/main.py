@@ -26,6 +26,7 @@ import triton.language as tl
 from common import bench, profile, ptx, roofline
 from common.chapter import Chapter, add_compile_option, positive_int
 from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok
+from common.exercise import explain
 from common.launch import cdiv, needs_op, traceable
 from common.table import print_table
 from common.trace import show
@@ -44,6 +45,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "host": "12. What a call costs the host (timing.py)",
     "graphs": "13. CUDA graphs: one launch for a whole sequence (timing.py)",
     "blocks": "14. BLOCK_SIZE against num_warps (timing.py)",
+    "debug": "15. When a kernel is wrong: printing, asserting, a debugger, and the errors everyone hits",
 }
 SIZES = {"quick": [2**12, 2**20, 2**24, 2**26], "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}  # section 10's N
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -342,6 +344,15 @@ def grad_check(sizes=(1, 1000, 65536 + 3)):
 chapter.run("grad", grad_check)
 
 # %% [markdown]
+# ### Your turn: the exercises
+# lesson01_vector_add/exercises/ holds six exercises, each checked when you run its file
+# (`python lesson01_vector_add/exercises/axpy.py`; `--hint` for a hint): axpy and dropout (write
+# them now), fix_the_grid (two planted bugs), cuda_unit (a prediction, after section 9), host_clock
+# (a prediction, after section 12) and swiglu (a stretch: to a read-once budget). When one fails,
+# its message names the program and the elements; section 15 shows the tools for looking inside a
+# kernel yourself. `python -m common.exercise` shows your progress over every lesson.
+
+# %% [markdown]
 # ## 6. Fusion, seen by the profiler: how many kernels does each GELU launch?
 # torch.profiler lists the CUDA kernels a call launches (common/profile.py). The naive formula's
 # eight operators launch eight kernels; F.gelu, torch.compile's generated kernel and ours, one.
@@ -550,3 +561,67 @@ chapter.run("graphs", graphs, gpu=True, fresh=True)
 
 # %%
 chapter.run("blocks", lambda: timing.block_size_sweep(add, 1 << 26 if args.full else 1 << 24), gpu=True)
+
+# %% [markdown]
+# ## 15. When a kernel is wrong: printing, asserting, a debugger, and the errors everyone hits
+# Under the interpreter a kernel is plain Python running one program after another, so the usual
+# tools work inside it:
+# - tl.device_print("name", block) prints a block with the program's id in front (on a GPU too,
+#   where the programs' lines come in any order);
+# - tl.static_print(...) prints while the kernel compiles: once per compilation on a GPU (so once
+#   per BLOCK_SIZE), once per program under the interpreter, which compiles nothing;
+# - tl.static_assert(condition, "message") refuses, at compile time, a launch its kernel was not
+#   written for (a block size too small, say): a clear error instead of a wrong answer;
+# - breakpoint() on a line of the kernel, run with TRITON_INTERPRET=1: pdb stops there for each
+#   program in turn; `p offsets` shows a block as a numpy array, `c` goes on to the next program.
+# And the errors everyone hits first, each raised below by a small kernel, with Triton's own
+# message and what it means (the exercises' checker says the same, naming your line).
+
+
+# %%
+@triton.jit
+def debug_kernel(x_ptr, N, BLOCK_SIZE: tl.constexpr):
+    tl.static_assert(BLOCK_SIZE >= 8, "debug_kernel wants BLOCK_SIZE >= 8")
+    tl.static_print("compiling debug_kernel, BLOCK_SIZE =", BLOCK_SIZE)
+    pid = tl.program_id(axis=0)
+    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    mask = offsets < N
+    tl.device_print("mask", mask)
+    tl.store(x_ptr + offsets, offsets.to(tl.float32), mask=mask)
+
+
+@triton.jit
+def arange_of_100(x_ptr, BLOCK_SIZE: tl.constexpr):
+    tl.store(x_ptr + tl.arange(0, 100), 1.0)  # tl.arange needs a power of two
+
+
+@triton.jit
+def block_not_constexpr(x_ptr, BLOCK_SIZE):  # BLOCK_SIZE: tl.constexpr forgotten
+    tl.store(x_ptr + tl.arange(0, BLOCK_SIZE), 1.0)
+
+
+@triton.jit
+def shapes_that_do_not_match(x_ptr, BLOCK_SIZE: tl.constexpr):
+    rows, cols = tl.arange(0, BLOCK_SIZE), tl.arange(0, 2 * BLOCK_SIZE)
+    tl.store(x_ptr + rows + cols, 1.0)  # [8] + [16]: rows[:, None] + cols[None, :] makes a table
+
+
+def debugging() -> None:
+    x = torch.zeros(12, device=DEVICE)
+    print("tl.device_print and tl.static_print, N = 12 in blocks of 8 (2 programs):")
+    debug_kernel[(2,)](x, 12, BLOCK_SIZE=8)
+    for label, launch_it in (("tl.static_assert, BLOCK_SIZE = 4", lambda: debug_kernel[(1,)](x, 12, BLOCK_SIZE=4)),
+                             ("tl.arange(0, 100)", lambda: arange_of_100[(1,)](x, BLOCK_SIZE=8)),
+                             ("a block size that is not a tl.constexpr", lambda: block_not_constexpr[(1,)](x, 8)),
+                             ("blocks of shapes [8] and [16] added", lambda: shapes_that_do_not_match[(1,)](x, BLOCK_SIZE=8))):
+        try:
+            launch_it()
+        except Exception as error:  # noqa: BLE001  (each of these is meant to fail: we print why)
+            cause = error.__cause__ or error
+            print(f"\n{label}:\n    Triton says: {type(cause).__name__}: {str(cause).strip().splitlines()[0]}")
+            if explain(error):
+                print(f"    which means: {explain(error)}")
+
+
+# %%
+chapter.run("debug", debugging, trace=True)

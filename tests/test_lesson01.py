@@ -122,11 +122,21 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert "max |err|" in next(c for c in cells if "=== 4. Correctness" in c)
     headings = [line for line in text.splitlines() if line.startswith("=== ")]
     numbers = [int(h.split()[1].rstrip(".")) for h in headings]
-    assert numbers == sorted(numbers) and len(headings) == 12  # every section, numbered as in the code
+    assert numbers == sorted(numbers) and len(headings) == 13  # every section, numbered as in the code
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
         assert text.count("This section needs a GPU") == 7
         assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text
+
+
+def test_the_debugging_section_shows_each_tool_and_error():
+    done = run_script("lesson01_vector_add", "--sections", "debug")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    assert "(1, 0, 0)  mask:" in out and "compiling debug_kernel, BLOCK_SIZE = 8" in out  # device_print, static_print
+    assert "debug_kernel wants BLOCK_SIZE >= 8" in out  # static_assert
+    for meaning in ("needs end - start to be a power of two", "BLOCK_SIZE: tl.constexpr", "make a column with"):
+        assert meaning in out
 
 
 def test_script_and_its_command_line():
