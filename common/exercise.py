@@ -88,7 +88,7 @@ class Exercise:
     budget_check: Callable | None = None  # budget_check(log, **inputs) -> message or None (accesses.Log: who read what)
     lines: int | None = None       # the kernel body's line budget (told, not enforced)
     answer: Callable | None = None  # predict: answer() -> (the right value, why); the part is ANSWER
-    bench_case: Case | None = None  # --bench: a large case
+    bench_case: Callable | None = None  # --bench: a function that makes a large case (made only then)
     stretch: bool = False          # for those who want more
 
     # ----- what is checked, and where it comes from
@@ -260,7 +260,7 @@ class Exercise:
         from common import bench as timing
         from common.table import print_table
 
-        case = self.bench_case or self.cases[-1]
+        case = self.bench_case() if self.bench_case is not None else self.cases[-1]
         rows = []
         for label, w in (("yours" if which == "learner" else "solution", which), ("solution", "solution")):
             impl, _ = self.implementation(w)
@@ -352,7 +352,8 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
         if never.size:
             return (f"{name} has {never.size} of its {out.numel()} elements left unwritten, "
                     f"{name}[{_index(never[0], out.shape)}] the first: no program stored them. Does the grid "
-                    f"cover every element (ceil, not floor: cdiv(N, BLOCK_SIZE) programs)?")
+                    "cover every element (rounded up: cdiv(N, BLOCK_SIZE), not N // BLOCK_SIZE), and does each "
+                    "program store all of its part (its last tile too)?")
     return None
 
 

@@ -3,7 +3,10 @@
 Imported by common.device when the kernels run under the interpreter (numpy on the CPU):
 - a fix for loops over kernel arguments with triton 3.6 and NumPy >= 2.4;
 - float32 -> bfloat16 rounded to nearest, as a GPU does (the interpreter truncates);
-- NumPy's overflow warnings silenced (a GPU gives inf quietly; the lessons show such values);
+- NumPy's overflow and invalid-value warnings silenced where the interpreter's own arithmetic
+  raises them (a GPU gives inf, or a NaN in lanes the mask then drops, quietly): the lessons'
+  correct kernels do both (gelu's exp(-2u) for very negative u; -inf - -inf in the padded rows of
+  a softmax block). Only there: the same warning from any other code still shows;
 - and one rule the launchers follow (common.device.interpretable): NumPy has no bfloat16, so the
   interpreter holds bf16 values as raw 16-bit integers, and arithmetic or tl.dot on them gives
   garbage (about 1e10 for a dot of unit normals). Handed float32 copies instead, the kernels
@@ -54,5 +57,6 @@ def _round_bfloat16() -> None:
 
 _fix_loops()
 _round_bfloat16()
-warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning)
+warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning,
+                        module=r"triton\.runtime\.interpreter")
 

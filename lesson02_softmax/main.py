@@ -448,6 +448,14 @@ def grad_check() -> Table:
 chapter.run("grad", grad_check)
 
 # %% [markdown]
+# ### Your turn: the exercises
+# lesson02_softmax/exercises/, each checked when you run its file (`--hint` for a hint):
+# count_traffic (predict section 1's count before reading it), log_softmax (write: one program per
+# row, -inf padding, the max subtracted), softmax_backward (write: this section's backward, to a
+# read-once budget), torch_compile (predict where torch.compile cannot fuse, after section 9) and
+# long_rows (a stretch: section 3's online softmax, every element read exactly twice).
+
+# %% [markdown]
 # ## 9. Fusion, seen by the profiler: how many kernels does each softmax launch?
 # torch.profiler lists the CUDA kernels a call launches (common/profile.py). Section 1 counted what
 # each way moves; here the naive version's five operators launch five kernels, and torch.softmax,

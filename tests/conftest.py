@@ -43,9 +43,9 @@ def run_trace(module: str, function: str = "trace") -> dict:
 # command line (which are not the lesson's). Like IPython, it files each cell's source under a name
 # of its own in linecache, where inspect (and so @triton.jit, which reads a kernel's source) finds it.
 NOTEBOOK = """
-import linecache, re, sys
+import linecache, pathlib, re, sys
 sys.argv = ["ipykernel_launcher.py", "-f", "/tmp/kernel-1234.json"]
-source = open("main.py").read()
+source = pathlib.Path("main.py").read_text()
 cells = re.split(r"^# %%.*$", source, flags=re.M)
 namespace = {"__name__": "__main__"}
 for i, cell in enumerate(cells):

@@ -1,4 +1,5 @@
 """Lesson 1: add and gelu against PyTorch, the trace's numbers, the PTX facts, bad input, the chapter's runs."""
+import pathlib
 import os
 
 import pytest
@@ -153,7 +154,7 @@ def test_the_sections_are_declared_in_reading_order_under_their_headings():
 
     from lesson01_vector_add.main import SECTIONS
 
-    source = open(os.path.join(ROOT, "lesson01_vector_add", "main.py")).read()
+    source = pathlib.Path(os.path.join(ROOT, "lesson01_vector_add", "main.py")).read_text()
     runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
     assert runs == list(SECTIONS)  # each section run once, in the order declared
     for name, heading in SECTIONS.items():

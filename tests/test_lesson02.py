@@ -1,5 +1,6 @@
 """Lesson 2: softmax against torch on awkward shapes and values, both kernels, the trace, bad input,
 the chapter's runs."""
+import pathlib
 import os
 
 import pytest
@@ -168,7 +169,7 @@ def test_the_sections_are_declared_in_reading_order_under_their_headings():
 
     from lesson02_softmax.main import SECTIONS
 
-    source = open(os.path.join(ROOT, "lesson02_softmax", "main.py")).read()
+    source = pathlib.Path(os.path.join(ROOT, "lesson02_softmax", "main.py")).read_text()
     runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
     assert runs == list(SECTIONS)  # each section run once, in the order declared
     for name, heading in SECTIONS.items():
@@ -177,7 +178,7 @@ def test_the_sections_are_declared_in_reading_order_under_their_headings():
 
 
 def test_the_chapter_imports_nothing_that_imports_it_back():
-    source = open(os.path.join(ROOT, "lesson02_softmax", "backward.py")).read()
+    source = pathlib.Path(os.path.join(ROOT, "lesson02_softmax", "backward.py")).read_text()
     assert "lesson02_softmax.main" not in source and "import main" not in source
 
 

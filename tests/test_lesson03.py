@@ -1,5 +1,6 @@
 """Lesson 3: row_sum against a float64 sum, split and not, the traces, the split rule, 64-bit offsets,
 bad input, the machine's arithmetic (waves, occupancy, coalescing), the chapter's runs."""
+import pathlib
 import os
 import re
 
@@ -198,7 +199,7 @@ def test_script_and_its_command_line():
 def test_the_sections_are_declared_in_reading_order_under_their_headings():
     from lesson03_rowsum.main import SECTIONS
 
-    source = open(os.path.join(ROOT, "lesson03_rowsum", "main.py")).read()
+    source = pathlib.Path(os.path.join(ROOT, "lesson03_rowsum", "main.py")).read_text()
     runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
     assert runs == list(SECTIONS)  # each section run once, in the order declared
     for name, heading in SECTIONS.items():

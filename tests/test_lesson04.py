@@ -1,6 +1,7 @@
 """Lesson 4: matmul against float64 on awkward shapes, views, dtypes and activations; the trace;
 the grouped order (and tl.swizzle2d, hopper.py's copy of it); the interpreter's bf16 trap; the TMA
 kernel; bad input; the chapter's runs."""
+import pathlib
 import os
 import re
 
@@ -313,7 +314,7 @@ def test_script_and_its_command_line():
 def test_the_sections_are_declared_in_reading_order_under_their_headings():
     from lesson04_matmul.main import SECTIONS
 
-    source = open(os.path.join(ROOT, "lesson04_matmul", "main.py")).read()
+    source = pathlib.Path(os.path.join(ROOT, "lesson04_matmul", "main.py")).read_text()
     runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
     assert runs == list(SECTIONS)  # each section run once, in the order declared
     for name, heading in SECTIONS.items():

@@ -1,5 +1,6 @@
 """Lesson 5: flash attention against float64 standard attention; the traces' numbers (the online
 softmax, the kernel, the backward); bad input; the chapter's runs (notebook, script)."""
+import pathlib
 import math
 import os
 import re
@@ -159,7 +160,7 @@ def test_script_and_its_command_line():
 
 
 def test_the_sections_are_declared_in_reading_order_under_their_headings():
-    source = open(os.path.join(ROOT, "lesson05_flash_attention", "main.py")).read()
+    source = pathlib.Path(os.path.join(ROOT, "lesson05_flash_attention", "main.py")).read_text()
     runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
     assert runs == list(SECTIONS)  # each section run once, in the order declared
     for name, heading in SECTIONS.items():

@@ -49,7 +49,7 @@ EXERCISE = Exercise(
     launch=launch, reference=reference, lines=7,
     cases=[case(1, 128), case(127, 128), case(128, 128), case(129, 128, a=-3.0), case(1000, 1024),
            case(4099, 1024, dtype=torch.float16), case(4099, 128, a=-3.0, dtype=torch.bfloat16)],
-    bench_case=case(1 << 24, 1024),
+    bench_case=lambda: case(1 << 24, 1024),
     hints=["A program owns BLOCK_SIZE consecutive elements, starting at pid * BLOCK_SIZE: "
            "pid = tl.program_id(axis=0), offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE).",
            "The last program's offsets run past N: mask = offsets < N, and give that mask to every tl.load "

@@ -76,7 +76,7 @@ EXERCISE = Exercise(
     lesson="lesson01_vector_add", name="dropout", kind="write", parts=("dropout_kernel",), stub="02c24425efd4",
     launch=launch, verify=verify, outputs=outputs, lines=8,
     cases=[case(1, 128, 0.5), case(129, 128, 0.1), case(12345, 1024, 0.5), case(12345, 512, 0.9)],
-    bench_case=case(1 << 24, 1024, 0.5),
+    bench_case=lambda: case(1 << 24, 1024, 0.5),
     hints=["The six steps of add_kernel, with one more value per element: r = tl.rand(seed, offsets), a block of "
            "uniform numbers in [0, 1), one per offset.",
            "keep = r > p is a block of booleans; tl.where(keep, x / (1 - p), 0.0) picks, element by element.",

@@ -48,7 +48,7 @@ EXERCISE = Exercise(
     launch=launch, reference=reference, lines=8, stretch=True,
     budget={"a": 1, "b": 1}, budget_note="Load each block once, into a variable, and use that variable twice.",
     cases=[case(1, 256), case(1000, 256), case(4097, 1024, torch.float16), case(4097, 256, torch.bfloat16)],
-    bench_case=case(1 << 24, 1024, torch.bfloat16),
+    bench_case=lambda: case(1 << 24, 1024, torch.bfloat16),
     hints=["The six steps again; the formula a * sigmoid(a) * b uses a twice, but memory need not be read twice.",
            "tl.sigmoid(x) exists; so does 1 / (1 + tl.exp(-x)). Either way, convert the loaded blocks with "
            ".to(tl.float32) first.",
