@@ -284,6 +284,8 @@ KNOWN_ERRORS = [  # a clue in Triton's message, and what it means
                                "`BLOCK_SIZE: tl.constexpr` in the signature and pass it by keyword"),
     ("broadcast", "two blocks whose shapes do not broadcast: make a column with [:, None] and a row with [None, :]"),
     ("incompatible", "two blocks whose shapes do not match: make a column with [:, None] and a row with [None, :]"),
+    ("mask has unsupported dtype", "a mask must be a block of booleans, of the shape of the pointers it masks: "
+                                   "build it from blocks (offsets < N) and combine blocks with &"),
 ]
 
 
@@ -375,8 +377,8 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
     where = bad.nonzero().reshape(-1).numpy()
     first = int(where[0])
     text = (f"{len(where)} of {want.numel()} elements of {name} are wrong; the first, {name}[{_index(first, out.shape)}] "
-            f"= {got[first].item():.6g}, should be {want[first].item():.6g} (tolerance {tolerance[first].item():.2g}: "
-            "twice torch's own error in this dtype, plus two roundings)")
+            f"= {got[first].item():.9g}, should be {want[first].item():.9g}, off by {abs(got[first] - want[first]).item():.2g} "
+            f"(tolerance {tolerance[first].item():.2g}: twice torch's own error in this dtype, plus two roundings)")
     if log is not None:
         writers, programs = log.writers(name, out.numel()), log.programs()
         wrong_programs = sorted({int(writers[i]) for i in where if writers[i] >= 0})

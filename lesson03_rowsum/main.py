@@ -465,6 +465,15 @@ def grad_check():
 chapter.run("grad", grad_check)
 
 # %% [markdown]
+# ### Your turn: the exercises
+# lesson03_rowsum/exercises/, each checked when you run its file (`--hint` for a hint): rmsnorm
+# (write: a row walked twice in tiles, an fp32 accumulator carried across them, after section 2),
+# waves (predict a staircase's time, after section 4), split_row_atomic (write: several programs
+# per row adding into one output with tl.atomic_add, after section 6), occupancy (predict, after
+# section 10), col_sum (write: down the columns, every element read once, after section 16) and
+# layernorm (a stretch: mean, variance and normalisation in three walks).
+
+# %% [markdown]
 # ## 10. How many programs an SM holds at once: occupancy
 # An SM runs several programs side by side when they fit: its registers (65,536 on an H100/H200),
 # its warp slots (64), its program slots (32) and its shared memory (228 KB) are shared between

@@ -472,6 +472,14 @@ def grad_check(shapes=((1, 1, 1), (70, 50, 45))) -> Table:
 chapter.run("grad", grad_check)
 
 # %% [markdown]
+# ### Your turn: the exercises
+# lesson04_matmul/exercises/, each checked when you run its file (`--hint` for a hint): k_loop
+# (write the accumulator, the masked tiles and tl.dot), grouped_order (write section 3's map: a
+# bijection that reads fewer tiles per wave than row-major order), bias_epilogue (write a fused
+# act(A @ B + bias)), when_to_write (predict when a hand-written matmul beats cuBLAS, after section
+# 12) and swiglu_mlp (a stretch: two matmuls sharing one K loop).
+
+# %% [markdown]
 # ## 10. Timing: against torch.matmul (cuBLAS)
 # Each implementation's kernel time (common/bench.py says how it is measured), turned into TFLOP/s
 # (2MNK floating-point operations: a multiply and an add per term) and into % of the machine's

@@ -1,0 +1,2 @@
+"""SPOILER: the answer of exercise 4.4."""
+ANSWER = "b"
