@@ -326,7 +326,7 @@ def oob_message(oob: accesses.OutOfBounds) -> str:
     shown = _span(index)
     return (f"program {program} {verb} {near.name}[{shown}], {side} {near.name} ({_count(near.numel, 'element')}): "
             f"{_count(len(index), 'element')} out of bounds. Mask the {oob.kind} (mask=offsets < N) so that the lanes "
-            "past the end do nothing.")
+            "past the end do nothing, or check the pointer arithmetic (a stride, a base offset) that led there.")
 
 
 def memory_problem(log: accesses.Log, outputs: dict) -> str | None:

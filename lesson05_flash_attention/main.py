@@ -463,6 +463,15 @@ def check():
 chapter.run("check", check)
 
 # %% [markdown]
+# ### Your turn: the exercises
+# lesson05_flash_attention/exercises/, each checked when you run its file (`--hint` for a hint):
+# score_memory (predict section 1's gigabytes), attend (write section 2's online-softmax update),
+# causal (write the causal mask with the key blocks above the diagonal never read: a budget),
+# causal_blocks (predict how many key blocks a causal pass reads), grouped_heads (write
+# grouped-query attention: k and v with fewer heads than q, no copies) and sliding_window (a
+# stretch: each query sees its last W keys, the blocks outside the window skipped).
+
+# %% [markdown]
 # ## 7. Memory, measured: each implementation's peak (tuning.py)
 # Section 1's arithmetic, against what torch.cuda's allocator saw: standard attention's peak grows
 # with the scores until it runs out of memory; flash attention's is o, whatever the length.
