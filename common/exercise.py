@@ -346,7 +346,8 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
             counts[indices] = np.maximum(counts[indices], 1)
         twice = np.flatnonzero(counts > 1)
         if twice.size and not atomics:
-            who = [_program(p) for p, idx in stored.items() if np.isin(twice[0], idx)]
+            axes = _axes(list(stored))
+            who = [_program(p, axes) for p, idx in stored.items() if np.isin(twice[0], idx)]
             return (f"{name}[{_index(twice[0], out.shape)}] is written {counts[twice[0]]} times, by programs "
                     f"{', '.join(who)} ({_count(twice.size, 'element')} written more than once): each output element "
                     "belongs to one program (on a GPU the programs race, and the last one wins)")
@@ -383,12 +384,18 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
         writers, programs = log.writers(name, out.numel()), log.programs()
         wrong_programs = sorted({int(writers[i]) for i in where if writers[i] >= 0})
         if wrong_programs:
-            named = [_program(programs[p]) for p in wrong_programs[:8]]
+            axes = _axes(programs)
+            named = [_program(programs[p], axes) for p in wrong_programs[:8]]
             text += (f". Written by program{'s' if len(named) > 1 else ''} {', '.join(named)}"
                      f"{' and others' if len(wrong_programs) > 8 else ''} (of {len(programs)})")
     shown = ", ".join(f"[{_index(int(i), out.shape)}] {got[int(i)].item():.4g} (not {want[int(i)].item():.4g})"
                       for i in where[1:4])
-    return text + (f"; then {shown}" if shown else "") + "."
+    text += (f"; then {shown}" if shown else "") + "."
+    if INTERPRET and out.dtype == torch.bfloat16 and (got - want).abs().nan_to_num(1e38).max() > 1e4 * (want.abs().max() + 1):
+        text += (" Values this far off in bfloat16 are the interpreter's: NumPy has no bfloat16, so arithmetic on "
+                 "bf16 blocks gives garbage there. Convert each loaded block with .to(tl.float32) before computing "
+                 "(a GPU computes on bf16 directly, but float32 arithmetic is the rule here anyway).")
+    return text
 
 
 def budget_problem(log: accesses.Log, inputs: dict, budget: dict, why: str) -> str | None:
@@ -405,7 +412,7 @@ def report(exercise: Exercise, result: Result) -> str:
     marks = "  ".join([f"{s} ok" for s in result.passed] + ([] if result.ok else [f"{result.stage} FAILED"]))
     head = f"{exercise.lesson}/exercises/{exercise.name}.py ({exercise.kind}): {marks or result.stage}"
     body = result.message if result.ok else f"{result.stage}: {result.message}"
-    tail = f"\nLine budget: {exercise.lines} lines in the kernel's body." if exercise.lines and not result.ok else ""
+    tail = f"\nLine budget: about {exercise.lines} lines of your own." if exercise.lines and not result.ok else ""
     return f"{head}\n{'PASSED: ' if result.ok else ''}{body}{tail}"
 
 
@@ -431,9 +438,15 @@ def _sentinel(dtype):
     return float("nan") if dtype.is_floating_point else (torch.iinfo(dtype).min if dtype != torch.bool else False)
 
 
-def _program(program) -> str:
-    p = tuple(program)
-    while len(p) > 1 and p[-1] == 0:
+def _axes(programs: list) -> int:
+    """How many grid axes the programs use (1 for a 1-D grid, 2 if any program_id(1) is not 0, ...)."""
+    return max((max((i + 1 for i, v in enumerate(p) if v), default=1) for p in programs), default=1)
+
+
+def _program(program, axes: int = 0) -> str:
+    """A program's id as the kernel sees it: 3 on a 1-D grid, (3, 1) on a 2-D one."""
+    p = tuple(program)[:max(axes, 1)] if axes else tuple(program)
+    while not axes and len(p) > 1 and p[-1] == 0:
         p = p[:-1]
     return str(p[0]) if len(p) == 1 else str(p)
 

@@ -76,7 +76,7 @@ EXERCISE = Exercise(
            "x * x into an fp32 accumulator (acc = tl.zeros([BLOCK_N], dtype=tl.float32)); after it, "
            "rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps); the second loop uses rstd.",
            "In each loop: cols = start + tl.arange(0, BLOCK_N); mask = cols < N; load the tile with "
-           "mask=mask, other=0.0 and .to(tl.float32) at once (x * x in float16 overflows past 256). The "
+           "mask=mask, other=0.0 and .to(tl.float32) at once (x * x overflows float16 once |x| passes 256). The "
            "masked lanes add 0 to the sum, so divide by N, not by the lanes walked.",
            "row = tl.program_id(axis=0); x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, "
            "other=0.0).to(tl.float32); in the second loop also w = tl.load(w_ptr + cols, mask=mask)"
