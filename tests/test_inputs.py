@@ -74,6 +74,11 @@ def test_index_type_is_64_bit_only_where_needed():
     assert index_type(torch.empty_strided((3, 4), (2**30, 1), **meta)) == tl.int64  # 2^31 + 3
     assert index_type(torch.empty(1, 2**31 - 2**15, **meta)) == tl.int64           # indices near 2^31
     assert index_type(torch.empty(0, 2**20, **meta), torch.empty(5, **meta)) == tl.int32
+    # the boundary itself: a farthest offset of 2^31 - 1 still fits int32, 2^31 does not
+    assert index_type(torch.empty_strided((2, 1), (2**31 - 1, 1), **meta)) == tl.int32
+    assert index_type(torch.empty_strided((2, 1), (2**31, 1), **meta)) == tl.int64
+    assert index_type(torch.empty_strided((2, 2), (2**31 - 2, 1), **meta)) == tl.int32  # 2^31 - 2 + 1
+    assert index_type(torch.empty_strided((2, 3), (2**31 - 2, 1), **meta)) == tl.int64  # 2^31 - 2 + 2
 
 
 def far_apart(rows, cols, dtype=torch.float32):

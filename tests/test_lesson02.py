@@ -41,6 +41,20 @@ def test_extreme_values(long_rows):
     assert_matches(out, torch.softmax(x, dim=1))
 
 
+def test_online_softmax_rows_whose_first_tiles_are_all_minus_inf():
+    # The online kernel walks tiles of 8192 columns: here the first two tiles of each row are all
+    # -inf, so its running max stays -inf until the third, where exp(-inf - -inf) would be NaN
+    # without the guard (m_safe). 300 columns would be one tile and never reach the guard.
+    x = torch.full((3, 8192 * 2 + 500), float("-inf"), device=DEVICE)
+    x[0, -1] = 3.0                                        # one finite value, in the last tile
+    x[1, 8192 * 2:] = torch.randn(500, device=DEVICE)     # a finite third tile
+    x[2, 8192 * 2 + 7] = -1e4                             # very negative, still finite
+    out = softmax(x, long_rows=True)
+    assert torch.isfinite(out).all()
+    assert out[0, -1] == 1.0 and out[2, 8192 * 2 + 7] == 1.0
+    assert_matches(out, torch.softmax(x, dim=1))
+
+
 def test_all_minus_inf_row_is_nan_like_torch():
     x = torch.full((1, 10), float("-inf"), device=DEVICE)
     assert torch.isnan(softmax(x)).all() and torch.isnan(torch.softmax(x, dim=1)).all()

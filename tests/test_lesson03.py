@@ -1,5 +1,6 @@
 """Lesson 3: row_sum against a float64 sum, split and not, the traces, the split rule, 64-bit offsets,
 bad input, the machine's arithmetic (waves, occupancy, coalescing), the chapter's runs."""
+import math
 import pathlib
 import os
 import re
@@ -15,12 +16,20 @@ from lesson03_rowsum.main import check, choose_splits, columns_per_program, laun
 SHAPES = [(1, 1), (3, 7), (64, 1000), (5, 12345), (3, 70000), (1000, 33)]
 
 
+def sum_tolerance(x: torch.Tensor) -> torch.Tensor:
+    """What a correct row sum may be off by, per row: one rounding of the result to x's dtype, plus
+    float32 accumulation over the sum's depth (a tree of log2(BLOCK_N) levels inside a tile, a chain
+    of cdiv(N, BLOCK_N) tiles, and a split row's second reduction), each step within float32's eps
+    times the row's sum of magnitudes."""
+    N = x.shape[1]
+    depth = math.log2(tile_config(N)[1]) + math.ceil(N / tile_config(N)[1]) + math.log2(N) + 2
+    exact = x.double().sum(dim=1)
+    return torch.finfo(x.dtype).eps * exact.abs() + depth * torch.finfo(torch.float32).eps * x.double().abs().sum(dim=1)
+
+
 def assert_sum_close(out, x):
-    ref = x.double().sum(dim=1)
     assert out.shape == (x.shape[0],) and out.dtype == x.dtype
-    tol = {torch.float32: 1e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[x.dtype]
-    scale = x.double().abs().sum(dim=1).clamp_min(1.0)
-    assert ((out.double() - ref).abs() <= tol * scale).all()
+    assert ((out.double() - x.double().sum(dim=1)).abs() <= sum_tolerance(x)).all()
 
 
 @pytest.mark.parametrize("splits", [1, 3, None])
@@ -29,6 +38,19 @@ def assert_sum_close(out, x):
 def test_row_sum_matches_float64(shape, dtype, splits):
     x = torch.randn(*shape, device=DEVICE, dtype=dtype)
     assert_sum_close(row_sum(x, splits=splits), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", [(64, 1000), (5, 12345), (3, 70000)])
+def test_the_tolerance_fails_the_wrong_sums(shape, dtype):
+    # An all-zero output, a sum missing its last 100 columns and a doubled sum must each fail the
+    # tolerance of assert_sum_close in every dtype; the right sum (rounded once) must pass it.
+    x = torch.randn(*shape, device=DEVICE, dtype=dtype)
+    exact = x.double().sum(dim=1)
+    assert_sum_close(exact.to(dtype), x)
+    for wrong in (torch.zeros_like(exact), x.double()[:, :-100].sum(dim=1), 2 * exact):
+        with pytest.raises(AssertionError):
+            assert_sum_close(wrong.to(dtype), x)
 
 
 def test_split_rows_are_exact_on_integers():

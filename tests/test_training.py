@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from conftest import DEVICE, INTERPRET
-from common.checks import grad_errors, grad_ok
+from common.checks import grad_errors, grad_ok, rel_error
 from lesson01_vector_add.main import add, gelu, grad_check as grad_check01
 from lesson02_softmax.backward import softmax_backward
 from lesson02_softmax.main import grad_check as grad_check02, softmax
@@ -53,6 +53,38 @@ def test_matmul_gradients_through_views_and_ragged_tiles(activation):
     errs = grad_errors(lambda a, b: matmul(a, b, activation=activation, precision="ieee"),
                        lambda a, b: reference(a, b, activation), [a, b])
     assert all(grad_ok(ours, theirs) for ours, theirs in errs), errs
+
+
+def sdpa64(q, k, v):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+
+FROZEN = {  # name: (function, shapes of its inputs, the float64 reference)
+    "add": (add, [(5, 7), (5, 7)], torch.add),
+    "matmul": (lambda a, b: matmul(a, b, precision="ieee"), [(37, 20), (20, 9)], torch.matmul),
+    "matmul, gelu epilogue": (lambda a, b: matmul(a, b, activation="gelu", precision="ieee"), [(37, 20), (20, 9)],
+                              lambda a, b: reference(a, b, "gelu")),
+    "attention": (attention, [(1, 2, 40, 16)] * 3, sdpa64),
+}
+
+
+@pytest.mark.parametrize("name", FROZEN)
+def test_each_input_frozen_in_turn(name):
+    # A frozen input (a weight that does not train) gets no gradient; the others still get theirs.
+    # (Swap matmul_grad's needs_input_grad indices and the frozen a's gradient is the one computed.)
+    fn, shapes, ref = FROZEN[name]
+    for frozen in range(len(shapes)):
+        inputs = [torch.randn(shape, device=DEVICE) for shape in shapes]
+        leaves = [x.clone().requires_grad_(i != frozen) for i, x in enumerate(inputs)]
+        out = fn(*leaves)
+        g = torch.randn_like(out)
+        out.backward(g)
+        exact = [x.double().requires_grad_(i != frozen) for i, x in enumerate(inputs)]
+        ref(*exact).backward(g.double())
+        assert leaves[frozen].grad is None
+        for i, (ours, theirs) in enumerate(zip(leaves, exact)):
+            if i != frozen:  # float32 sums of at most a few hundred terms
+                assert ours.grad is not None and rel_error(ours.grad, theirs.grad) < 1e-5, (name, frozen, i)
 
 
 def test_the_operator_only_where_autograd_needs_it():
