@@ -14,17 +14,12 @@ H200's recorded tables instead (common/chapter.py).
 """
 import functools
 import importlib
-import json
-import os
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 
 import torch
 
-from common.device import ROOT
+from common import child
 from common.profile import kernels_launched
 from common.table import Table, print_table
 import triton  # noqa: E402  (after common.device, which chooses the mode)
@@ -102,30 +97,14 @@ def empty_kernel(x_ptr, N):
     pass
 
 
-def fresh(function: str, **kwargs) -> Table:
-    """Run function(**kwargs) ('package.module:name', returning a Table) in a new Python process and
-    return its table. For host timings: in a process that has run torch.profiler or torch.compile,
-    every call costs more on the host, PyTorch's own operators included, and a caller's process
-    usually has done neither."""
-    module, name = function.split(":")
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "table.json")
-        code = (f"import json, {module} as m; t = m.{name}(**json.loads({json.dumps(json.dumps(kwargs))})); "
-                f"f = open({path!r}, 'w'); json.dump(t.__dict__, f); f.close()")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-        subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL, env=env, cwd=ROOT)
-        with open(path) as f:
-            return Table(**json.load(f))
-
-
 def host_costs(cases: str, processes: int = 3) -> dict:
     """The host's µs per call of each call in cases() = {label: fn} ('package.module:name'), and of
     the floor, an empty Triton kernel launched with two arguments (first). Timed in `processes` fresh
-    processes (see fresh), in each the calls taking turns, 3 rounds; each call keeps its best. Why
+    processes (common/child.py says why), in each the calls taking turns, 3 rounds; each call keeps its best. Why
     several processes: on the H200's host one process can run every call, the floor included, half
     as slow again as the next, as if on a slower core; noise only ever adds time, so the best is the
     cost of the code."""
-    runs = [dict(fresh("common.bench:host_table", cases=cases).rows) for _ in range(processes)]
+    runs = [dict(child.run("common.bench:host_table", dict(cases=cases))[1][0].rows) for _ in range(processes)]
     return {label: min(run[label] for run in runs) for label in runs[0]}
 
 

@@ -28,14 +28,12 @@ writes them to RESULTS.md). Three kinds of section are run differently:
   profiler or torch.compile pays more for: it runs in a fresh process.
 """
 import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 
 import torch
 
+from common import child
 from common.device import INTERPRET, ROOT, gpu_name
 from common.results import read_page
 from common.table import Table
@@ -148,19 +146,9 @@ class Chapter:
         module = section.__module__ if section.__module__ != "__main__" else f"{self.lesson}.main"
         if section.__name__ == "<lambda>":
             raise TypeError("a section run in a child process must be a function of the module, not a lambda")
-        env = dict(os.environ, TRITON_INTERPRET="1" if interpret else "0", PYTHONUNBUFFERED="1",
-                   PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-        with tempfile.TemporaryDirectory() as folder:
-            path = os.path.join(folder, "tables.json")
-            code = (f"import json, {module} as m\nr = m.{section.__name__}()\nr = r if isinstance(r, (list, tuple)) "
-                    f"else [r]\nwith open({path!r}, 'w') as f:\n    json.dump([t.__dict__ for t in r "
-                    "if hasattr(t, 'markdown')], f)\n")
-            done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
-            print(done.stdout, end="")
-            if done.returncode:
-                raise RuntimeError(f"section {section.__name__} failed in its child process:\n{done.stderr}")
-            with open(path) as f:
-                return [Table(**t) for t in json.load(f)]
+        printed, tables = child.run(f"{module}:{section.__name__}", interpret=interpret)
+        print(printed, end="")
+        return tables
 
     def results(self) -> list:
         """[(name, heading, tables)] of the sections that returned tables, in reading order."""

@@ -25,7 +25,6 @@ values are checked again with the kernel compiled, and `--bench` times it agains
 """
 import argparse
 import ast
-import dataclasses
 import glob
 import hashlib
 import importlib

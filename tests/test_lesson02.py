@@ -178,18 +178,6 @@ def test_script_and_its_command_line():
         assert done.returncode == 2 and "must be at least 1" in done.stderr
 
 
-def test_the_sections_are_declared_in_reading_order_under_their_headings():
-    import re
-
-    from lesson02_softmax.main import SECTIONS
-
-    source = pathlib.Path(os.path.join(ROOT, "lesson02_softmax", "main.py")).read_text()
-    runs = re.findall(r'^chapter\.run\("(\w+)"', source, flags=re.M)
-    assert runs == list(SECTIONS)  # each section run once, in the order declared
-    for name, heading in SECTIONS.items():
-        number = heading.split(".")[0]
-        assert re.search(rf"^# ## {number}[.-]", source, flags=re.M), f"no markdown heading for section {heading!r}"
-
 
 def test_the_chapter_imports_nothing_that_imports_it_back():
     source = pathlib.Path(os.path.join(ROOT, "lesson02_softmax", "backward.py")).read_text()
