@@ -124,10 +124,8 @@ class Exercise:
         for case in self.cases:
             try:
                 inputs, outputs, log = self._run(case, impl, record=not compiled)
-            except accesses.OutOfBounds as oob:
-                return Result("memory", f"case '{case.name}': {oob_message(oob)}", tuple(passed))
             except Exception as error:  # noqa: BLE001  (the learner's code: any error is a message)
-                oob = _cause(error, accesses.OutOfBounds)
+                oob = _cause(error, accesses.OutOfBounds)  # raised in the kernel, or wrapped by the interpreter
                 if oob is not None:
                     return Result("memory", f"case '{case.name}': {oob_message(oob)}", tuple(passed))
                 return Result("runs", f"case '{case.name}': {error_message(error, files)}", tuple(passed))
