@@ -180,9 +180,9 @@ def waves_table(shapes=WAVES_SHAPES):
     print(f"With 4 rows, 4 programs: {sms - 4} of the {sms} SMs have nothing to do, however fast each one is.\n"
           "A rule of thumb: launch at least 4 programs per SM (an A100's 108 SMs: >= 432), so the scheduler\n"
           "can balance the work and a last, partial wave is a small part of the whole. The tail effect:")
-    for programs, gpu_sms, gpu in ((160, 148, "a B200"), (110, 108, "an A100"), (160, sms, "this GPU")):
+    for programs, gpu_sms, gpu in ((160, 148, "a B200"), (110, 108, "an A100"), (160, sms, "this GPU; an H200 under the interpreter")):
         full, tail, idle = waves(programs, gpu_sms)
-        print(f"  {programs} programs that each fill an SM, on {gpu}'s {gpu_sms} SMs: {full} full wave(s), then "
+        print(f"  {programs} programs that each fill an SM, on {gpu_sms} SMs ({gpu}): {full} full wave(s), then "
               f"{tail} programs while {idle} SMs sit idle")
     return table
 
