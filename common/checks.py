@@ -6,6 +6,10 @@ reads the wrong bytes or crashes deep inside Triton. The launchers call `check_t
 also resolves what PyTorch allows but a raw pointer cannot honour: a view with the negative bit
 (`z.conj().imag`), whose memory holds -x, is copied, as PyTorch's own operators do.
 """
+import math
+import operator
+
+import numpy as np
 import torch
 
 from common.device import DEVICE, INTERPRET  # first: it decides how triton is imported
@@ -52,6 +56,47 @@ GRAD_NOTE = ("Relative error of each gradient against torch's autograd in float6
 def grad_ok(ours: float, theirs: float) -> bool:
     """A gradient passes within twice the error of torch's autograd in the same dtype (plus 1e-5)."""
     return ours <= 2 * theirs + 1e-5
+
+
+def flag(name: str, value, *, optional: bool = False) -> bool | None:
+    """value as a Python bool: True, False or numpy's bool_ (None too where `optional`). Anything
+    else is refused by name. `value in (True, False)` would not do: 0 == False and 1.0 == True, so
+    `softmax(x, 0)` (torch's `dim` habit) or `attention(q, k, v, 1.0)` would pass as a flag."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if value is None and optional:
+        return None
+    raise TypeError(f"{name} must be {'None, True or False' if optional else 'True or False'}, got {value!r}")
+
+
+def whole(name: str, value, *, least: int = 1, power_of_two_to: int | None = None) -> int:
+    """value as a Python int: any integral scalar (int, numpy's, a one-element integer tensor:
+    whatever `operator.index` takes, never a bool), at least `least`, and, where `power_of_two_to`
+    is given, a power of two up to it. Anything else is refused, naming the parameter."""
+    wanted = (f"a power of two from {least} to {power_of_two_to}" if power_of_two_to
+              else f"a whole number >= {least}")
+    try:
+        n = None if isinstance(value, (bool, np.bool_)) else operator.index(value)
+    except TypeError:
+        n = None
+    if n is None:
+        raise TypeError(f"{name} must be {wanted}, got {value!r}")
+    if n < least or (power_of_two_to and (n > power_of_two_to or n & (n - 1))):
+        raise ValueError(f"{name} must be {wanted}, got {value!r}")
+    return n
+
+
+def real(name: str, value) -> float:
+    """value as a finite Python float (a NaN or infinite scale would turn every output into NaN)."""
+    try:
+        x = None if isinstance(value, (bool, np.bool_, str)) else float(value)
+    except (TypeError, ValueError):
+        x = None
+    if x is None:
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    if not math.isfinite(x):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return x
 
 
 def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_shape: bool = False) -> list:

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from common import bench, profile, ptx, roofline
 from common.chapter import Chapter, add_compile_option, positive_int
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, whole
 from common.exercise import explain
 from common.launch import cdiv, needs_op, traceable
 from common.table import print_table
@@ -120,10 +120,9 @@ def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tenso
     of one extra pass over memory.
     """
     tensors = check_tensors(inputs, DTYPES, same_shape=True)
-    for name, value, most in (("BLOCK_SIZE", BLOCK_SIZE, 2**16), ("num_warps", num_warps, 32)):
-        # tl.arange needs a power of two; a program has at most 32 warps (1024 threads)
-        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= most or value & (value - 1):
-            raise ValueError(f"{name} must be a power of two from 1 to {most}, got {value!r}")
+    # tl.arange needs a power of two; a program has at most 32 warps (1024 threads)
+    BLOCK_SIZE = whole("BLOCK_SIZE", BLOCK_SIZE, power_of_two_to=2**16)
+    num_warps = whole("num_warps", num_warps, power_of_two_to=32)
     if tensors[0].numel() + BLOCK_SIZE > 2**31:  # the offsets are int32, up to a block past the end
         raise ValueError(f"{tensors[0].numel()} elements: this kernel's int32 offsets stop near 2**31 "
                          "(lesson 2, section 4: 64-bit offsets)")

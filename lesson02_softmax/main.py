@@ -27,7 +27,7 @@ import triton.language as tl
 
 from common import bench, checks, profile, ptx, roofline
 from common.chapter import Chapter, add_compile_option, positive_int
-from common.checks import check_tensors, dtype_name
+from common.checks import check_tensors, dtype_name, flag, whole
 from common.launch import cdiv, needs_op, next_power_of_2, traceable
 from common.table import Table, print_table
 from common.trace import show
@@ -229,14 +229,19 @@ def one_pass_settings(N: int) -> tuple[int, int, int]:
     return BLOCK_M, BLOCK_N, num_warps
 
 
-def softmax(x: torch.Tensor, *, long_rows: bool | None = None) -> torch.Tensor:
-    """Softmax over the last dimension of a 2-D tensor (float32/float16/bfloat16; math in fp32).
+def softmax(x: torch.Tensor, dim: int = -1, *, long_rows: bool | None = None) -> torch.Tensor:
+    """Softmax of a 2-D tensor along `dim` (float32/float16/bfloat16; math in fp32), as
+    torch.softmax(x, dim). The kernels reduce along rows; dim 0 runs them on x.t(), a view.
 
     long_rows: None picks the kernel by row length; True / False forces the online / one-pass one.
     """
     (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
-    if long_rows not in (None, True, False):  # a string such as "no" would be truthy
-        raise TypeError(f"long_rows must be None, True or False, got {long_rows!r}")
+    dim = whole("dim", dim, least=-2)
+    if dim > 1:
+        raise IndexError(f"dim must be in [-2, 1] for a 2-D tensor, got {dim}")
+    long_rows = flag("long_rows", long_rows, optional=True)  # a string such as "no" would be truthy
+    if dim % 2 == 0:  # along the columns: the rows of the transpose (the kernels follow strides)
+        return softmax(x.t(), long_rows=long_rows).t()
     if needs_op(x):  # autograd or torch.compile: through the registered operator (section 8)
         return softmax_op(x, long_rows)
     return launch(x, long_rows)

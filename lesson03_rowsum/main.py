@@ -29,7 +29,7 @@ import triton.language as tl
 
 from common import bench, ptx, roofline
 from common.chapter import Chapter, shape_arg
-from common.checks import GRAD_NOTE, INDEX_ROOM, check_tensors, dtype_name, grad_errors, grad_ok, index_type
+from common.checks import GRAD_NOTE, INDEX_ROOM, check_tensors, dtype_name, grad_errors, grad_ok, index_type, whole
 from common.launch import cdiv, needs_op, next_power_of_2, traceable
 from common.table import print_table
 from common.trace import show
@@ -389,8 +389,7 @@ def row_sum(x: torch.Tensor, *, splits: int | None = None) -> torch.Tensor:
     splits: programs per row; None chooses (1 unless there are too few rows to fill the GPU).
     """
     (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
-    if splits is not None and (not isinstance(splits, int) or isinstance(splits, bool) or splits < 1):
-        raise ValueError(f"splits must be a whole number >= 1 (or None), got {splits!r}")
+    splits = None if splits is None else whole("splits", splits)  # numpy's and torch's integers too
     if needs_op(x):  # autograd or torch.compile: through the registered operator (section 9)
         return row_sum_op(x, splits)
     return launch(x, splits)

@@ -29,7 +29,7 @@ import triton.language as tl
 
 from common import bench, checks, roofline
 from common.chapter import Chapter, positive_int
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, rel_error
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_errors, grad_ok, rel_error
 from common.launch import cdiv, needs_op, traceable
 from common.table import Table, print_table
 from common.trace import show
@@ -368,8 +368,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, p
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if precision not in ("tf32", "ieee"):
         raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
-    if tma is not None and not isinstance(tma, bool):  # (the operator takes a bool)
-        raise TypeError(f"tma must be None, True or False, got {tma!r}")
+    tma = flag("tma", tma, optional=True)  # (the operator takes a Python bool)
     if tma is None:
         tma = not torch.compiler.is_compiling() and hopper.pays(a, b)
     elif tma:

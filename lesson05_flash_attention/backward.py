@@ -47,8 +47,9 @@ LOG2E = tl.constexpr(1.4426950408889634)
 def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
                       INDEX_TYPE: tl.constexpr = tl.int32):
     """Delta = rowsum(dO * O), one number per query row, in fp32."""
-    rows = (tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
-    bh = tl.program_id(1).to(INDEX_TYPE)
+    num_pid_m = tl.cdiv(seq_len, BLOCK_M)  # one grid axis, as the forward's: blocks of head 0, then head 1, ...
+    rows = ((tl.program_id(0) % num_pid_m) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
+    bh = (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
     offsets = bh * seq_len * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]  # contiguous (B, H, seq, D)
     o = tl.load(o_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
@@ -102,8 +103,10 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
                 TRACE: tl.constexpr = False):
     """One program per block of BLOCK_N keys of one (batch, head): its rows of dK and dV."""
     tl.static_assert(BLOCK_N % BLOCK_M == 0)  # so the causal diagonal ends on a query-block boundary
-    start_n = tl.program_id(0) * BLOCK_N
-    bh = tl.program_id(1).to(INDEX_TYPE)
+    # One grid axis, as the forward's (axes 1 and 2 stop at 65535 programs; B x H can pass that)
+    num_pid_n = tl.cdiv(seq_len, BLOCK_N)
+    pid_n, bh = tl.program_id(0) % num_pid_n, (tl.program_id(0) // num_pid_n).to(INDEX_TYPE)
+    start_n = pid_n * BLOCK_N
     base = bh * seq_len * HEAD_DIM                         # every tensor is contiguous (B, H, seq, D)
     q_ptr, k_ptr, v_ptr, do_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base
     lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
@@ -124,7 +127,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
         lo, mid = 0, 0
     full_end = (seq_len // BLOCK_M) * BLOCK_M
     if TRACE:
-        show("dK, dV program (key block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
+        show("dK, dV program (key block, batch x head)", (pid_n, bh), indent=0)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, mid,
                          BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, mid, full_end,
@@ -170,8 +173,9 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     """One program per block of BLOCK_M queries of one (batch, head): its rows of dQ. The stages
     are the forward's: whole key blocks below the diagonal (or all whole ones), then the rest, masked."""
     tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    start_m = tl.program_id(0) * BLOCK_M
-    bh = tl.program_id(1).to(INDEX_TYPE)
+    num_pid_m = tl.cdiv(seq_len, BLOCK_M)  # one grid axis, as dkdv_kernel's
+    pid_m, bh = tl.program_id(0) % num_pid_m, (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
+    start_m = pid_m * BLOCK_M
     base = bh * seq_len * HEAD_DIM
     rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
@@ -192,7 +196,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, full_end, masked_end,
                    BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     if TRACE:
-        show("dQ program (query block, batch x head)", (tl.program_id(0), tl.program_id(1)), indent=0)
+        show("dQ program (query block, batch x head)", (pid_m, bh), indent=0)
         show("dQ", dq * sm_scale)
     tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
 
@@ -237,13 +241,13 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"  # as the forward's launcher says
-    preprocess[(cdiv(seq_len, 64), B * H)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_M=64, INDEX_TYPE=index)
+    preprocess[(cdiv(seq_len, 64) * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_M=64, INDEX_TYPE=index)
 
     def key_blocks(meta):  # one program per block of keys per (batch, head), for dK and dV
-        return (cdiv(seq_len, meta["BLOCK_N"]), B * H)
+        return (cdiv(seq_len, meta["BLOCK_N"]) * B * H,)
 
     def query_blocks(meta):  # one program per block of queries per (batch, head), for dQ
-        return (cdiv(seq_len, meta["BLOCK_M"]), B * H)
+        return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
 
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
                      INPUT_PRECISION=precision, INDEX_TYPE=index, **(dkdv_meta or {}))

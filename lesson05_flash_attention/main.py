@@ -30,7 +30,7 @@ import triton.language as tl
 
 from common import bench, checks, roofline
 from common.chapter import Chapter, positive_int
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, rel_error
+from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_errors, grad_ok, real, rel_error
 from common.launch import cdiv, needs_op, traceable
 from common.table import print_table
 from common.trace import show
@@ -360,20 +360,24 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, *
     return o, lse
 
 
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None, *, causal: bool = False,
               sm_scale: float | None = None) -> torch.Tensor:
     """softmax(q k^T * sm_scale [+ causal mask]) v for q, k, v of shape (batch, heads, seq, head_dim).
 
     float16, bfloat16 or float32 (fp32 softmax and accumulation inside; output in the input dtype);
     head_dim 16, 32, 64 or 128; any sequence length; sm_scale defaults to 1/sqrt(head_dim).
+    attn_mask is there only to refuse one clearly (SDPA's fourth argument): the one mask here is
+    causal=True, which is never stored, only computed.
     """
+    if attn_mask is not None:
+        raise TypeError(f"attention takes no attn_mask (got {type(attn_mask).__name__}): its one mask is "
+                        "causal=True, a keyword; for any other mask use torch.nn.functional.scaled_dot_product_attention")
     q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4, same_shape=True)
     D = q.shape[-1]
     if D not in HEAD_DIMS:
         raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {D}")
-    if causal not in (True, False):  # a string such as "False" would be truthy: causal attention
-        raise TypeError(f"causal must be True or False, got {causal!r}")
-    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else float(sm_scale)
+    causal = flag("causal", causal)  # a string such as "False" would be truthy: causal attention
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
     if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below

@@ -73,3 +73,8 @@ def run_script(lesson: str, *argv: str) -> subprocess.CompletedProcess:
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+def pytest_addoption(parser):
+    parser.addoption("--all-configs", action="store_true",
+                     help="tests/test_gpus.py: compile every kernel in every configuration for every GPU (minutes)")

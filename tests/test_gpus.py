@@ -3,7 +3,17 @@ of them, with no GPU (Triton ships its compiler: common/ptx.py), in the configur
 launchers would pick there. A kernel must compile; the configurations a launcher runs untimed
 (the fixed ones, and the last of an autotuned list, which small problems get) must fit the GPU's
 shared memory; the larger ones may not (the autotuner skips them there); and the TMA path is
-taken exactly where its kernel fits."""
+taken exactly where its kernel fits.
+
+What varies per kernel (its `Family`): the configurations of its launcher or autotuner, each dtype
+a launcher can hand it, every head dim, the epilogues, int32 and int64 offsets, causal or not. Of
+those, the block sizes, the dtype and the head dim decide what a kernel needs (registers, shared
+memory); the flags only change the code. So `pytest --all-configs` compiles, for every GPU, every
+kernel in the product of the first kind, with each flag's values spread over them (about 2,700
+compilations: some 20 minutes on 2 cores, 3 on 16). The default run, for CI, compiles on every
+GPU each kernel's largest variant that must fit, and covers every value of every dimension on
+some GPU (about 300)."""
+import itertools
 import os
 
 import pytest
@@ -11,12 +21,18 @@ import pytest
 from conftest import INTERPRET  # noqa: F401  (common.device before triton)
 from common import ptx
 from common.device import GPUS
-from lesson02_softmax.main import one_pass_settings
+from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
 from lesson03_rowsum.main import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
-from lesson04_matmul.main import GPU_CONFIGS as MATMUL_CONFIGS
+from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS
-from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS
+from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS, HEAD_DIMS
+
+L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
+L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
+DTYPES = ("fp32", "fp16", "bf16")  # what every launcher takes (bf16 and fp16 are the same size: both kept)
+INDEX = ("int32", "int64")         # common.checks.index_type's two answers
+POWERS = tuple(2**i for i in range(17))
 
 
 def pointers(dtype: str, *names: str) -> dict:
@@ -32,90 +48,232 @@ def from_config(config) -> dict:
     return dict(constexprs=dict(config.kwargs), num_warps=config.num_warps, num_stages=config.num_stages)
 
 
-SMALLEST_TMA = min(GPU_TMA_CONFIGS, key=shared_bytes)
+def show(value) -> str:
+    return f"{value.kwargs}, {value.num_warps} warps, {value.num_stages} stages" if hasattr(value, "kwargs") else str(value)
 
 
-def jobs_for(arch: int) -> dict:
-    """{(what, must it fit?): compile job} for one GPU."""
-    l1, l2, l3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
-    l4, l5 = "lesson04_matmul.main", "lesson05_flash_attention.main"
-    jobs = {
-        ("add_kernel, float32", True): dict(
-            module=l1, kernel="add_kernel", signature={**pointers("fp32", "x_ptr", "y_ptr", "output_ptr"), "N": "i32"},
-            constexprs={"BLOCK_SIZE": 1024}),
-        ("gelu_kernel, bfloat16", True): dict(
-            module=l1, kernel="gelu_kernel", signature={**pointers("bf16", "x_ptr", "y_ptr"), "N": "i32"},
-            constexprs={"BLOCK_SIZE": 1024}),
-        ("spin_kernel (lesson 3's waves)", True): dict(
-            module=l3, kernel="spin_kernel", signature={"y_ptr": "*fp32", "iters": "i32"}, constexprs={"BLOCK": 1024},
-            num_warps=32),
-        ("softmax_online_kernel, bfloat16", True): dict(  # as softmax() launches it
-            module=l2, kernel="softmax_online_kernel",
-            signature={**pointers("bf16", "x_ptr", "y_ptr"), **ints("N", "stride_xm", "stride_xn", "stride_ym")},
-            constexprs={"BLOCK_N": 8192}, num_warps=16),
-    }
-    for N in (1000, 65536):
-        BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-        jobs[f"softmax_kernel, bfloat16, N = {N}", True] = dict(
-            module=l2, kernel="softmax_kernel",
-            signature={**pointers("bf16", "x_ptr", "y_ptr"), **ints("M", "N", "stride_xm", "stride_xn", "stride_ym")},
-            constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}, num_warps=num_warps)
-    for N in (32, 16384):
-        BLOCK_M, BLOCK_N, num_warps = tile_config(N)
-        jobs[f"row_sum_kernel, bfloat16, N = {N}", True] = dict(
-            module=l3, kernel="row_sum_kernel",
-            signature={**pointers("bf16", "x_ptr", "y_ptr"), **ints("M", "N", "stride_xm", "stride_xn")},
-            constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}, num_warps=num_warps)
-        jobs[f"row_sum_split_kernel, bfloat16, N = {N}", True] = dict(
-            module=l3, kernel="row_sum_split_kernel",
-            signature={"x_ptr": "*bf16", "partial_ptr": "*fp32",
-                       **ints("M", "N", "stride_xm", "stride_xn", "stride_pm", "COLS_PER_PROGRAM")},
-            constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N}, num_warps=num_warps)
-    matmul_args = ints("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")
-    for dtype, config, must_fit in (("fp16", MATMUL_CONFIGS[0], False), ("bf16", MATMUL_CONFIGS[-1], True),
-                                    ("fp32", MATMUL_CONFIGS[-1], True)):
-        jobs[f"matmul_kernel, {dtype}, {config}", must_fit] = dict(
-            module=l4, kernel="matmul_kernel", signature={**pointers(dtype, "a_ptr", "b_ptr", "c_ptr"), **matmul_args},
-            divisible_by_16=("a_ptr", "b_ptr", "c_ptr"), **from_config(config))
-    attention_args = {**ints("H", "seq_len", *(f"stride_{t}{d}" for t in "qkvo" for d in "bhnd")), "sm_scale": "fp32"}
-    for dtype, config, causal, must_fit in (("fp16", ATTENTION_CONFIGS[0], False, False),
-                                            ("fp32", ATTENTION_CONFIGS[-1], True, True)):
-        job = dict(module=l5, kernel="attention_kernel",
-                   signature={**pointers(dtype, "q_ptr", "k_ptr", "v_ptr", "o_ptr"), "lse_ptr": "*fp32", **attention_args},
-                   divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "o_ptr"), **from_config(config))
-        job["constexprs"].update(HEAD_DIM=128, CAUSAL=causal, INPUT_PRECISION="ieee" if dtype == "fp32" else "tf32")
-        jobs[f"attention_kernel, {dtype}, head_dim 128, causal {causal}, {config}", must_fit] = job
-    backward_args = {**pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", "seq_len": "i32"}
-    for kernel, configs, outputs in (("dkdv_kernel", GPU_DKDV_CONFIGS, ("dk_ptr", "dv_ptr")),
-                                     ("dq_kernel", GPU_DQ_CONFIGS, ("dq_ptr",))):
-        for dtype, config, must_fit in (("fp32", configs[-1], True),):  # the configuration small problems get
-            job = dict(module="lesson05_flash_attention.backward", kernel=kernel,
-                       signature={**pointers(dtype, "q_ptr", "k_ptr", "v_ptr", "do_ptr"), **backward_args,
-                                  **pointers(dtype, *outputs)},
-                       divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr"), **from_config(config))
-            job["constexprs"].update(HEAD_DIM=128, CAUSAL=True, INPUT_PRECISION="ieee" if dtype == "fp32" else "tf32")
-            jobs[f"{kernel}, {dtype}, head_dim 128, {config}", must_fit] = job
-    if arch >= 90:  # TMA came with Hopper: compiled where it exists, then the launcher's rule is checked
-        jobs[f"matmul_kernel_tma, fp16, {SMALLEST_TMA}", False] = dict(
-            module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
-            signature={**pointers("fp16", "a_ptr", "b_ptr", "c_ptr"),
-                       **ints("M", "N", "K", "stride_am", "stride_bk", "stride_cm")},
-            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"),
-            **from_config(SMALLEST_TMA))
-    for job in jobs.values():
-        job.update(arch=arch, asm=["ptx"] if arch in (75, 80) else [])
-    return jobs
+class Family:
+    """One kernel's variants. heavy: {dimension: values} whose product is compiled in full (block
+    sizes, dtype, head dim); light: {dimension: values} spread over them (flags). job(v) -> the
+    compile job for a variant v (a dict of one value per dimension); must_fit(v): does the launcher
+    run v untimed (so it has to fit)? size(v): a number that grows with what v needs, to compile the
+    largest must-fit variant on every GPU."""
+
+    def __init__(self, name, heavy, light, job, must_fit=lambda v: True, size=lambda v: 0):
+        self.name, self.heavy, self.light, self.job, self.must_fit, self.size = name, heavy, light, job, must_fit, size
+
+    def variants(self) -> list[dict]:
+        """The product of the heavy dimensions, with each light dimension's values in turn."""
+        out = [dict(zip(self.heavy, values)) for values in itertools.product(*self.heavy.values())]
+        for i, v in enumerate(out):
+            v.update((dim, values[i % len(values)]) for dim, values in self.light.items())
+        return out
+
+    def label(self, v: dict) -> str:
+        return f"{self.name}, " + ", ".join(f"{dim} {show(value)}" for dim, value in v.items())
+
+
+def elementwise(name, args, configs=((1024, 4),)):
+    """A lesson 1 kernel: pointers of one dtype, N, BLOCK_SIZE; configs: (BLOCK_SIZE, num_warps)."""
+    return Family(name, {"dtype": DTYPES, "config": configs}, {},
+                  lambda v: dict(module=L1, kernel=name, signature={**pointers(v["dtype"], *args), "N": "i32"},
+                                 constexprs={"BLOCK_SIZE": v["config"][0]}, num_warps=v["config"][1]))
+
+
+def softmax_job(v):
+    BLOCK_M, BLOCK_N, num_warps = one_pass_settings(v["N"])
+    return dict(module=L2, kernel="softmax_kernel",
+                signature={**pointers(v["dtype"], "x_ptr", "y_ptr"), **ints("M", "N", "stride_xm", "stride_xn", "stride_ym")},
+                constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
+
+
+def softmax_backward_job(v):  # as backward.softmax_backward launches it
+    BLOCK_N = min(v["N"], 4096)
+    return dict(module="lesson02_softmax.backward", kernel="softmax_backward_kernel",
+                signature={**pointers(v["dtype"], "y_ptr", "dy_ptr", "dx_ptr"),
+                           **ints("M", "N", "stride_ym", "stride_dym", "stride_dxm")},
+                constexprs={"BLOCK_M": max(1, 4096 // BLOCK_N), "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=8)
+
+
+def row_sum_job(v):  # x in the input's dtype, or fp32 for the second stage of a split row; y in the input's
+    BLOCK_M, BLOCK_N, num_warps = tile_config(v["N"])
+    x, y = v["dtypes"]
+    return dict(module=L3, kernel="row_sum_kernel",
+                signature={"x_ptr": f"*{x}", "y_ptr": f"*{y}", **ints("M", "N", "stride_xm", "stride_xn")},
+                constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
+
+
+def row_sum_split_job(v):
+    BLOCK_M, BLOCK_N, num_warps = tile_config(v["N"])
+    return dict(module=L3, kernel="row_sum_split_kernel",
+                signature={"x_ptr": f"*{v['dtype']}", "partial_ptr": "*fp32",
+                           **ints("M", "N", "stride_xm", "stride_xn", "stride_pm", "COLS_PER_PROGRAM")},
+                constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
+
+
+def precision(v) -> str:  # what the launchers pass: float32 in full precision ("ieee"), else tf32 (ignored)
+    return "ieee" if v["dtype"] == "fp32" else "tf32"
+
+
+def matmul_job(v):  # float32 twice: matmul(precision="ieee"), and its default, "tf32" (the tensor cores)
+    dtype = "fp32" if v["dtype"] == "fp32 as tf32" else v["dtype"]
+    job = dict(module=L4, kernel="matmul_kernel", signature={**pointers(dtype, "a_ptr", "b_ptr", "c_ptr"),
+               **ints("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")},
+               divisible_by_16=("a_ptr", "b_ptr", "c_ptr"), **from_config(v["config"]))
+    job["constexprs"].update(ACTIVATION=v["activation"] or "", INPUT_PRECISION="tf32" if dtype != v["dtype"] else precision(v),
+                             INDEX_TYPE=v["index"])
+    return job
+
+
+def tma_job(v):
+    job = dict(module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
+               signature={**pointers(v["dtype"], "a_ptr", "b_ptr", "c_ptr"),
+                          **ints("M", "N", "K", "stride_am", "stride_bk", "stride_cm")},
+               divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"),
+               **from_config(v["config"]))
+    job["constexprs"]["ACTIVATION"] = v["activation"] or ""
+    return job
+
+
+def attention_job(v):
+    job = dict(module=L5, kernel="attention_kernel",
+               signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "o_ptr"), "lse_ptr": "*fp32",
+                          **ints("H", "seq_len", *(f"stride_{t}{d}" for t in "qkvo" for d in "bhnd")), "sm_scale": "fp32"},
+               divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "o_ptr"), **from_config(v["config"]))
+    job["constexprs"].update(HEAD_DIM=v["head_dim"], CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
+                             INDEX_TYPE=v["index"])
+    return job
+
+
+def backward_job(kernel, outputs):
+    def job(v):
+        out = dict(module=L5B, kernel=kernel,
+                   signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
+                              **pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", "seq_len": "i32"},
+                   divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr"), **from_config(v["config"]))
+        out["constexprs"].update(HEAD_DIM=v["head_dim"], CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
+                                 INDEX_TYPE=v["index"])
+        return out
+    return job
+
+
+def preprocess_job(v):
+    return dict(module=L5B, kernel="preprocess_kernel",
+                signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32", "seq_len": "i32"},
+                constexprs={"HEAD_DIM": v["head_dim"], "BLOCK_M": 64, "INDEX_TYPE": v["index"]})
+
+
+def itemsize(v) -> int:
+    return 4 if v.get("dtype", "").startswith("fp32") else 2
+
+
+def last_of(configs):  # an autotuned kernel: small problems run its last configuration untimed
+    return lambda v: v["config"] is configs[-1]
+
+
+def families(arch: int) -> list[Family]:
+    tiles = tuple(2**i for i in range(13))  # tile_config differs up to rows of 4096 columns
+    out = [
+        # lesson 1: add and gelu take BLOCK_SIZE and num_warps from the caller (1 to 65536, 1 to 32)
+        elementwise("add_kernel", ("x_ptr", "y_ptr", "output_ptr"), ((1, 1), (1024, 4), (65536, 32))),
+        elementwise("gelu_kernel", ("x_ptr", "y_ptr"), ((1, 1), (1024, 4), (65536, 32))),
+        elementwise("gelu_backward_kernel", ("dy_ptr", "x_ptr", "dx_ptr")),
+        Family("empty_kernel_8", {}, {}, lambda v: dict(
+            module="lesson01_vector_add.timing", kernel="empty_kernel_8",
+            signature={**pointers("fp32", "a_ptr", "b_ptr", "c_ptr", "d_ptr"), **ints("M", "N", "K", "L")}, constexprs={})),
+        Family("spin_kernel", {}, {}, lambda v: dict(module=L3, kernel="spin_kernel", signature={"y_ptr": "*fp32", "iters": "i32"},
+                                                     constexprs={"BLOCK": 1024}, num_warps=32)),
+        # lesson 2: one BLOCK_N per power of two up to the longest row of the one-pass kernel
+        Family("softmax_kernel", {"dtype": DTYPES, "N": tuple(n for n in POWERS if n <= MAX_ONE_PASS_N)},
+               {"index": INDEX}, softmax_job, size=lambda v: v["N"] * itemsize(v)),
+        Family("softmax_online_kernel", {"dtype": DTYPES}, {"index": INDEX}, lambda v: dict(
+            module=L2, kernel="softmax_online_kernel",
+            signature={**pointers(v["dtype"], "x_ptr", "y_ptr"), **ints("N", "stride_xm", "stride_xn", "stride_ym")},
+            constexprs={"BLOCK_N": 8192, "INDEX_TYPE": v["index"]}, num_warps=16), size=itemsize),
+        Family("softmax_backward_kernel", {"dtype": DTYPES, "N": tiles}, {"index": INDEX}, softmax_backward_job,
+               size=lambda v: v["N"] * itemsize(v)),
+        # lesson 3
+        Family("row_sum_kernel", {"dtypes": tuple((d, d) for d in DTYPES) + (("fp32", "bf16"), ("fp32", "fp16")),
+                                  "N": tiles}, {"index": INDEX}, row_sum_job, size=lambda v: v["N"]),
+        Family("row_sum_split_kernel", {"dtype": DTYPES, "N": tiles}, {"index": INDEX}, row_sum_split_job,
+               size=lambda v: v["N"] * itemsize(v)),
+        # lesson 4: the autotuned list, each epilogue, both precisions of float32
+        Family("matmul_kernel", {"dtype": DTYPES + ("fp32 as tf32",), "config": tuple(MATMUL_CONFIGS)},
+               {"activation": ACTIVATIONS, "index": INDEX}, matmul_job,
+               must_fit=last_of(MATMUL_CONFIGS), size=lambda v: itemsize(v) + (v["dtype"] == "fp32 as tf32")),
+        # lesson 5, every head dim
+        Family("attention_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(ATTENTION_CONFIGS)},
+               {"causal": (False, True), "index": INDEX}, attention_job,
+               must_fit=last_of(ATTENTION_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
+        Family("preprocess_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS}, {"index": INDEX}, preprocess_job,
+               size=lambda v: v["head_dim"] * itemsize(v)),
+        Family("dkdv_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_DKDV_CONFIGS)},
+               {"causal": (True, False), "index": INDEX}, backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr")),
+               must_fit=last_of(GPU_DKDV_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
+        Family("dq_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_DQ_CONFIGS)},
+               {"causal": (True, False), "index": INDEX}, backward_job("dq_kernel", ("dq_ptr",)),
+               must_fit=last_of(GPU_DQ_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
+    ]
+    if arch >= 90:  # TMA came with Hopper: compiled where it exists (whether it fits is the launcher's rule, below)
+        out.append(Family("matmul_kernel_tma", {"dtype": ("fp16", "bf16"), "config": tuple(GPU_TMA_CONFIGS)},
+                          {"activation": ACTIVATIONS}, tma_job, must_fit=lambda v: False))
+    return out
+
+
+def cover(variants: list[dict], first: list[dict]) -> list[dict]:
+    """`first`, then variants until every value of every dimension appears at least once."""
+    chosen, seen = list(first), {(dim, show(value)) for v in first for dim, value in v.items()}
+    for v in variants:
+        pairs = {(dim, show(value)) for dim, value in v.items()}
+        if not pairs <= seen:
+            chosen.append(v)
+            seen |= pairs
+    return chosen
+
+
+def jobs(all_configs: bool) -> dict:
+    """{(arch, label, must it fit?): compile job}. With all_configs, every variant on every GPU.
+    Without: on every GPU the largest variant each kernel must fit, and on GPUs in turn the
+    variants that bring a value not yet compiled (the dimensions' values all covered)."""
+    out, archs = {}, list(GPUS)
+    for arch in archs:
+        for fam in families(arch):
+            variants = fam.variants()
+            if not all_configs:
+                fitting = [v for v in variants if fam.must_fit(v)]
+                largest = [max(fitting, key=fam.size)] if fitting else []
+                rest = cover([v for v in variants if v not in largest], largest)[len(largest):]
+                if fam.name != "matmul_kernel_tma":  # (which has three GPUs only: all of it on each)
+                    rest = [v for i, v in enumerate(rest) if archs[i % len(archs)] == arch]  # one GPU each, in turn
+                variants = largest + rest
+            for v in variants:
+                job = fam.job(v)
+                job.update(arch=arch, asm=["ptx"] if arch in (75, 80) else [])
+                out[arch, fam.label(v), fam.must_fit(v)] = job
+    return out
 
 
 @pytest.fixture(scope="module")
-def compiled() -> dict:
-    """Every job for every GPU, compiled once, in child processes side by side: {arch: {key: result}}."""
-    jobs = {(arch, key): job for arch in GPUS for key, job in jobs_for(arch).items()}
-    results = ptx.compile_kernels(list(jobs.values()), processes=min(8, os.cpu_count() or 1))
+def compiled(request) -> dict:
+    """Every job for every GPU, compiled once, in child processes side by side: {arch: {(label, must fit): result}}."""
+    todo = jobs(request.config.getoption("--all-configs"))
+    results = ptx.compile_kernels(list(todo.values()), processes=min(16, os.cpu_count() or 1))
     out = {arch: {} for arch in GPUS}
-    for (arch, key), result in zip(jobs, results):
-        out[arch][key] = result
+    for (arch, label, must_fit), result in zip(todo, results):
+        out[arch][label, must_fit] = result
     return out
+
+
+def test_every_kernel_and_every_value_is_compiled():
+    # the default run leaves out no kernel on any GPU, and no value of any dimension
+    default = jobs(False)
+    for arch in GPUS:
+        names = {fam.name for fam in families(arch)}
+        assert names == {label.split(",")[0] for (a, label, _) in default if a == arch}
+    for fam in families(90):
+        wanted = {(dim, show(value)) for v in fam.variants() for dim, value in v.items()}
+        labels = [label for (_, label, _) in default if label.split(",")[0] == fam.name]
+        assert all(any(f"{dim} {value}" in label for label in labels) for dim, value in wanted), fam.name
 
 
 @pytest.mark.parametrize("arch", GPUS)
@@ -126,18 +284,25 @@ def test_every_kernel_compiles_and_fits(compiled, arch):
             f"sm_{arch} ({name}): {what} needs {result['shared']} bytes of shared memory, the GPU has {limit}")
 
 
+SMALLEST_TMA = min(GPU_TMA_CONFIGS, key=shared_bytes)
+
+
 @pytest.mark.parametrize("arch", GPUS)
 def test_the_tma_path_is_taken_exactly_where_its_kernel_fits(compiled, arch):
     limit = GPUS[arch][1]
-    tma = [result["shared"] for (what, _), result in compiled[arch].items() if what.startswith("matmul_kernel_tma")]
-    assert tma_gpu(arch, limit) == bool(tma and tma[0] <= limit)
-    if tma:  # hopper.shared_bytes, the launcher's estimate, never undercounts (the barriers aside)
-        assert tma[0] <= shared_bytes(SMALLEST_TMA) + 1024
+    tma = {what: result["shared"] for (what, _), result in compiled[arch].items() if what.startswith("matmul_kernel_tma")}
+    smallest = [shared for what, shared in tma.items() if show(SMALLEST_TMA) in what]
+    assert tma_gpu(arch, limit) == bool(smallest and min(smallest) <= limit)
+    if smallest:  # hopper.shared_bytes, the launcher's estimate, never undercounts (the barriers aside)
+        assert min(smallest) <= shared_bytes(SMALLEST_TMA) + 1024
 
 
 def test_a_t4_has_no_tensor_core_path(compiled):
     # Triton's tl.dot uses the tensor cores from sm_80 (mma) on; on a T4 it compiles to FMA
     # instructions: correct, and no faster than CUDA cores make it. README says so.
-    dots = {what: result for (what, _), result in compiled[75].items() if what.startswith(("matmul", "attention"))}
-    assert len(dots) == 5 and all("mma" not in result["ptx"] for result in dots.values())
-    assert all("mma" in result["ptx"] for (what, _), result in compiled[80].items() if what.startswith("matmul"))
+    dots = {what: result for (what, _), result in compiled[75].items()
+            if what.startswith(("matmul", "attention", "dkdv", "dq_kernel"))}
+    assert len(dots) >= 4 and all("mma" not in result["ptx"] for result in dots.values())
+    # and on an A100 they do, but for float32 in full precision (matmul(precision="ieee")), which they cannot hold
+    tensor_core = [result for (what, _), result in compiled[80].items() if what.startswith("matmul") and "dtype fp32," not in what]
+    assert tensor_core and all("mma" in result["ptx"] for result in tensor_core)

@@ -6,6 +6,7 @@ block sizes that are not powers of two, and command lines with bad sizes.
 The tensors past 2^31 elements need a GPU's memory (4 to 13 GB each): those tests run on a GPU
 only, one at a time (`pytest -m big`). Under the interpreter, views whose row stride is 2^30 take
 the same 64-bit path while touching a few pages of a large virtual allocation."""
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -148,8 +149,14 @@ def test_past_2_31_on_a_gpu():
 @pytest.mark.skipif(INTERPRET, reason="70000 programs per launch: minutes under the interpreter")
 def test_grids_past_65535_programs():
     # CUDA allows 65535 programs along grid axes 1 and 2: both kernels number theirs along axis 0
-    q, k, v = torch.randn(3, 7, 10000, 16, 16, device=DEVICE, dtype=torch.float16)  # 70000 heads
-    assert rel_error(attention(q, k, v), sdpa(q, k, v)) < 2e-3
+    q, k, v = torch.randn(3, 7, 10000, 16, 16, device=DEVICE, dtype=torch.float16).requires_grad_().unbind()
+    o = attention(q, k, v)  # 70000 heads, forward and backward
+    assert rel_error(o, sdpa(q, k, v)) < 2e-3
+    g = torch.randn_like(o)
+    grads = torch.autograd.grad(o, (q, k, v), g)
+    exact = torch.autograd.grad(sdpa(q, k, v), (q, k, v), g.double())
+    for ours, ref in zip(grads, exact):
+        assert rel_error(ours, ref) < 5e-3
     x = torch.randn(2, 70000 * 4096, device=DEVICE)  # 70000 programs per row
     assert ((row_sum(x, splits=70000) - x.sum(dim=1, dtype=torch.float64)).abs() / x.abs().sum(dim=1)).max() < 1e-6
 
@@ -158,19 +165,60 @@ def test_flags_and_block_sizes_are_checked():
     x = torch.randn(4, 8, device=DEVICE)
     q = torch.randn(1, 1, 4, 16, device=DEVICE)
     cases = [
+        # flags: a bool or numpy's bool_, never 0 or 1.0 (which `in (True, False)` lets through) or a string
         (lambda: softmax(x, long_rows="no"), TypeError, "long_rows must be None, True or False, got 'no'"),
+        (lambda: softmax(x, long_rows=0), TypeError, "long_rows must be None, True or False, got 0"),
         (lambda: attention(q, q, q, causal="False"), TypeError, "causal must be True or False, got 'False'"),
-        (lambda: row_sum(x, splits="4"), ValueError, "splits must be a whole number >= 1"),
+        (lambda: attention(q, q, q, causal=1.0), TypeError, "causal must be True or False, got 1.0"),
         (lambda: matmul(x, x.t(), tma="no"), TypeError, "tma must be None, True or False"),
+        # SDPA's positional habits: a mask or a dropout probability in fourth place
+        (lambda: attention(q, q, q, torch.ones(4, 4, dtype=torch.bool)), TypeError,
+         "attention takes no attn_mask \\(got Tensor\\): its one mask is causal=True, a keyword"),
+        (lambda: attention(q, q, q, 1.0), TypeError, "attention takes no attn_mask \\(got float\\)"),
+        (lambda: attention(q, q, q, sm_scale=float("nan")), ValueError, "sm_scale must be finite, got nan"),
+        (lambda: attention(q, q, q, sm_scale=float("inf")), ValueError, "sm_scale must be finite, got inf"),
+        (lambda: attention(q, q, q, sm_scale="0.5"), TypeError, "sm_scale must be a real number, got '0.5'"),
+        (lambda: softmax(x, 2), IndexError, "dim must be in \\[-2, 1\\] for a 2-D tensor, got 2"),
+        (lambda: softmax(x, 1.0), TypeError, "dim must be a whole number >= -2, got 1.0"),
+        # integer knobs: any integral scalar, never a bool, a string or a float
+        (lambda: row_sum(x, splits="4"), TypeError, "splits must be a whole number >= 1, got '4'"),
+        (lambda: row_sum(x, splits=True), TypeError, "splits must be a whole number >= 1, got True"),
+        (lambda: row_sum(x, splits=2.0), TypeError, "splits must be a whole number >= 1, got 2.0"),
+        (lambda: row_sum(x, splits=0), ValueError, "splits must be a whole number >= 1, got 0"),
         (lambda: add(x, x, BLOCK_SIZE=0), ValueError, "BLOCK_SIZE must be a power of two from 1 to 65536, got 0"),
         (lambda: add(x, x, BLOCK_SIZE=1000), ValueError, "BLOCK_SIZE must be a power of two .* got 1000"),
-        (lambda: gelu(x, BLOCK_SIZE="1024"), ValueError, "BLOCK_SIZE must be a power of two .* got '1024'"),
+        (lambda: gelu(x, BLOCK_SIZE="1024"), TypeError, "BLOCK_SIZE must be a power of two .* got '1024'"),
         (lambda: gelu(x, num_warps=3), ValueError, "num_warps must be a power of two from 1 to 32, got 3"),
     ]
     for call, error, message in cases:
         with pytest.raises(error, match=message):
             call()
     assert torch.equal(add(x, x, BLOCK_SIZE=1, num_warps=1), x + x)
+
+
+def test_flags_and_knobs_from_numpy_and_torch_are_taken_as_theirs():
+    # a numpy bool is a bool, a numpy or torch integer an integer: they work as the Python ones do
+    x = torch.randn(4, 8, device=DEVICE)
+    q, k, v = (torch.randn(1, 2, 5, 16, device=DEVICE) for _ in range(3))
+    assert torch.equal(attention(q, k, v, causal=np.True_), attention(q, k, v, causal=True))
+    assert torch.equal(softmax(x, long_rows=np.False_), softmax(x, long_rows=False))
+    assert torch.equal(row_sum(x, splits=np.int64(2)), row_sum(x, splits=2))
+    assert torch.equal(row_sum(x, splits=torch.tensor(2)), row_sum(x, splits=2))
+    assert torch.equal(add(x, x, BLOCK_SIZE=np.int32(256), num_warps=torch.tensor(2)), x + x)
+    assert torch.equal(attention(q, k, v, sm_scale=np.float32(0.25)), attention(q, k, v, sm_scale=0.25))
+
+
+def test_softmax_takes_dim_as_torch_softmax_does():
+    # softmax(x, 0), the torch.softmax habit, is the softmax down the columns (once it silently ran
+    # along the rows: 0 was taken as long_rows=False), with its gradient
+    x = torch.randn(6, 40, device=DEVICE, dtype=torch.float64).float().requires_grad_()
+    for dim in (0, 1, -1, -2):
+        y = softmax(x, dim)
+        assert rel_error(y, torch.softmax(x.double(), dim)) < 1e-6
+        g = torch.randn_like(y)
+        (dx,) = torch.autograd.grad(y, x, g)
+        (ref,) = torch.autograd.grad(torch.softmax(x, dim), x, g)
+        assert rel_error(dx, ref) < 1e-5
 
 
 def test_row_sums_last_program_runs_past_n_in_64_bits():
@@ -216,3 +264,21 @@ def test_bad_sizes_on_the_command_line_are_usage_errors(lesson, argv, capsys):
     with pytest.raises(SystemExit) as exit_:
         lesson.chapter.parser.parse_args(["--sections", "bench", *argv])
     assert exit_.value.code == 2 and "error: argument" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(INTERPRET, reason="CPU tensors have no device index to check")
+def test_a_tensor_off_the_current_device_is_refused(monkeypatch):
+    # Triton launches on the current device, whatever device the pointers point to: a tensor on
+    # another GPU would be read through the wrong GPU's memory. With one GPU, the current device is
+    # moved (as torch.cuda.set_device(1) would); with two, a real tensor on cuda:1.
+    x = torch.randn(4, 8, device=DEVICE)
+    if torch.cuda.device_count() > 1:
+        with pytest.raises(ValueError, match="x is on cuda:1, but kernels launch on the current device, cuda:0"):
+            softmax(x.to("cuda:1"))
+        with torch.cuda.device(1):
+            assert torch.equal(softmax(x.to("cuda:1")).cpu(), softmax(x).cpu())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
+    for call in (lambda: softmax(x), lambda: add(x, x), lambda: row_sum(x), lambda: matmul(x, x.t())):
+        with pytest.raises(ValueError, match=r"is on cuda:0, but kernels launch on the current device, cuda:1: "
+                                             r"wrap the call in `with torch.cuda.device\(.*\.device\):`"):
+            call()
