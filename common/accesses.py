@@ -33,6 +33,18 @@ def available() -> bool:
     return _builder() is not None
 
 
+def runs_bf16() -> bool:
+    """Can the installed Triton's interpreter run a kernel on bfloat16 blocks at all? (Triton 3.6's
+    cannot: its builder has no bf16 constants, and a bf16 store fails inside it.)"""
+    builder = _builder()
+    return builder is None or hasattr(builder, "get_bf16")
+
+
+def lacks_bf16(error: BaseException) -> bool:
+    """Is `error` the interpreter failing on bfloat16 for want of it (runs_bf16() is False)?"""
+    return not runs_bf16() and "bf16" in str(error)
+
+
 @dataclass
 class Region:
     """A tensor's memory as the kernel may touch it: [start, end) in bytes."""

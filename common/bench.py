@@ -109,9 +109,11 @@ def host_costs(cases: str, processes: int = 3) -> dict:
 
 
 FLOOR = "empty @triton.jit kernel, 2 arguments (the floor)"
-HOST_NOTE = ("A loop of calls with no synchronize, timed on the host (bench.host_time_ms): Python, the checks and "
-             "the launch, not the kernel. In 3 fresh processes, the calls taking turns, 3 rounds in each; each "
-             "call its best (bench.host_costs).")
+def host_note(processes: int = 3) -> str:
+    where = "In 3 fresh processes" if processes == 3 else f"In {processes} fresh process{'es' if processes > 1 else ''} (--full: 3)"
+    return ("A loop of calls with no synchronize, timed on the host (bench.host_time_ms): Python, the checks and "
+            f"the launch, not the kernel. {where}, the calls taking turns, 3 rounds in each; each "
+            "call its best (bench.host_costs).")
 
 
 def host_table(cases: str) -> Table:
@@ -127,12 +129,13 @@ def host_table(cases: str) -> Table:
     return Table(["call", "host µs per call"], [(label, min(t)) for label, t in turns.items()])
 
 
-def host_cost_table(cases: str) -> Table:
-    """A lesson's "host" section: host_costs printed beside the floor."""
-    us = host_costs(cases)
+def host_cost_table(cases: str, processes: int = 3) -> Table:
+    """A lesson's "host" section: host_costs printed beside the floor. (A default run takes one
+    process: each costs seconds to start, and --full, which writes RESULTS.md, takes three.)"""
+    us = host_costs(cases, processes)
     floor = us[FLOOR]
     return print_table([(label, t, t / floor) for label, t in us.items()], ["call", "host µs per call", "x the floor"],
-                       title="Host cost per call", note=HOST_NOTE)
+                       title="Host cost per call", note=host_note(processes))
 
 
 OFFSETS_TITLE = "64-bit offsets: what they cost"

@@ -120,16 +120,22 @@ class Exercise:
         if self.kind == "predict":
             return self._predicted(impl)
         passed = ["started"]
-        runs = []
+        runs, skipped = [], []
         for case in self.cases:
             try:
                 inputs, outputs, log = self._run(case, impl, record=not compiled)
             except Exception as error:  # noqa: BLE001  (the learner's code: any error is a message)
+                if not compiled and accesses.lacks_bf16(error):
+                    skipped.append(case.name)  # this Triton's interpreter cannot: the GPU checks it compiled
+                    continue
                 oob = _cause(error, accesses.OutOfBounds)  # raised in the kernel, or wrapped by the interpreter
                 if oob is not None:
                     return Result("memory", f"case '{case.name}': {oob_message(oob)}", tuple(passed))
                 return Result("runs", f"case '{case.name}': {error_message(error, files)}", tuple(passed))
             runs.append((case, inputs, outputs, log))
+        if skipped:
+            print(f"(not checked here: {', '.join(skipped)}. This Triton's interpreter cannot run bfloat16; "
+                  "a GPU checks those cases compiled.)")
         passed.append("runs")
         if not compiled:
             if accesses.available():
@@ -367,7 +373,10 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
     eps = torch.finfo(out.dtype).eps if out.is_floating_point() else 0.0
     finite = torch.isfinite(want)
     torch_error = (yard - want)[finite].abs().max().item() if finite.any() else 0.0
-    tolerance = 2 * torch_error + 2 * eps * want.abs()
+    # two roundings of each element, and one of the largest: a different order of summation, an
+    # FMA, another exp or tanh move a correct result by about that much
+    scale = want[finite].abs().max().item() if finite.any() else 0.0
+    tolerance = 2 * torch_error + 2 * eps * want.abs() + eps * scale
     same_special = (~finite) & ((got == want) | (torch.isnan(got) & torch.isnan(want)))
     bad = ~(((got - want).abs() <= tolerance) | same_special)
     if not bad.any():
@@ -376,7 +385,7 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
     first = int(where[0])
     text = (f"{len(where)} of {want.numel()} elements of {name} are wrong; the first, {name}[{_index(first, out.shape)}] "
             f"= {got[first].item():.9g}, should be {want[first].item():.9g}, off by {abs(got[first] - want[first]).item():.2g} "
-            f"(tolerance {tolerance[first].item():.2g}: twice torch's own error in this dtype, plus two roundings)")
+            f"(tolerance {tolerance[first].item():.2g}: twice torch's own error in this dtype, plus roundings)")
     if log is not None:
         writers, programs = log.writers(name, out.numel()), log.programs()
         wrong_programs = sorted({int(writers[i]) for i in where if writers[i] >= 0})
@@ -425,7 +434,8 @@ def fingerprint(parts: dict) -> str:
             for node in ast.walk(tree):  # a docstring is the statement, not code
                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(node) is not None:
                     node.body = node.body[1:] or [ast.Pass()]
-            text.append(ast.dump(tree, include_attributes=False))
+            text.append(ast.unparse(tree))  # the code without comments or layout, the same in every Python
+            # (ast.dump is not: Python 3.12 added fields to a function's node)
         else:
             text.append(repr(obj))
     return hashlib.sha256("\n".join(text).encode()).hexdigest()[:12]

@@ -537,7 +537,7 @@ def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
 
 
 # %%
-chapter.run("host", lambda: timing.host_section("lesson01_vector_add.main:host_cases", add), gpu=True)
+chapter.run("host", lambda: timing.host_section("lesson01_vector_add.main:host_cases", add, 3 if args.full else 1), gpu=True)
 
 # %% [markdown]
 # ## 13. CUDA graphs: one launch for a whole sequence (timing.py)

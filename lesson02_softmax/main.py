@@ -576,4 +576,4 @@ def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
 
 
 # %%
-chapter.run("host", lambda: bench.host_cost_table("lesson02_softmax.main:host_cases"), gpu=True)
+chapter.run("host", lambda: bench.host_cost_table("lesson02_softmax.main:host_cases", 3 if args.full else 1), gpu=True)

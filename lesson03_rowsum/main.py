@@ -634,7 +634,7 @@ def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
 
 
 # %%
-chapter.run("host", lambda: bench.host_cost_table("lesson03_rowsum.main:host_cases"), gpu=True)
+chapter.run("host", lambda: bench.host_cost_table("lesson03_rowsum.main:host_cases", 3 if args.full else 1), gpu=True)
 
 # %% [markdown]
 # ## 15. Coalescing: the memory lines one warp's load touches (coalescing.py)

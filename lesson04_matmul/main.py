@@ -614,7 +614,7 @@ def host_cases(n: int = 2048) -> dict:  # bench.host_costs calls it in fresh pro
 
 
 # %%
-chapter.run("host", lambda: bench.host_cost_table("lesson04_matmul.main:host_cases"), gpu=True)
+chapter.run("host", lambda: bench.host_cost_table("lesson04_matmul.main:host_cases", 3 if args.full else 1), gpu=True)
 
 # %% [markdown]
 # ## 15. torch.matmul's kernel for each shape (library.py)

@@ -578,7 +578,7 @@ def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
 
 
 # %%
-chapter.run("host", lambda: bench.host_cost_table("lesson05_flash_attention.main:host_cases"), gpu=True)
+chapter.run("host", lambda: bench.host_cost_table("lesson05_flash_attention.main:host_cases", 3 if args.full else 1), gpu=True)
 
 # %% [markdown]
 # ## 11. 64-bit offsets: what they cost here (tuning.py)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import CHILD_ENV, INTERPRET, ROOT
-from common import exercise as checker
+from common import accesses, exercise as checker
 
 EXERCISES = checker.all_exercises()
 IDS = [f"{lesson[:8]}/{name}" for lesson, name, _ in EXERCISES]
@@ -60,6 +60,8 @@ def test_the_solution_passes_every_stage(ex):
 
 @pytest.mark.parametrize("ex, wrong", list(wrong_ones()))
 def test_each_wrong_solution_fails_at_its_stage(ex, wrong):
+    if "NumPy has no bfloat16" in wrong.phrase and not accesses.runs_bf16():
+        pytest.skip("the interpreter's bf16 garbage: this Triton's interpreter runs no bf16 at all (the case is skipped)")
     result = ex.check(f"wrong:{wrong.label}")
     assert (result.stage, wrong.phrase in result.message) == (wrong.stage, True), result.message
 

@@ -50,7 +50,9 @@ def verify(outputs, x, p, seed):
     out, again, other = (outputs[k].double().cpu() for k in ("out", "again", "other"))
     x = x.double().cpu()
     kept = x / (1 - p)
-    zero, scaled = out == 0, (out - kept).abs() <= 2 * torch.finfo(torch.float32).eps * kept.abs()
+    # within 4 float32 steps: a compiled kernel gets p as a float32, whose rounding 1 - p turns into
+    # up to 2 steps when p = 0.9; then the division's own rounding and the output's
+    zero, scaled = out == 0, (out - kept).abs() <= 4 * torch.finfo(torch.float32).eps * kept.abs()
     if not (zero | scaled).all():
         i = int((~(zero | scaled)).nonzero()[0])
         return f"out[{i}] = {out[i].item():.6g} is neither 0 nor x[{i}] / (1 - p) = {kept[i].item():.6g}"
@@ -73,7 +75,7 @@ def case(N: int, BLOCK_SIZE: int, p: float) -> Case:
 
 
 EXERCISE = Exercise(
-    lesson="lesson01_vector_add", name="dropout", kind="write", parts=("dropout_kernel",), stub="02c24425efd4",
+    lesson="lesson01_vector_add", name="dropout", kind="write", parts=("dropout_kernel",), stub="ccd99e7b0e70",
     launch=launch, verify=verify, outputs=outputs, lines=8,
     cases=[case(1, 128, 0.5), case(129, 128, 0.1), case(12345, 1024, 0.5), case(12345, 512, 0.9)],
     bench_case=lambda: case(1 << 24, 1024, 0.5),
