@@ -97,6 +97,9 @@ class Chapter:
         self.args.sections = [s for s in self.args.sections if s not in self.args.skip]
         if self.running:
             print(banner())
+            if not INTERPRET:  # the traces' and the fresh sections' processes, started while this one goes on
+                for interpret in (True, None):
+                    child.keep_spare(interpret, (f"{self.lesson}.main",))
         return self.args
 
     def sizes(self, table: dict):

@@ -5,8 +5,10 @@ interpreter is chosen once per process, before triton is imported: common/device
 timings (a process that has run torch.profiler or torch.compile pays more per call on the host,
 PyTorch's own operators included, and a caller's process usually has done neither), and a section
 that measures them. The child imports the function's module by name, so a lesson run as a script
-is never imported a second time into its own process.
+is never imported a second time into its own process. On a GPU a lesson keeps one such process
+started ahead of time per mode (`keep_spare`), so that a section does not wait for it to start.
 """
+import atexit
 import json
 import os
 import subprocess
@@ -16,24 +18,64 @@ import tempfile
 from common.device import ROOT
 from common.table import Table
 
+# The child's program. It imports `preload` first (the lesson: torch, triton, the kernels; seconds
+# on a GPU machine), then waits for one request on stdin: so a process started ahead of time
+# (`keep_spare`) answers at once, and still runs one function only, as a fresh process does.
+SERVE = """
+import importlib, json, sys
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+line = sys.stdin.readline()
+if not line:  # the parent ended without a request for this spare
+    sys.exit(0)
+request = json.loads(line)
+r = getattr(importlib.import_module(request["module"]), request["name"])(**request["kwargs"])
+r = r if isinstance(r, (list, tuple)) else [r]
+with open(request["path"], "w") as f:
+    json.dump([t.__dict__ for t in r if hasattr(t, "markdown")], f)
+"""
+
+_spares: dict = {}  # interpret -> (an idle process of that mode, what it preloaded)
+
+
+def _start(interpret: bool | None, preload: tuple) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    if interpret is not None:
+        env["TRITON_INTERPRET"] = "1" if interpret else "0"
+    return subprocess.Popen([sys.executable, "-c", SERVE, *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True)
+
+
+def keep_spare(interpret: bool | None, preload: tuple = ()) -> None:
+    """Start, now, the process that will serve the next run() in this mode: it imports `preload`
+    while this process goes on. (Each Python process with torch costs seconds to start; a lesson on
+    a GPU runs a dozen.) After each run() in this mode, the next spare starts."""
+    if interpret not in _spares:
+        _spares[interpret] = (_start(interpret, tuple(preload)), tuple(preload))
+
+
+@atexit.register
+def _drop_spares() -> None:
+    for process, _ in _spares.values():
+        process.kill()
+        process.communicate()
+    _spares.clear()
+
 
 def run(function: str, kwargs: dict | None = None, interpret: bool | None = None) -> tuple[str, list]:
     """function(**kwargs), 'package.module:name', in a new process (under Triton's interpreter if
     `interpret`, compiled if False, as this process if None): (what it printed, the Tables it
-    returned, a Table or a list of them)."""
+    returned, a Table or a list of them). The process is the spare of that mode if there is one."""
     module, name = function.split(":")
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-    if interpret is not None:
-        env["TRITON_INTERPRET"] = "1" if interpret else "0"
+    spare = _spares.pop(interpret, None)
+    process = spare[0] if spare else _start(interpret, ())
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "tables.json")
-        code = (f"import json, {module} as m\n"
-                f"r = m.{name}(**json.loads({json.dumps(json.dumps(kwargs or {}))}))\n"
-                "r = r if isinstance(r, (list, tuple)) else [r]\n"
-                f"with open({path!r}, 'w') as f:\n"
-                "    json.dump([t.__dict__ for t in r if hasattr(t, 'markdown')], f)\n")
-        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"{function} failed in its child process:\n{done.stderr}")
+        request = json.dumps(dict(module=module, name=name, kwargs=kwargs or {}, path=path))
+        out, err = process.communicate(request + "\n")
+        if spare:
+            keep_spare(interpret, spare[1])  # the next one, while this process goes on
+        if process.returncode:
+            raise RuntimeError(f"{function} failed in its child process:\n{err}")
         with open(path) as f:
-            return done.stdout, [Table(**t) for t in json.load(f)]
+            return out, [Table(**t) for t in json.load(f)]

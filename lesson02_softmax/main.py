@@ -67,7 +67,7 @@ args = chapter.start()
 
 # %%
 def softmax_naive(x):
-    x_max = x.max(dim=1, keepdim=True).values         # read MN,     write M
+    x_max = x.amax(dim=1, keepdim=True)               # read MN,     write M
     z = x - x_max                                     # read MN + M, write MN
     numerator = torch.exp(z)                          # read MN,     write MN
     denominator = numerator.sum(dim=1, keepdim=True)  # read MN,     write M
@@ -301,7 +301,8 @@ def trace() -> None:
     run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
 
     print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7);")
-    show("exp in float16 (max 65504; the kernel computes in fp32) overflows past x", round(math.log(torch.finfo(torch.float16).max), 2), indent=0)
+    show("exp in float16 overflows past x = log(65504), its largest number (the kernel computes in fp32)",
+         round(math.log(torch.finfo(torch.float16).max), 2), indent=0)
     print("  without subtracting the max (STABLE=False):")
     run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
     print("  with it: [1000, 1001, 1002] - 1002 = [-2, -1, 0]")

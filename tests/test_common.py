@@ -121,6 +121,29 @@ def test_a_section_runs_in_a_child_process_and_its_tables_come_back(monkeypatch,
         chapter.in_child(lambda: None, interpret=False)
 
 
+def test_a_spare_process_serves_one_run_and_the_next_one_starts(monkeypatch):
+    # a spare is started ahead of time with the lesson imported; it serves one run only (a fresh
+    # process each time, as host timings need) and the next spare is started behind it
+    import time
+
+    from common import child
+
+    monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
+    monkeypatch.setattr(child, "_spares", {})
+    child.keep_spare(True, ("sections",))
+    first = child._spares[True][0]
+    time.sleep(1.0)
+    pid, waited = child.run("sections:whose_process", interpret=True)[0].split()
+    assert int(pid) == first.pid and float(waited) > 0.5  # imported a second before it was asked
+    second = child._spares[True][0]
+    pid, _ = child.run("sections:whose_process", interpret=True)[0].split()
+    assert int(pid) == second.pid != first.pid and first.returncode == 0
+    pid, waited = child.run("sections:whose_process", interpret=False)[0].split()  # no spare of that mode
+    assert int(pid) not in (first.pid, second.pid) and float(waited) < 0.5  # imported on request
+    child._drop_spares()
+    assert child._spares == {}
+
+
 def test_ptx_parsing():
     text = """
         ld.global.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];

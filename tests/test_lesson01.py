@@ -167,15 +167,51 @@ def test_crossover_interpolates_on_log2_n():
     assert crossover([1, 2], 10, [10, 20]) is None  # never below: no crossing inside the range
 
 
-@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
-def test_timing_pitfalls_table_and_the_cache_directory_restored():
-    from lesson01_vector_add.main import add, add_kernel, launch
-    from lesson01_vector_add.timing import pitfalls
+def test_triton_cache_points_triton_elsewhere_and_restores_it(monkeypatch, tmp_path):
+    from lesson01_vector_add.timing import triton_cache
 
+    for before in (None, str(tmp_path / "mine")):  # unset, then set: each as it was, even after an error
+        if before is None:
+            monkeypatch.delenv("TRITON_CACHE_DIR", raising=False)
+        else:
+            monkeypatch.setenv("TRITON_CACHE_DIR", before)
+        with pytest.raises(ZeroDivisionError), triton_cache(str(tmp_path / "empty")):
+            assert os.environ["TRITON_CACHE_DIR"] == str(tmp_path / "empty")
+            1 / 0
+        assert os.environ.get("TRITON_CACHE_DIR") == before
+
+
+@pytest.mark.skipif(INTERPRET, reason="pitfalls() runs add on CUDA tensors")
+def test_timing_pitfalls_table_with_fake_clocks(monkeypatch):
+    # Nothing timed: each clock returns its own number, so each row must show its own clock's
+    # reading; the first call compiles with TRITON_CACHE_DIR on an empty folder, then as it was
+    from common import bench
+    from lesson01_vector_add import timing
+    from lesson01_vector_add.main import add_kernel, launch
+
+    seen = []
+
+    def clock(value):
+        def fake(fn, *args, **kwargs):
+            fn()
+            seen.append((value, os.environ.get("TRITON_CACHE_DIR"), kwargs.get("synchronize")))
+            return value
+        return fake
+
+    readings = iter([1.0, 2.0, 3.0, 4.0])
+    monkeypatch.setattr(timing, "host_clock_ms", lambda fn, **kw: clock(next(readings))(fn, **kw))
+    for name, value in (("time_ms", 5.0), ("kernel_time_ms", 6.0), ("call_time_ms", 7.0)):
+        monkeypatch.setattr(bench, name, clock(value))
     before = os.environ.get("TRITON_CACHE_DIR")
-    rows = {row[0]: row for row in pitfalls(add, add_kernel, launch, n=1 << 12).rows}
+    table = timing.pitfalls(add, add_kernel, launch, n=1 << 12)
     assert os.environ.get("TRITON_CACHE_DIR") == before
-    assert len(rows) == 7 and all(row[1] > 0 for row in rows.values())
+    assert table.column("µs") == [1000.0 * k for k in range(1, 8)]
+    assert [how.split(",")[0] for how in table.column("how add(x, y) was timed")][:4] == [
+        "first call", "first call", "host clock", "host clock"]
+    assert [sync for _, _, sync in seen[:4]] == [True, True, False, True]
+    empty = seen[0][1]
+    assert empty != before and not os.path.exists(empty)  # a temporary folder, gone after
+    assert all(cache == before for _, cache, _ in seen[1:])
 
 
 @pytest.mark.skipif(INTERPRET, reason="the CUDA C++ kernel needs a GPU")

@@ -8,6 +8,7 @@ import torch
 import triton.language as tl
 
 from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, run_trace
+from common import bench
 from common.device import sm_count
 from lesson03_rowsum.main import check, choose_splits, columns_per_program, launch, row_sum, tile_config
 
@@ -102,9 +103,10 @@ def test_bad_input(x, error, message):
         row_sum(x)
 
 
-@pytest.mark.parametrize("splits", [0, -2, "4", 2.5, True])
-def test_bad_split_count(splits):
-    with pytest.raises(ValueError, match="splits must be a whole number >= 1"):
+@pytest.mark.parametrize("splits, error", [(0, ValueError), (-2, ValueError), ("4", TypeError), (2.5, TypeError),
+                                           (True, TypeError)])  # a count too small; not a count at all
+def test_bad_split_count(splits, error):
+    with pytest.raises(error, match="splits must be a whole number >= 1"):
         row_sum(torch.ones(2, 3, device=DEVICE), splits=splits)
 
 
@@ -217,20 +219,66 @@ def test_script_and_its_command_line():
 
 
 
-@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
-def test_timing_tables_on_a_gpu():
-    from lesson03_rowsum.main import bench_all, occupancy_timed, staircase
+def fake_clock(monkeypatch, results=None):
+    """bench.side_by_side with a clock on which case k of a call takes k ms: nothing is timed. Where
+    `results` is a list, each case runs once and its result goes there."""
+    def side_by_side(cases, rounds=3):
+        if results is not None:
+            results.append([fn() for fn in cases.values()])
+        return {name: float(k) for k, name in enumerate(cases, start=1)}
 
-    rows = bench_all([(8, 64), (4, 1 << 16)]).rows
-    assert [row[1] for row in rows].count("torch.sum(dim=1)") == 2 and all(row[2] > 0 for row in rows)
-    assert "Triton row_sum, rows split (auto)" in [row[1] for row in rows]  # 4 rows: split
-    assert all(row[2] > 0 for row in occupancy_timed(M=256, N=16384).rows)
-    assert len(staircase(iters=100).rows) == 10
+    monkeypatch.setattr(bench, "side_by_side", side_by_side)
+    monkeypatch.setattr(bench, "copy_bandwidth", lambda: 1000.0)
 
 
-@pytest.mark.skipif(INTERPRET, reason="timing needs a GPU")
-def test_coalescing_timing_on_a_gpu():
+def assert_timing_cells(cells, ms, nbytes):
+    """kernel µs, GB/s and % of copy (1000 GB/s) from the fake clock's ms and the bytes the row counts."""
+    us, gbps, copy = cells
+    assert us == 1e3 * ms and gbps == pytest.approx(nbytes / (ms * 1e-3) / 1e9) and copy == pytest.approx(gbps / 10)
+
+
+def test_timing_tables_with_a_fake_clock(monkeypatch):
+    from lesson03_rowsum.main import OCCUPANCY_CONFIGS, bench_all, occupancy_timed, staircase
+
+    results = []
+    fake_clock(monkeypatch, results)
+    shapes = [(8, 64), (4, 1 << 16)]  # 4 rows: split
+    rows = bench_all(shapes).rows
+    names = ["torch.sum(dim=1)", "Triton row_sum, rows not split", "Triton row_sum, rows split (auto)"]
+    assert [tuple(row[:2]) for row in rows] == [("8 x 64", n) for n in names[:2]] + [("4 x 65536", n) for n in names]
+    ms = [1, 2, 1, 2, 3]  # the clock restarts for each shape
+    for row, t, (M, N) in zip(rows, ms, [shapes[0]] * 2 + [shapes[1]] * 3):
+        assert_timing_cells(row[2:5], t, 4 * (M * N + M))  # x read once, y written once
+        assert row[5] == pytest.approx(1 / t)  # torch.sum's time over this one's
+    for sums in results:  # every implementation timed computes torch.sum's row sums
+        for other in sums[1:]:
+            torch.testing.assert_close(other, sums[0])
+    M, N = 8, 16384
+    rows = occupancy_timed(M=M, N=N).rows  # the launcher's tile for rows of N (1 x 4096), at each num_warps
+    assert [tuple(row[:2]) for row in rows] == [("1 x 4096", w) for *tile, w in OCCUPANCY_CONFIGS if tile == [1, 4096]]
+    for t, row in enumerate(rows, start=1):
+        assert_timing_cells(row[2:], t, 4 * (M * N + M))
+    fake_clock(monkeypatch)  # the staircase's spin kernels would take minutes under the interpreter: not run
+    sms = sm_count()
+    rows = staircase(iters=1).rows
+    assert [row[0] for row in rows] == [1, sms // 2] + [n for k in range(1, 5) for n in (k * sms, k * sms + 1)]
+    assert [row[1] for row in rows] == [row[0] / sms for row in rows]
+    assert [row[3] for row in rows] == [float(k) for k in range(1, 11)]  # against one program's time, 1 ms
+
+
+def test_coalescing_timing_with_a_fake_clock(monkeypatch):
     from lesson03_rowsum import coalescing
 
-    rows = coalescing.timing(row_sum, M=256, N=1024).rows
-    assert len(rows) == 4 and all(row[2] > 0 for row in rows)
+    results = []
+    fake_clock(monkeypatch, results)
+    M, N = 8, 64
+    rows = coalescing.timing(row_sum, M=M, N=N).rows
+    assert [tuple(row[:2]) for row in rows] == [(layout, name) for layout in ("rows contiguous (x)",
+                                                "columns contiguous (x.t() of an N x M tensor)")
+                                                for name in ("Triton row_sum", "torch.sum(dim=1)")]
+    for t, row in enumerate(rows, start=1):
+        assert_timing_cells(row[2:], t, 4 * (M * N + M))
+    ours_x, torch_x, ours_xt, torch_xt = results[0]
+    torch.testing.assert_close(ours_x, torch_x)
+    torch.testing.assert_close(ours_xt, torch_xt)
+    assert not torch.allclose(ours_x, ours_xt)  # two tensors, one per layout

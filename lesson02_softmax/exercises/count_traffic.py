@@ -7,7 +7,7 @@ own kernel: it reads its inputs from memory and writes its result back (nothing 
 from one kernel to the next). For x of shape (M, N), with M and N large (say 4096 x 4096):
 
     def softmax_naive(x):
-        x_max = x.max(dim=1, keepdim=True).values         # 1. a max per row
+        x_max = x.amax(dim=1, keepdim=True)               # 1. a max per row
         z = x - x_max                                     # 2. subtract it
         numerator = torch.exp(z)                          # 3. exp
         denominator = numerator.sum(dim=1, keepdim=True)  # 4. a sum per row
@@ -34,7 +34,7 @@ ANSWER = None  # elements moved per element of x: a number
 
 
 def softmax_naive(x):
-    x_max = x.max(dim=1, keepdim=True).values
+    x_max = x.amax(dim=1, keepdim=True)
     z = x - x_max
     numerator = torch.exp(z)
     denominator = numerator.sum(dim=1, keepdim=True)
@@ -80,7 +80,7 @@ def answer():
 EXERCISE = Exercise(
     lesson="lesson02_softmax", name="count_traffic", kind="predict", parts=("ANSWER",),
     stub=fingerprint({"ANSWER": None}), answer=answer,
-    hints=["Take the steps one at a time. x.max(dim=1) reads all of x (MN elements) and writes M maxima; "
+    hints=["Take the steps one at a time. x.amax(dim=1) reads all of x (MN elements) and writes M maxima; "
            "what do the other four read and write?",
            "An element-wise operator reads its inputs and writes a full MN result: x - x_max reads MN + M and writes "
            "MN. A row reduction reads MN and writes M. Only the MN terms count here.",
