@@ -10,7 +10,9 @@ grows. Memory stays linear in the sequence length, and the seq x seq scores neve
 
 A first reading can stop after section 6 (correctness). Sections 7-11 measure the forward on a GPU
 (memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets; tuning.py holds
-most of their code); sections 12-15 are the backward pass, for training (backward.py).
+most of their code); sections 12-15 are the backward pass, for training (backward.py). general.py
+holds the same kernels for the shapes real models pass (grouped-query heads, cross-attention, head
+dims to 256), which attention() hands to it; section 6 checks them.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -34,7 +36,7 @@ from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_error
 from common.launch import cdiv, needs_op, traceable
 from common.table import print_table
 from common.trace import show
-from lesson05_flash_attention import backward, tuning  # the lesson's other files
+from lesson05_flash_attention import backward, general, tuning  # the lesson's other files
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "memory": "1. Standard attention, and what its scores cost in memory",
@@ -83,7 +85,7 @@ args = chapter.start()
 def attention_standard(q, k, v, *, causal=False, sm_scale=None):
     """The textbook version. It writes the whole (B, H, seq, seq) score matrix, several times over."""
     sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-2, -1)).float() * sm_scale          # (B, H, seq, seq): write seq^2 per head
+    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * sm_scale  # (B, H, seq, seq): seq^2 per head
     if causal:
         seq = q.shape[-2]
         s = s.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
@@ -362,27 +364,36 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, *
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None, *, causal: bool = False,
               sm_scale: float | None = None) -> torch.Tensor:
-    """softmax(q k^T * sm_scale [+ causal mask]) v for q, k, v of shape (batch, heads, seq, head_dim).
+    """softmax(q k^T * sm_scale [+ causal mask]) v for q of shape (batch, heads, seq_q, head_dim) and
+    k, v of shape (batch, kv_heads, seq_k, head_dim).
 
     float16, bfloat16 or float32 (fp32 softmax and accumulation inside; output in the input dtype);
-    head_dim 16, 32, 64 or 128; any sequence length; sm_scale defaults to 1/sqrt(head_dim).
+    head_dim 1 to 256; any sequence lengths; sm_scale defaults to 1/sqrt(head_dim). q, k and v of
+    one shape with head_dim 16, 32, 64 or 128 run this chapter's kernel; the rest, general.py's:
+    kv_heads dividing heads (grouped-query attention: query head h reads key head
+    h // (heads // kv_heads)), seq_q != seq_k (causal aligned bottom-right: query i sees keys
+    j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache
+    have it; PyTorch's is_causal aligns top-left), other head dims (padded to a power of two).
     attn_mask is there only to refuse one clearly (SDPA's fourth argument): the one mask here is
     causal=True, which is never stored, only computed.
     """
     if attn_mask is not None:
         raise TypeError(f"attention takes no attn_mask (got {type(attn_mask).__name__}): its one mask is "
                         "causal=True, a keyword; for any other mask use torch.nn.functional.scaled_dot_product_attention")
-    q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4, same_shape=True)
+    q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4)
+    general.check_shapes(q, k, v)
     D = q.shape[-1]
-    if D not in HEAD_DIMS:
-        raise ValueError(f"head_dim must be one of {HEAD_DIMS}, got {D}")
     causal = flag("causal", causal)  # a string such as "False" would be truthy: causal attention
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
+    if k.shape != q.shape or D not in HEAD_DIMS:  # grouped heads, two lengths, another head dim: general.py
+        if needs_op(q, k, v):
+            return general.attention_general_op(q, k, v, causal, sm_scale)[0]
+        return general.launch(general.attention_general_kernel_tuned, q, k, v, causal, sm_scale)[0]
     if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
-        return attention_op(q, k, v, bool(causal), sm_scale)[0]
-    return launch(attention_kernel_tuned, q, k, v, bool(causal), sm_scale)[0]
+        return attention_op(q, k, v, causal, sm_scale)[0]
+    return launch(attention_kernel_tuned, q, k, v, causal, sm_scale)[0]
 
 
 @torch.library.triton_op("lessons::attention", mutates_args=())
@@ -456,11 +467,28 @@ def check():
                 exact = attention_standard(q.double(), k.double(), v.double(), causal=causal)
                 err = rel_error(attention(q, k, v, causal=causal), exact)
                 rows.append((dtype_name(dtype), f"{B} x {H} x {seq} x {D}", causal, err, err < TOLERANCE[dtype]))
-    return print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "relative error", "ok"],
-                       floatfmt=".1e", title="Check: attention against float64 standard attention",
-                       note="ok: below the dtype's tolerance, relative: "
-                            + ", ".join(f"{dtype_name(d)} {t:g}" for d, t in TOLERANCE.items())
-                            + '. float32 inputs multiply in full fp32 ("ieee").')
+    plain = print_table(rows, ["dtype", "B x H x seq x head_dim", "causal", "relative error", "ok"],
+                        floatfmt=".1e", title="Check: attention against float64 standard attention",
+                        note="ok: below the dtype's tolerance, relative: "
+                             + ", ".join(f"{dtype_name(d)} {t:g}" for d, t in TOLERANCE.items())
+                             + '. float32 inputs multiply in full fp32 ("ieee").')
+    # The shapes real models pass, which attention() hands to general.py (grouped-query heads,
+    # q and k/v of different lengths, other head dims), against standard attention written out for them
+    rows = []
+    for dtype in DTYPES:
+        for B, H, H_KV, seq_q, seq_k, D in [(1, 4, 2, 20, 20, 64), (1, 2, 1, 7, 30, 80), (1, 1, 1, 17, 9, 256)]:
+            q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype)
+            k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=dtype) for _ in range(2))
+            for causal in (False, True):
+                exact = general.attention_reference(q.double(), k.double(), v.double(), causal=causal)
+                err = rel_error(attention(q, k, v, causal=causal), exact)
+                rows.append((dtype_name(dtype), f"{H} / {H_KV}", f"{seq_q} x {seq_k}", D, causal, err,
+                             err < TOLERANCE[dtype]))
+    shapes = print_table(rows, ["dtype", "heads q / kv", "seq q x k", "head_dim", "causal", "relative error", "ok"],
+                         floatfmt=".1e", title="Check: grouped heads, two lengths, other head dims (general.py)",
+                         note="Causal aligned bottom-right: query i sees keys j <= i + seq_k - seq_q. Against "
+                              "general.attention_reference in float64; the same tolerances.")
+    return [plain, shapes]
 
 
 # %%

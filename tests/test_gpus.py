@@ -9,8 +9,8 @@ What varies per kernel (its `Family`): the configurations of its launcher or aut
 a launcher can hand it, every head dim, the epilogues, int32 and int64 offsets, causal or not. Of
 those, the block sizes, the dtype and the head dim decide what a kernel needs (registers, shared
 memory); the flags only change the code. So `pytest --all-configs` compiles, for every GPU, every
-kernel in the product of the first kind, with each flag's values spread over them (about 2,700
-compilations: some 20 minutes on 2 cores, 3 on 16). The default run, for CI, compiles on every
+kernel in the product of the first kind, with each flag's values spread over them (about 3,300
+compilations: some 25 minutes on 2 cores). The default run, for CI, compiles on every
 GPU each kernel's largest variant that must fit, and covers every value of every dimension on
 some GPU (about 300)."""
 import itertools
@@ -27,9 +27,12 @@ from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS
 from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS, HEAD_DIMS
+from lesson05_flash_attention import general
 
 L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
 L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
+G = "lesson05_flash_attention.general"
+GENERAL_HEAD_DIMS = (1, 80, 256)  # BLOCK_D 16, 128, 256
 DTYPES = ("fp32", "fp16", "bf16")  # what every launcher takes (bf16 and fp16 are the same size: both kept)
 INDEX = ("int32", "int64")         # common.checks.index_type's two answers
 POWERS = tuple(2**i for i in range(17))
@@ -163,6 +166,28 @@ def preprocess_job(v):
                 constexprs={"HEAD_DIM": v["head_dim"], "BLOCK_M": 64, "INDEX_TYPE": v["index"]})
 
 
+def general_job(kernel, v):
+    """general.py's kernels: (the forward, preprocess, dkdv, dq) with their own arguments."""
+    D = v["head_dim"]
+    dims = {"HEAD_DIM": D, "BLOCK_D": general.block_d(D), "INDEX_TYPE": v["index"]}
+    lengths = ints("seq_q", "seq_k")
+    if kernel == "preprocess_general_kernel":
+        return dict(module=G, kernel=kernel, signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32",
+                                                        "seq_q": "i32"}, constexprs={**dims, "BLOCK_M": 16})
+    if kernel == "attention_general_kernel":
+        signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "o_ptr"), "lse_ptr": "*fp32", "sm_scale": "fp32",
+                     **ints("H", "GROUP"), **lengths, **ints(*(f"stride_{t}{d}" for t in "qkvo" for d in "bhnd"))}
+    else:
+        outputs = ("dk_ptr", "dv_ptr") if kernel == "dkdv_general_kernel" else ("dq_ptr",)
+        heads = "H_KV" if kernel == "dkdv_general_kernel" else "H"
+        signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
+                     **pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", **ints(heads, "GROUP"), **lengths}
+    job = dict(module=G, kernel=kernel, signature=signature, divisible_by_16=("q_ptr", "k_ptr", "v_ptr"),
+               **from_config(v["config"]))
+    job["constexprs"].update(dims, CAUSAL=v["causal"], INPUT_PRECISION=precision(v))
+    return job
+
+
 def itemsize(v) -> int:
     return 4 if v.get("dtype", "").startswith("fp32") else 2
 
@@ -214,6 +239,13 @@ def families(arch: int) -> list[Family]:
                {"causal": (True, False), "index": INDEX}, backward_job("dq_kernel", ("dq_ptr",)),
                must_fit=last_of(GPU_DQ_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
     ]
+    for kernel, configs in (("attention_general_kernel", general.GPU_CONFIGS), ("dkdv_general_kernel", general.GPU_DKDV_CONFIGS),
+                            ("dq_general_kernel", general.GPU_DQ_CONFIGS)):
+        out.append(Family(kernel, {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS, "config": tuple(configs)},
+                          {"causal": (True, False), "index": INDEX}, lambda v, kernel=kernel: general_job(kernel, v),
+                          must_fit=last_of(configs), size=lambda v: v["head_dim"] * itemsize(v)))
+    out.append(Family("preprocess_general_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS}, {"index": INDEX},
+                      lambda v: general_job("preprocess_general_kernel", v), size=lambda v: v["head_dim"] * itemsize(v)))
     if arch >= 90:  # TMA came with Hopper: compiled where it exists (whether it fits is the launcher's rule, below)
         out.append(Family("matmul_kernel_tma", {"dtype": ("fp16", "bf16"), "config": tuple(GPU_TMA_CONFIGS)},
                           {"activation": ACTIVATIONS}, tma_job, must_fit=lambda v: False))

@@ -51,8 +51,11 @@ def test_empty_input():
 @pytest.mark.parametrize(
     "shapes, dtypes, error, message",
     [
-        (((1, 2, 8, 64), (1, 2, 9, 64), (1, 2, 9, 64)), None, ValueError, "q, k, v have different shapes"),
-        (((1, 2, 8, 48),) * 3, None, ValueError, "head_dim must be one of"),
+        (((1, 2, 8, 64), (1, 2, 9, 64), (1, 2, 8, 64)), None, ValueError, "k and v must have one shape"),
+        (((1, 3, 8, 64), (1, 2, 9, 64), (1, 2, 9, 64)), None, ValueError, "3 heads must be a multiple of k's and v's 2"),
+        (((1, 2, 8, 64), (2, 2, 8, 64), (2, 2, 8, 64)), None, ValueError, "must agree in batch .dim 0. and head_dim"),
+        (((1, 2, 8, 64), (1, 2, 8, 32), (1, 2, 8, 32)), None, ValueError, "must agree in batch .dim 0. and head_dim"),
+        (((1, 2, 8, 320),) * 3, None, ValueError, "head_dim must be from 1 to 256, got 320"),
         (((2, 8, 64),) * 3, None, ValueError, "must be 4-D"),
         (((1, 2, 8, 64),) * 3, (torch.float32, torch.float16, torch.float32), TypeError, "different dtypes"),
         (((1, 2, 8, 64),) * 3, (torch.int32,) * 3, TypeError, "dtype int32"),
@@ -137,7 +140,8 @@ def test_backward_trace_matches_autograd(traced_backward):
 
 
 def test_check_passes():
-    assert all(check().column("ok"))
+    plain, shapes = check()
+    assert all(plain.column("ok")) and all(shapes.column("ok")) and len(shapes.rows) == 18
 
 
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
@@ -284,3 +288,86 @@ def test_offsets_cases_take_the_index_type():
         assert f"causal={causal}" in label and sm_scale == 64 ** -0.5
         exact = attention_standard(q.double(), k.double(), v.double(), causal=causal, sm_scale=sm_scale)
         assert rel_error(o64, exact) < TOL[torch.float16]
+
+
+# ----- general.py: grouped-query heads, cross-attention, any head dim to 256
+
+from lesson05_flash_attention.general import attention_reference as general_reference  # noqa: E402
+
+
+GENERAL = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim
+    (1, 4, 2, 33, 33, 64),    # grouped-query heads
+    (2, 3, 1, 17, 17, 32),    # multi-query: one key head
+    (1, 2, 2, 5, 37, 64),     # fewer queries than keys: new queries against a KV cache
+    (1, 2, 2, 40, 9, 32),     # more queries than keys: causal, the first 31 see no key
+    (1, 4, 1, 20, 29, 80),    # head dim 80 (computed as 128), grouped, cross
+    (1, 1, 1, 18, 18, 96),    # head dim 96, one shape: general.py still (96 is not a power of two)
+    (1, 1, 1, 9, 9, 1),       # head dim 1
+    (1, 2, 1, 19, 23, 256),   # head dim 256
+]
+
+
+def general_inputs(B, H, H_KV, seq_q, seq_k, D, dtype, requires_grad=False):
+    make = lambda *shape: torch.randn(*shape, device=DEVICE, dtype=dtype).requires_grad_(requires_grad)  # noqa: E731
+    return make(B, H, seq_q, D), make(B, H_KV, seq_k, D), make(B, H_KV, seq_k, D)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", GENERAL, ids=[f"{s[1]}q{s[2]}kv-{s[3]}x{s[4]}-d{s[5]}" for s in GENERAL])
+def test_general_attention_matches_float64(shape, dtype, causal):
+    q, k, v = general_inputs(*shape, dtype)
+    out = attention(q, k, v, causal=causal)
+    assert out.shape == q.shape and out.dtype == dtype
+    exact = general_reference(q.double(), k.double(), v.double(), causal=causal)
+    assert rel_error(out, exact) < TOL[dtype]
+    if causal and shape[3] > shape[4]:  # the queries that see no key: exactly 0
+        assert (out[:, :, : shape[3] - shape[4]] == 0).all()
+
+
+def test_general_attention_matches_sdpa_bottom_right():
+    # the reference above against PyTorch's own: SDPA with enable_gqa and causal_lower_right
+    from torch.nn.attention.bias import causal_lower_right
+    import torch.nn.functional as F
+
+    q, k, v = (t.double() for t in general_inputs(1, 4, 2, 7, 30, 64, torch.float32))
+    sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(7, 30), enable_gqa=True)
+    assert rel_error(general_reference(q, k, v, causal=True), sdpa) < 1e-12
+    assert rel_error(attention(q.float(), k.float(), v.float(), causal=True), sdpa) < TOL[torch.float32]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("shape", [GENERAL[0], GENERAL[2], GENERAL[3], GENERAL[4]],
+                         ids=["grouped", "kv-cache", "queries-past-keys", "d80-grouped-cross"])
+def test_general_attention_gradients(shape, dtype, causal):
+    from common.checks import grad_errors, grad_ok
+
+    q, k, v = general_inputs(*shape, dtype)
+    errors = grad_errors(attention, general_reference, [q, k, v], causal=causal)
+    assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
+
+
+def test_general_attention_frozen_keys():
+    # a frozen k: its gradient is never asked for, the others still right (grouped, cross, causal)
+    q, k, v = general_inputs(1, 4, 2, 12, 21, 32, torch.float32, requires_grad=True)
+    k.requires_grad_(False)
+    g = torch.randn(1, 4, 12, 32, device=DEVICE)
+    dq, dv = torch.autograd.grad(attention(q, k, v, causal=True), (q, v), g)
+    leaves = [t.detach().double().requires_grad_() for t in (q, v)]
+    exact = torch.autograd.grad(general_reference(leaves[0], k.double(), leaves[1], causal=True), leaves, g.double())
+    assert rel_error(dq, exact[0]) < 1e-5 and rel_error(dv, exact[1]) < 1e-5
+
+
+def test_general_lse_is_the_log_of_each_querys_sum():
+    # lse, which the backward reads: log2 of sum_j exp(score_ij), -inf for a query that sees no key
+    from lesson05_flash_attention import general
+
+    q, k, v = general_inputs(1, 2, 1, 12, 5, 32, torch.float32)
+    o, lse = general.launch(general.attention_general_kernel_tuned, q, k, v, True, 0.25)
+    s = (q.double() @ k.double().repeat_interleave(2, dim=1).transpose(-2, -1)) * 0.25
+    allowed = torch.arange(5, device=DEVICE)[None, :] <= torch.arange(12, device=DEVICE)[:, None] - 7
+    exact = torch.logsumexp(s.masked_fill(~allowed, float("-inf")), dim=-1) / math.log(2)
+    assert torch.equal(lse[..., :7], torch.full_like(lse[..., :7], float("-inf")))
+    assert rel_error(lse[..., 7:], exact[..., 7:]) < 1e-6
+    assert torch.equal(o[:, :, :7], torch.zeros_like(o[:, :, :7]))

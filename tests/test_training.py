@@ -99,7 +99,11 @@ def test_the_operator_only_where_autograd_needs_it():
 OPS = {"add": lambda x, w: add(x, x), "gelu": lambda x, w: gelu(x), "softmax": lambda x, w: softmax(x),
        "row_sum": lambda x, w: row_sum(x), "matmul": lambda x, w: matmul(x, w),
        "matmul, gelu epilogue": lambda x, w: matmul(x, w, activation="gelu"),
-       "attention, causal": lambda x, w: attention(*x.view(3, 2, 1, 32, 32), causal=True)}  # q, k, v: views of x
+       "attention, causal": lambda x, w: attention(*x.view(3, 2, 1, 32, 32), causal=True),  # q, k, v: views of x
+       # general.py's: 4 query heads on 1 key head, 8 queries on 20 keys, head dim 24 (views of x)
+       "attention, grouped and cross": lambda x, w: attention(
+           x.flatten()[:768].view(1, 4, 8, 24), x.flatten()[768:1248].view(1, 1, 20, 24),
+           x.flatten()[1248:1728].view(1, 1, 20, 24), causal=True)}
 
 
 @pytest.mark.skipif(INTERPRET, reason="torch.compile generates GPU code; the interpreter's kernels cannot be compiled")

@@ -1,0 +1,330 @@
+"""Attention as models call it: grouped-query heads, cross-attention, any head dim up to 256.
+
+main.py's kernel is the chapter's case, kept plain for its trace: q, k and v of one shape, a
+head dim of 16, 32, 64 or 128. main.attention() hands everything else to this file's kernels,
+forward and backward, which take what real models pass:
+
+- k and v with fewer heads than q: grouped-query attention (Llama, Mistral), multi-query with one
+  key head. The query heads are a multiple of the key heads; query head h reads key head
+  h // (H_Q // H_KV), by index: k and v are never copied to H_Q heads.
+- q and k/v of different lengths: cross-attention, or new queries against a KV cache. causal=True
+  aligns the mask bottom-right, as FlashAttention-2 does and a KV cache needs: query i sees keys
+  j <= i + (seq_k - seq_q), so the last query sees every key. (PyTorch's is_causal=True aligns
+  top-left, query i seeing keys j <= i; torch.nn.attention.bias.causal_lower_right is PyTorch's
+  bottom-right mask, the reference the tests use.) Where seq_q > seq_k, the first queries see no
+  key at all: their output is 0, and their gradient too.
+- any head dim from 1 to 256: the dims padded to the next power of two (at least 16, tl.dot's
+  smallest), the padding masked on load and store (80 and 96 compute as 128).
+
+The kernels are main.py's and backward.py's with three changes: a key head per query head, two
+lengths, and a mask on the dims. They walk every key block with one masked loop, where main.py
+walks the blocks that need no mask apart: simpler, and a little slower. A row that has seen no
+key yet has a running max of -inf, which the update below guards (exp2(-inf - -inf) is NaN).
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from common import checks
+from common.device import INTERPRET, interpretable
+from common.launch import cdiv, next_power_of_2, traceable
+
+LOG2E = tl.constexpr(1.4426950408889634)
+MAX_HEAD_DIM = 256
+
+
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q (B, H_Q, seq_q, D), k and v (B, H_KV, seq_k, D): a clear error for anything else."""
+    (B, H, _, D), (Bk, H_KV, _, Dk) = q.shape, k.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if Bk != B or Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and head_dim (dim 3)")
+    if H_KV == 0 or H % H_KV:
+        raise ValueError(f"q's {H} heads must be a multiple of k's and v's {H_KV} (grouped-query attention)")
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be from 1 to {MAX_HEAD_DIM}, got {D}")
+
+
+def attention_reference(q, k, v, *, causal=False, sm_scale=None):
+    """Standard attention (main.py, section 1) for these shapes, written out: k and v repeated to
+    q's heads, the causal mask aligned bottom-right, a query that sees no key giving 0."""
+    sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * sm_scale
+    seq_q, seq_k = q.shape[-2], k.shape[-2]
+    i, j = torch.arange(seq_q, device=q.device)[:, None], torch.arange(seq_k, device=q.device)[None, :]
+    allowed = (j <= i + seq_k - seq_q) if causal else torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device)
+    sees = allowed.any(dim=-1, keepdim=True)
+    s = torch.where(sees, s.masked_fill(~allowed, float("-inf")), 0.0)
+    p = torch.where(sees, torch.softmax(s, dim=-1), 0.0).to(q.dtype)
+    return p @ v
+
+
+@triton.jit
+def attention_general_kernel(
+    q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
+    sm_scale, H, GROUP, seq_q, seq_k,                   # query heads, query heads per key head, lengths
+    stride_qb, stride_qh, stride_qn, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_on, stride_od,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,      # the head dim, and it padded to a power of two
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
+):
+    pid = tl.program_id(axis=0)  # one grid axis: the query blocks of head 0, then head 1, ...
+    num_pid_m = tl.cdiv(seq_q, BLOCK_M)
+    pid_m, pid_bh = pid % num_pid_m, pid // num_pid_m
+    b, h = (pid_bh // H).to(INDEX_TYPE), (pid_bh % H).to(INDEX_TYPE)
+    hk = h // GROUP                                       # the key/value head this query head reads
+    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
+    dims = tl.arange(0, BLOCK_D)
+    real_dim = dims < HEAD_DIM                            # the padding past the head dim: loaded as 0
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + dims[None, :] * stride_qd,
+                mask=(rows[:, None] < seq_q) & real_dim[None, :], other=0.0)
+    k_base = k_ptr + b * stride_kb + hk * stride_kh
+    v_base = v_ptr + b * stride_vb + hk * stride_vh
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
+    diag = seq_k - seq_q                                  # causal: query i sees keys j <= i + diag
+    hi = seq_k
+    if CAUSAL:  # the key blocks past this block's last query's last key are skipped
+        hi = tl.minimum(seq_k, (pid_m + 1) * BLOCK_M + diag)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
+        kT = tl.load(k_base + dims[:, None] * stride_kd + cols[None, :] * stride_kn,
+                     mask=real_dim[:, None] & (cols[None, :] < seq_k), other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + dims[None, :] * stride_vd,
+                    mask=(cols[:, None] < seq_k) & real_dim[None, :], other=0.0)
+        keep = cols[None, :] < seq_k
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + diag)
+        s = tl.where(keep, tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
+        m_i = m_new
+    seen = l_i > 0                                        # false only for a query that sees no key
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    # lse (base 2, as main.py's) of a query that sees no key: the log of an empty sum, -inf (taken
+    # without log2(0)); the backward masks that query's scores, as the forward did
+    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+    tl.store(lse_ptr + pid_bh.to(INDEX_TYPE) * seq_q + rows, lse, mask=rows < seq_q)
+    tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + dims[None, :] * stride_od,
+             out.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < seq_q) & real_dim[None, :])
+
+
+@triton.jit
+def preprocess_general_kernel(o_ptr, do_ptr, delta_ptr, seq_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                              BLOCK_M: tl.constexpr, INDEX_TYPE: tl.constexpr = tl.int32):
+    """Delta = rowsum(dO * O) per query row; o and do contiguous (B, H_Q, seq_q, HEAD_DIM)."""
+    num_pid_m = tl.cdiv(seq_q, BLOCK_M)
+    rows = ((tl.program_id(0) % num_pid_m) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
+    bh = (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
+    dims = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    o = tl.load(o_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh * seq_q + rows, tl.sum(o * do, axis=1), mask=rows < seq_q)
+
+
+@triton.jit
+def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, sm_scale,
+                        H_KV, GROUP, seq_q, seq_k, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                        INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32):
+    """One program per block of keys of one (batch, key head): its rows of dK and dV, summed over
+    the GROUP query heads that read them (grouped-query attention's gradient: no atomics)."""
+    num_pid_n = tl.cdiv(seq_k, BLOCK_N)
+    pid_n, bhk = tl.program_id(0) % num_pid_n, (tl.program_id(0) // num_pid_n).to(INDEX_TYPE)
+    b, hk = bhk // H_KV, bhk % H_KV
+    keys = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
+    dims = tl.arange(0, BLOCK_D)
+    kv_mask = (keys[:, None] < seq_k) & (dims[None, :] < HEAD_DIM)
+    kv_offsets = bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + dims[None, :]
+    k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + kv_offsets, mask=kv_mask, other=0.0)
+    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    sm_scale = tl.cast(sm_scale, tl.float32)
+    qk_scale = sm_scale * LOG2E
+    diag = seq_k - seq_q
+    lo = 0
+    if CAUSAL:  # the queries before start_n - diag see none of these keys
+        lo = tl.maximum(pid_n * BLOCK_N - diag, 0) // BLOCK_M * BLOCK_M
+    for g in range(0, GROUP):
+        bh = b * (H_KV * GROUP) + hk * GROUP + g        # a query head that reads key head hk
+        for start_m in range(lo, seq_q, BLOCK_M):
+            rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
+            q_mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+            q_offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+            q = tl.load(q_ptr + q_offsets, mask=q_mask, other=0.0)
+            do = tl.load(do_ptr + q_offsets, mask=q_mask, other=0.0)
+            lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+            delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+            keep = (rows[None, :] < seq_q) & (keys[:, None] < seq_k)
+            if CAUSAL:
+                keep = keep & (keys[:, None] <= rows[None, :] + diag)
+            pT = tl.where(keep, tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale
+                                        - lse[None, :]), 0.0)
+            dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)
+            dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
+            dsT = pT * (dpT - delta[None, :])
+            dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
+    tl.store(dk_ptr + kv_offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptr + kv_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+
+
+@triton.jit
+def dq_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
+                      H, GROUP, seq_q, seq_k, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                      INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32):
+    """One program per block of queries of one (batch, query head): its rows of dQ."""
+    num_pid_m = tl.cdiv(seq_q, BLOCK_M)
+    pid_m, bh = tl.program_id(0) % num_pid_m, (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
+    bhk = (bh // H) * (H // GROUP) + (bh % H) // GROUP   # its (batch, key head)
+    rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
+    dims = tl.arange(0, BLOCK_D)
+    q_mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    q_offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    q = tl.load(q_ptr + q_offsets, mask=q_mask, other=0.0)
+    do = tl.load(do_ptr + q_offsets, mask=q_mask, other=0.0)
+    lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    sm_scale = tl.cast(sm_scale, tl.float32)
+    qk_scale = sm_scale * LOG2E
+    diag = seq_k - seq_q
+    hi = seq_k
+    if CAUSAL:
+        hi = tl.minimum(seq_k, (pid_m + 1) * BLOCK_M + diag)
+    for start_n in range(0, hi, BLOCK_N):
+        cols = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
+        kv_mask = (cols[:, None] < seq_k) & (dims[None, :] < HEAD_DIM)
+        kv_offsets = bhk * seq_k * HEAD_DIM + cols[:, None] * HEAD_DIM + dims[None, :]
+        k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0)
+        v = tl.load(v_ptr + kv_offsets, mask=kv_mask, other=0.0)
+        keep = (rows[:, None] < seq_q) & (cols[None, :] < seq_k)
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + diag)
+        p = tl.where(keep, tl.exp2(tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale
+                                   - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)
+        ds = p * (dp - delta[:, None])
+        dq += tl.dot(ds.to(k.dtype), k, input_precision=INPUT_PRECISION)
+    tl.store(dq_ptr + q_offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
+
+
+# Block sizes: the head dim can be 256, twice main.py's largest, so the tiles are smaller; the last
+# configuration of each list (what small problems run untimed) fits every GPU's shared memory in
+# float32 at head dim 256 (tests/test_gpus.py). Not yet swept on a GPU: these are a start.
+GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+               for bm, bn, w, s in [(128, 64, 8, 2), (64, 64, 4, 2), (16, 16, 4, 1)]]
+GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                    for bm, bn, w, s in [(32, 64, 4, 2), (16, 16, 2, 1)]]  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
+GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                  for bm, bn, w, s in [(64, 32, 4, 2), (16, 16, 4, 1)]]
+INTERPRETED = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
+CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED,) * 3 if INTERPRET else (GPU_CONFIGS, GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS))
+
+
+def small_problems_untuned(configs, named_args, **kwargs):
+    """As main.py's: every configuration from 512 queries up, else the last."""
+    return configs if named_args["seq_q"] >= 512 else configs[-1:]
+
+
+KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
+PRUNE = {"early_config_prune": small_problems_untuned}
+attention_general_kernel_tuned = triton.autotune(CONFIGS, key=KEY, prune_configs_by=PRUNE)(attention_general_kernel)
+dkdv_general_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dkdv_general_kernel)
+dq_general_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_general_kernel)
+
+
+def block_d(D: int) -> int:
+    return max(16, next_power_of_2(D))
+
+
+def launch(kernel, q, k, v, causal: bool, sm_scale: float, **meta) -> tuple:
+    """(o, lse) by `kernel` (the autotuned one, or its traceable form from the operator)."""
+    B, H, seq_q, D = q.shape
+    H_KV, seq_k = k.shape[1], k.shape[2]
+    o = torch.empty_like(q)
+    lse = q.new_empty((B, H, seq_q), dtype=torch.float32)
+    if q.numel() == 0:
+        return o, lse
+    if seq_k == 0:  # no key at all: every output is 0 (as every query that sees no key)
+        return o.zero_(), lse.fill_(float("-inf"))
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    index = checks.index_type(q, k, v, o)
+    q, k, v = interpretable(q), interpretable(k), interpretable(v)
+
+    def grid(meta):
+        return (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)
+
+    kernel[grid](q, k, v, o, lse, sm_scale, H, H // H_KV, seq_q, seq_k, *q.stride(), *k.stride(), *v.stride(),
+                 *o.stride(), HEAD_DIM=D, BLOCK_D=block_d(D), CAUSAL=causal, INPUT_PRECISION=precision,
+                 INDEX_TYPE=index, **meta)
+    return o, lse
+
+
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=preprocess_general_kernel,
+                    dkdv=dkdv_general_kernel_tuned, dq=dq_general_kernel_tuned) -> tuple:
+    """dq, dk, dv: the three kernels in turn, on contiguous copies where the inputs are views."""
+    B, H, seq_q, D = q.shape
+    H_KV, seq_k = k.shape[1], k.shape[2]
+    dq_out, dk_out, dv_out = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+    if q.numel() == 0 or k.numel() == 0:
+        return dq_out.zero_(), dk_out.zero_(), dv_out.zero_()
+    q, k, v, do, o = (interpretable(t.contiguous()) for t in (q, k, v, do, o))
+    delta = torch.empty_like(lse)
+    index = checks.index_type(q, k, v, do, o)
+    precision = "ieee" if q.dtype == torch.float32 else "tf32"
+    dims = dict(HEAD_DIM=D, BLOCK_D=block_d(D), INDEX_TYPE=index)
+    preprocess[(cdiv(seq_q, 16) * B * H,)](o, do, delta, seq_q, BLOCK_M=16, **dims)
+    group = H // H_KV
+    dkdv[lambda meta: (cdiv(seq_k, meta["BLOCK_N"]) * B * H_KV,)](
+        q, k, v, do, lse, delta, dk_out, dv_out, sm_scale, H_KV, group, seq_q, seq_k, CAUSAL=causal,
+        INPUT_PRECISION=precision, **dims)
+    dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
+        q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal,
+        INPUT_PRECISION=precision, **dims)
+    return dq_out, dk_out, dv_out
+
+
+@torch.library.triton_op("lessons::attention_general", mutates_args=())
+def attention_general_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                         sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    return launch(traceable(attention_general_kernel_tuned), q, k, v, causal, sm_scale)
+
+
+@torch.library.triton_op("lessons::attention_general_backward", mutates_args=())
+def attention_general_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               o: torch.Tensor, lse: torch.Tensor, causal: bool,
+                               sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return launch_backward(do, q, k, v, o, lse, causal, sm_scale, preprocess=traceable(preprocess_general_kernel),
+                           dkdv=traceable(dkdv_general_kernel_tuned), dq=traceable(dq_general_kernel_tuned))
+
+
+def keep_for_backward(ctx, inputs, output):
+    q, k, v, ctx.causal, ctx.sm_scale = inputs
+    ctx.save_for_backward(q, k, v, *output)
+    ctx.mark_non_differentiable(output[1])
+
+
+def attention_general_grad(ctx, do, dlse):
+    q, k, v, o, lse = ctx.saved_tensors
+    return *attention_general_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
+
+
+attention_general_op.register_autograd(attention_general_grad, setup_context=keep_for_backward)
