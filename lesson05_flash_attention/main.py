@@ -314,6 +314,13 @@ def attention_kernel(
 #
 # Training (lesson 1, section 5, registers an operator): attention_op returns lse beside O, and
 # autograd keeps both, with q, k, v, for the backward (backward.py, section 12).
+#
+# What models pass that this kernel does not take goes to general.py, forward and backward: k and v
+# with fewer heads than q (grouped-query attention, by index, never copied), q and k/v of different
+# lengths (the causal mask aligned bottom-right, so that the last query sees every key, as a KV
+# cache needs), head dims other than 16, 32, 64 and 128 (padded to a power of two, masked). Its
+# kernels are these with a key head per query head, two lengths and a mask on the dims, and one
+# masked loop over the key blocks: read them after this one.
 
 
 # %%

@@ -371,3 +371,14 @@ def test_general_lse_is_the_log_of_each_querys_sum():
     assert torch.equal(lse[..., :7], torch.full_like(lse[..., :7], float("-inf")))
     assert rel_error(lse[..., 7:], exact[..., 7:]) < 1e-6
     assert torch.equal(o[:, :, :7], torch.zeros_like(o[:, :, :7]))
+
+
+def test_general_attention_with_no_keys_or_no_queries():
+    # no key at all: every query sees nothing, so 0 (and no gradient); no query: an empty output
+    q, k, v = general_inputs(1, 2, 1, 5, 0, 16, torch.float32, requires_grad=True)
+    out = attention(q, k, v)
+    assert torch.equal(out, torch.zeros_like(out))
+    (dq,) = torch.autograd.grad(out.sum(), (q,))
+    assert torch.equal(dq, torch.zeros_like(dq))
+    q, k, v = general_inputs(1, 2, 1, 0, 7, 16, torch.float32)
+    assert attention(q, k, v, causal=True).shape == (1, 2, 0, 16)
