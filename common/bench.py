@@ -109,6 +109,8 @@ def host_costs(cases: str, processes: int = 3) -> dict:
 
 
 FLOOR = "empty @triton.jit kernel, 2 arguments (the floor)"
+
+
 def host_note(processes: int = 3) -> str:
     where = "In 3 fresh processes" if processes == 3 else f"In {processes} fresh process{'es' if processes > 1 else ''} (--full: 3)"
     return ("A loop of calls with no synchronize, timed on the host (bench.host_time_ms): Python, the checks and "

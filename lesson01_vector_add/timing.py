@@ -159,10 +159,8 @@ def crossover(ns: list, host_us: float, kernel_us: list) -> float | None:
 def host_section(cases: str, add, processes: int = 3, sizes=tuple(2**k for k in range(10, 27, 2))) -> list:
     """The host cost table (cases: 'module:function' returning host_cases' dict, timed in `processes`
     fresh processes), then kernel time by size."""
-    us = bench.host_costs(cases, processes)
-    floor = us[bench.FLOOR]
-    host_table = print_table([(label, t, t / floor) for label, t in us.items()], ["call", "host µs per call", "x the floor"],
-                             title="Host cost per call", note=bench.host_note(processes))
+    host_table = bench.host_cost_table(cases, processes)
+    us = {label: t for label, t, _ in host_table.rows}
     torch_us, add_us = us["torch x + y (4096 floats)"], us["add(x, y): checks, output, grid, launch"]
     inputs = {n: (torch.randn(n, device="cuda"), torch.randn(n, device="cuda")) for n in sizes}
     rows = [[n, bench.kernel_time_ms(lambda: x + y) * 1e3, bench.kernel_time_ms(lambda: add(x, y)) * 1e3,

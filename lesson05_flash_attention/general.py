@@ -139,6 +139,19 @@ def preprocess_general_kernel(o_ptr, do_ptr, delta_ptr, seq_q, HEAD_DIM: tl.cons
 
 
 @triton.jit
+def query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM: tl.constexpr):
+    """The backward's view of a block of query rows of head bh (contiguous (B, H_Q, seq_q, HEAD_DIM)):
+    q, dO, lse, Delta, and where q's rows live (offsets, mask), for dQ's store."""
+    mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    q = tl.load(q_ptr + offsets, mask=mask, other=0.0)
+    do = tl.load(do_ptr + offsets, mask=mask, other=0.0)
+    lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    return q, do, lse, delta, offsets, mask
+
+
+@triton.jit
 def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, sm_scale,
                         H_KV, GROUP, seq_q, seq_k, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
@@ -166,12 +179,7 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
         bh = b * (H_KV * GROUP) + hk * GROUP + g        # a query head that reads key head hk
         for start_m in range(lo, seq_q, BLOCK_M):
             rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
-            q_mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
-            q_offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
-            q = tl.load(q_ptr + q_offsets, mask=q_mask, other=0.0)
-            do = tl.load(do_ptr + q_offsets, mask=q_mask, other=0.0)
-            lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
-            delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+            q, do, lse, delta, _, _ = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM)
             keep = (rows[None, :] < seq_q) & (keys[:, None] < seq_k)
             if CAUSAL:
                 keep = keep & (keys[:, None] <= rows[None, :] + diag)
@@ -196,12 +204,8 @@ def dq_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, s
     bhk = (bh // H) * (H // GROUP) + (bh % H) // GROUP   # its (batch, key head)
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     dims = tl.arange(0, BLOCK_D)
-    q_mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
-    q_offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
-    q = tl.load(q_ptr + q_offsets, mask=q_mask, other=0.0)
-    do = tl.load(do_ptr + q_offsets, mask=q_mask, other=0.0)
-    lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
-    delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    q, do, lse, delta, q_offsets, q_mask = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q,
+                                                      HEAD_DIM)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
     qk_scale = sm_scale * LOG2E
