@@ -14,11 +14,21 @@ loss's gradient with respect to O (arriving from above):
 dK and dV sum over query rows, dQ over keys. The FlashAttention-2 paper gives each program a
 block of keys, which owns its dK and dV, and adds each dQ contribution into memory with atomics
 (additions that many programs may make to one address at once, none lost, in no fixed order: the
-result varies in its last bits from run to run). Here, as in Triton's
-fused-attention tutorial, dQ gets a pass of its own instead: one program per block of KEYS walks
-the query blocks for dK, dV; one program per block of QUERIES walks the key blocks for dQ. Each
-recomputes P for its tiles (the exp2s twice over: the price of not storing P, and of no
-atomics). Before them, a small kernel computes Delta (`delta` in the code).
+result varies in its last bits from run to run). Triton's fused-attention tutorial gives dQ a pass
+of its own instead: one program per block of KEYS walks the query blocks for dK, dV; one program
+per block of QUERIES walks the key blocks for dQ. Each recomputes P and dP for its tiles: 7
+tl.dots for the backward's 5 matmuls, the price of not storing P, and of no atomics. Before them,
+a small kernel computes Delta (`delta` in the code).
+
+Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
+faster at most sizes. atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes
+dQ's share, dS K, and adds it with tl.atomic_add into a float32 accumulator (5 tl.dots, no dQ
+pass). What that saves in matmuls it pays in memory traffic: every (key block, query block) pair
+adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's atomic units (64 x 64 x 4 bytes =
+16 KB for 2.6 MFLOP of matmul at head_dim 64), and additions to one address wait for each other.
+FlashAttention-2 chose atomics on GPUs where the extra matmuls cost more than that traffic;
+FlashAttention-3 on Hopper adds dQ with TMA's bulk reduce (a whole tile per instruction). Section
+15 times both designs side by side (RESULTS.md, "Backward designs and block sizes").
 
 Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
 diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
@@ -35,7 +45,7 @@ import triton
 import triton.language as tl
 
 from common import bench
-from common.checks import dtype_name, index_type
+from common.checks import dtype_name, flag, index_type
 from common.launch import cdiv, traceable
 from common.table import print_table
 from common.trace import show
@@ -58,10 +68,11 @@ def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr,
 
 
 @triton.jit
-def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, hi,
+def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale, lo, hi,
                 BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
-    """Add query blocks lo..hi into one key block's dk, dv ([BLOCK_N, HEAD_DIM], fp32). The pointers
+                ATOMIC_DQ: tl.constexpr, INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
+    """Add query blocks lo..hi into one key block's dk, dv ([BLOCK_N, HEAD_DIM], fp32), and with
+    ATOMIC_DQ each query block's share of dQ into the float32 dq accumulator in memory. The pointers
     address row 0 of this (batch, head); everything is computed transposed, keys down."""
     dims = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
@@ -87,28 +98,38 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, 
         dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)                # dP^T = V dO^T
         dsT = pT * (dpT - delta[None, :])                                             # dS^T
         dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)            # dK += dS^T Q (scaled later)
+        if ATOMIC_DQ:  # this key block's share of these rows' dQ = dS K * sm_scale, added in memory
+            dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=INPUT_PRECISION) * sm_scale
+            dq_sum_ptrs = dq_sum_ptr + rows[:, None] * HEAD_DIM + dims[None, :]
+            if MASKED:
+                tl.atomic_add(dq_sum_ptrs, dq, mask=rows[:, None] < seq_len, sem="relaxed")
+            else:
+                tl.atomic_add(dq_sum_ptrs, dq, sem="relaxed")
         if TRACE:
             show("query block", start_m // BLOCK_M, indent=2)
             show("P^T (keys down, queries across)", pT)
             show("dS^T", dsT)
             show("dV so far", dv)
             show("dK so far (before * sm_scale)", dk)
+            if ATOMIC_DQ:
+                show("dQ of these query rows, this key block's share (added to memory)", dq)
     return dk, dv
 
 
 @triton.jit
-def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, sm_scale, seq_len,
+def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_sum_ptr, sm_scale, seq_len,
                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
-                TRACE: tl.constexpr = False):
-    """One program per block of BLOCK_N keys of one (batch, head): its rows of dK and dV."""
+                ATOMIC_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
+                INDEX_TYPE: tl.constexpr = tl.int32, TRACE: tl.constexpr = False):
+    """One program per block of BLOCK_N keys of one (batch, head): its rows of dK and dV, and with
+    ATOMIC_DQ their share of every dQ row, added into dq_sum_ptr (float32, zeroed) with atomics."""
     tl.static_assert(BLOCK_N % BLOCK_M == 0)  # so the causal diagonal ends on a query-block boundary
     # One grid axis, as the forward's (axes 1 and 2 stop at 65535 programs; B x H can pass that)
     num_pid_n = tl.cdiv(seq_len, BLOCK_N)
     pid_n, bh = tl.program_id(0) % num_pid_n, (tl.program_id(0) // num_pid_n).to(INDEX_TYPE)
     start_n = pid_n * BLOCK_N
     base = bh * seq_len * HEAD_DIM                         # every tensor is contiguous (B, H, seq, D)
-    q_ptr, k_ptr, v_ptr, do_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base
+    q_ptr, k_ptr, v_ptr, do_ptr, dq_sum_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base, dq_sum_ptr + base
     lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
     keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
@@ -119,21 +140,30 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
     qk_scale = sm_scale * LOG2E
-    # Three stages: the diagonal (causal: queries start_n .. start_n + BLOCK_N, masked), the whole
-    # query blocks below it (no mask), the ragged last block (masked). Not causal: no diagonal.
+    # Stages: the diagonal (causal: queries start_n .. start_n + BLOCK_N, masked), the whole query
+    # blocks below it (no mask), the ragged last block (masked). Not causal: no diagonal, and the
+    # walk starts at the key block's own row, start_n, then wraps round to row 0: the programs of
+    # one head, which run side by side, each start on different query rows (with ATOMIC_DQ, so that
+    # they add into different rows of dQ at any moment: atomics on one address wait for each other).
+    full_end = (seq_len // BLOCK_M) * BLOCK_M
     if CAUSAL:
         lo, mid = start_n, start_n + BLOCK_N
     else:
-        lo, mid = 0, 0
-    full_end = (seq_len // BLOCK_M) * BLOCK_M
+        lo = tl.minimum(start_n, full_end)
+        mid = lo
     if TRACE:
         show("dK, dV program (key block, batch x head)", (pid_n, bh), indent=0)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, lo, mid,
-                         BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale, mid, full_end,
-                         BLOCK_M, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, keys, seq_len, qk_scale,
-                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
+                         lo, mid, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
+                         mid, full_end, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
+                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ,
+                         INPUT_PRECISION, INDEX_TYPE, TRACE)
+    if not CAUSAL:  # the wrap: whole blocks 0 .. lo (none when lo = 0)
+        dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale,
+                             qk_scale, 0, lo, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, INPUT_PRECISION,
+                             INDEX_TYPE, TRACE)
     offsets = base + keys[:, None] * HEAD_DIM + dims[None, :]
     tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
     tl.store(dv_ptr + offsets, dv.to(dv_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
@@ -206,34 +236,51 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # the BLOCK_N keys, so big key blocks pay, as long as the registers hold (8 warps for 128 keys).
 # The dQ kernel is the forward's shape. Section 15 (bench_configs, RESULTS.md "Backward block
 # sizes") times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
+GPU_FUSED_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # dK, dV and dQ
+                     for bm, bn, w, s in [(64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3),
+                                          (16, 32, 4, 2)]]
 GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # the last fits a
                     for bm, bn, w, s in [(64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]]  # T4 in fp32
 GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                   for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
 INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
-DKDV_CONFIGS, DQ_CONFIGS = (INTERPRETED, INTERPRETED) if INTERPRET else (GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS)
+FUSED_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED,) * 3 if INTERPRET else
+                                           (GPU_FUSED_CONFIGS, GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS))
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
-    """As the forward's: every configuration from seq_len 512 up, else the last."""
-    return configs if named_args["seq_len"] >= 512 else configs[-1:]
+    """As the forward's: every configuration from seq_len 512 up, else the last. float32 inputs get
+    the last too: their products run on the CUDA cores (ieee, no tensor cores), and the larger
+    configurations each take 30 to 90 s to compile there (sm_90, head_dim 64 and 128), for a dtype
+    that checks the others rather than trains. (The autotuner's key holds the tensors' dtypes.)"""
+    small = named_args["seq_len"] < 512 or named_args["q_ptr"].dtype == torch.float32
+    return configs[-1:] if small else configs
 
 
 PRUNE = {"early_config_prune": small_problems_untuned}
 KEY = ["seq_len", "HEAD_DIM", "CAUSAL"]
+# The autotuner runs each candidate several times: the atomics' accumulator is zeroed before each run.
+fused_kernel_tuned = triton.autotune(FUSED_CONFIGS, key=KEY, prune_configs_by=PRUNE, reset_to_zero=["dq_sum_ptr"])(dkdv_kernel)
 dkdv_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dkdv_kernel)
 dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_kernel)
 
 
-def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=preprocess_kernel,
-                    dkdv=dkdv_kernel_tuned, dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
-    """dq, dk, dv for attention's output o (with its lse) and the gradient do: the three kernels in
-    turn. preprocess, dkdv, dq: the kernels (the autotuned ones by default; the operator hands in
-    their traceable forms; the trace and the block-size sweep plain ones, with their block sizes in
-    dkdv_meta, dq_meta). The kernels read contiguous tensors; a view (q from a (B, seq, H, D)
-    layout, say) is copied once here. (The backward's 5 matmuls of useful work take 7 tl.dots: S
-    and dP are computed in both kernels.)"""
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomic_dq: bool = False,
+                    preprocess=preprocess_kernel, dkdv=None, dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+    """dq, dk, dv for attention's output o (with its lse) and the gradient do.
+
+    By default three kernels: Delta; dK and dV, a program per key block; dQ, a program per query
+    block. Deterministic: the same bits on every run. atomic_dq=True: FlashAttention-2's way, two
+    kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
+    accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
+    the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
+    Section 15 times both: on an H200 the dQ pass of its own was the faster (RESULTS.md).
+    preprocess, dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned
+    for the dK/dV pass; the operator hands in their traceable forms; the trace and the block-size
+    sweep plain ones, with their block sizes in dkdv_meta, dq_meta). The kernels read contiguous
+    tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
     B, H, seq_len, D = q.shape
+    atomic_dq = flag("atomic_dq", atomic_dq) and not torch.are_deterministic_algorithms_enabled()
     dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
     if q.numel() == 0:
         return dq_out, dk_out, dv_out
@@ -249,8 +296,13 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     def query_blocks(meta):  # one program per block of queries per (batch, head), for dQ
         return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
 
-    dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
-                     INPUT_PRECISION=precision, INDEX_TYPE=index, **(dkdv_meta or {}))
+    if dkdv is None:
+        dkdv = fused_kernel_tuned if atomic_dq else dkdv_kernel_tuned
+    dq_sum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else dq_out  # (unused without)
+    dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, dq_sum, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
+                     ATOMIC_DQ=atomic_dq, INPUT_PRECISION=precision, INDEX_TYPE=index, **(dkdv_meta or {}))
+    if atomic_dq:
+        return dq_sum.to(dq_out.dtype), dk_out, dv_out
     dq[query_blocks](q, k, v, do, lse, delta, dq_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
                      INPUT_PRECISION=precision, INDEX_TYPE=index, **(dq_meta or {}))
     return dq_out, dk_out, dv_out
@@ -344,20 +396,26 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
         q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
         for causal in causals:
             o, lse = forward(q, k, v, causal, D ** -0.5)
-            for kind, configs in (("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS)):
-                def whole_backward(config):  # this kernel plain, with `config`; the other autotuned
+            cases = {}
+            for kind, configs in (("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS), ("dK, dV + atomic dQ", FUSED_CONFIGS)):
+                for config in configs:  # this kernel plain, with `config`; the other autotuned
                     meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
-                    varied = dict(dkdv=dkdv_kernel, dkdv_meta=meta) if kind == "dK, dV" else dict(dq=dq_kernel, dq_meta=meta)
-                    return lambda: launch_backward(do, q, k, v, o, lse, causal, D ** -0.5, **varied)
-                times = bench.side_by_side({config: whole_backward(config) for config in configs})
-                best = min(times.values())
-                for config, ms in times.items():
-                    rows.append((D, causal, kind, f"{config.kwargs['BLOCK_M']} x {config.kwargs['BLOCK_N']}",
-                                 config.num_warps, config.num_stages, ms * 1e3, 100 * best / ms))
+                    varied = (dict(dq=dq_kernel, dq_meta=meta) if kind == "dQ" else
+                              dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV"))
+                    cases[kind, config] = functools.partial(launch_backward, do, q, k, v, o, lse, causal, D ** -0.5,
+                                                            **varied)
+            times = bench.side_by_side(cases)
+            best = min(times.values())  # of both designs
+            for (kind, config), ms in times.items():
+                rows.append((D, causal, kind, f"{config.kwargs['BLOCK_M']} x {config.kwargs['BLOCK_N']}",
+                             config.num_warps, config.num_stages, ms * 1e3, 100 * best / ms))
     return print_table(rows, ["head_dim", "causal", "kernel varied", "BLOCK_M x BLOCK_N", "num_warps",
                               "num_stages", "whole backward µs", "% of best"],
-                       title=f"Backward block sizes, seq {seq}, {dtype_name(dtype)}",
+                       title=f"Backward designs and block sizes, seq {seq}, {dtype_name(dtype)}",
                        note=f"batch x heads = {' and '.join(f'{B} x {H}' for B, H, _ in shapes)}. Each row times the "
-                            "whole backward (preprocess, dK/dV, dQ) with one kernel's configuration varied; the other "
-                            f"kernel is autotuned. Kernel time (profiler timestamps, L2 flushed between calls). "
+                            "whole backward with one kernel's configuration varied. 'dK, dV' and 'dQ': the three-kernel "
+                            "backward (preprocess, dK/dV, dQ), the other kernel autotuned. 'dK, dV + atomic dQ': "
+                            "atomic_dq=True, two kernels (preprocess, then dK/dV adding dQ with atomics; the accumulator's "
+                            "zeroing and final cast included). '% of best': against the fastest row of either design at "
+                            f"that head_dim and mask. Kernel time (profiler timestamps, L2 flushed between calls). "
                             f"{bench.SIDE_BY_SIDE_NOTE}")

@@ -139,16 +139,23 @@ def preprocess_general_kernel(o_ptr, do_ptr, delta_ptr, seq_q, HEAD_DIM: tl.cons
 
 
 @triton.jit
-def query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM: tl.constexpr):
-    """The backward's view of a block of query rows of head bh (contiguous (B, H_Q, seq_q, HEAD_DIM)):
-    q, dO, lse, Delta, and where q's rows live (offsets, mask), for dQ's store."""
+def row_offsets(bh, rows, dims, seq_q, HEAD_DIM: tl.constexpr):
+    """Where a block of query rows of head bh lives in a contiguous (B, H_Q, seq_q, HEAD_DIM) tensor
+    (q, dO, dQ): offsets and mask. (No pointer goes in: torch.compile's analysis of which tensors
+    a kernel writes takes a store through a helper's result as a store to every pointer passed in.)"""
     mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
-    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    return bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :], mask
+
+
+@triton.jit
+def query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM: tl.constexpr):
+    """The backward's view of a block of query rows of head bh: q, dO, lse and Delta."""
+    offsets, mask = row_offsets(bh, rows, dims, seq_q, HEAD_DIM)
     q = tl.load(q_ptr + offsets, mask=mask, other=0.0)
     do = tl.load(do_ptr + offsets, mask=mask, other=0.0)
     lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
     delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
-    return q, do, lse, delta, offsets, mask
+    return q, do, lse, delta
 
 
 @triton.jit
@@ -175,20 +182,23 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
     lo = 0
     if CAUSAL:  # the queries before start_n - diag see none of these keys
         lo = tl.maximum(pid_n * BLOCK_N - diag, 0) // BLOCK_M * BLOCK_M
-    for g in range(0, GROUP):
-        bh = b * (H_KV * GROUP) + hk * GROUP + g        # a query head that reads key head hk
-        for start_m in range(lo, seq_q, BLOCK_M):
-            rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
-            q, do, lse, delta, _, _ = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM)
-            keep = (rows[None, :] < seq_q) & (keys[:, None] < seq_k)
-            if CAUSAL:
-                keep = keep & (keys[:, None] <= rows[None, :] + diag)
-            pT = tl.where(keep, tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale
-                                        - lse[None, :]), 0.0)
-            dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)
-            dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
-            dsT = pT * (dpT - delta[None, :])
-            dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
+    # The GROUP query heads that read key head hk, each from query block lo to the end: one loop
+    # over both (torch.compile's analysis of which tensors a kernel writes, in torch 2.11, took the
+    # two nested loops this was for writing to every input).
+    blocks = tl.cdiv(tl.maximum(seq_q - lo, 0), BLOCK_M)  # query blocks per query head
+    for i in range(0, GROUP * blocks):
+        bh = b * (H_KV * GROUP) + hk * GROUP + i // blocks  # a query head that reads key head hk
+        rows = (lo + (i % blocks) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
+        q, do, lse, delta = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM)
+        keep = (rows[None, :] < seq_q) & (keys[:, None] < seq_k)
+        if CAUSAL:
+            keep = keep & (keys[:, None] <= rows[None, :] + diag)
+        pT = tl.where(keep, tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale
+                                    - lse[None, :]), 0.0)
+        dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)
+        dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
+        dsT = pT * (dpT - delta[None, :])
+        dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
     tl.store(dk_ptr + kv_offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
     tl.store(dv_ptr + kv_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
@@ -204,8 +214,8 @@ def dq_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, s
     bhk = (bh // H) * (H // GROUP) + (bh % H) // GROUP   # its (batch, key head)
     rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     dims = tl.arange(0, BLOCK_D)
-    q, do, lse, delta, q_offsets, q_mask = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q,
-                                                      HEAD_DIM)
+    q, do, lse, delta = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM)
+    q_offsets, q_mask = row_offsets(bh, rows, dims, seq_q, HEAD_DIM)  # for dQ's store
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
     qk_scale = sm_scale * LOG2E

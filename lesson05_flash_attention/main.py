@@ -51,7 +51,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "backward": "12. The backward (backward.py): the tiny problem again, traced beside autograd",
     "grad": "13. Training: the gradients against float64 autograd",
     "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
-    "configs_backward": "15. The backward's block sizes (backward.py)",
+    "configs_backward": "15. The backward's two designs and their block sizes (backward.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
@@ -687,9 +687,10 @@ def timing_backward() -> list:
 chapter.run("bench_backward", timing_backward, gpu=True)
 
 # %% [markdown]
-# ## 15. The backward's block sizes (backward.py)
-# Each candidate of the two backward kernels' lists, timed as the whole backward, with the other
-# kernel autotuned.
+# ## 15. The backward's two designs and their block sizes (backward.py)
+# Each candidate of the backward kernels' lists, timed as the whole backward, with the other
+# kernel autotuned: the three-kernel default (a dQ pass of its own), and atomic_dq=True
+# (FlashAttention-2's dQ by atomics in the dK/dV pass), ranked together.
 
 
 # %%

@@ -25,7 +25,7 @@ from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
 from lesson03_rowsum.main import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
-from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS
+from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS, GPU_FUSED_CONFIGS
 from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS, HEAD_DIMS
 from lesson05_flash_attention import general
 
@@ -148,14 +148,15 @@ def attention_job(v):
     return job
 
 
-def backward_job(kernel, outputs):
+def backward_job(kernel, outputs, **constexprs):
     def job(v):
         out = dict(module=L5B, kernel=kernel,
                    signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
-                              **pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", "seq_len": "i32"},
+                              **pointers("fp32", "lse_ptr", "delta_ptr", "dq_sum_ptr"), "sm_scale": "fp32",
+                              "seq_len": "i32"},
                    divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr"), **from_config(v["config"]))
         out["constexprs"].update(HEAD_DIM=v["head_dim"], CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
-                                 INDEX_TYPE=v["index"])
+                                 INDEX_TYPE=v["index"], **constexprs)
         return out
     return job
 
@@ -232,8 +233,12 @@ def families(arch: int) -> list[Family]:
                must_fit=last_of(ATTENTION_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
         Family("preprocess_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS}, {"index": INDEX}, preprocess_job,
                size=lambda v: v["head_dim"] * itemsize(v)),
+        Family("dkdv_kernel with atomic dQ", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_FUSED_CONFIGS)},
+               {"causal": (True, False), "index": INDEX}, backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"), ATOMIC_DQ=True),
+               must_fit=last_of(GPU_FUSED_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
         Family("dkdv_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_DKDV_CONFIGS)},
-               {"causal": (True, False), "index": INDEX}, backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr")),
+               {"causal": (True, False), "index": INDEX},
+               backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"), ATOMIC_DQ=False),
                must_fit=last_of(GPU_DKDV_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
         Family("dq_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_DQ_CONFIGS)},
                {"causal": (True, False), "index": INDEX}, backward_job("dq_kernel", ("dq_ptr",)),

@@ -229,7 +229,8 @@ def test_bench_configs_with_a_fake_clock(monkeypatch):
 
 def test_backward_bench_configs_with_a_fake_clock(monkeypatch):
     # Each row varies the kernel its row names, with its configuration, the other left to the
-    # autotuner; each group of rows is ranked against its own best; every call gives autograd's gradients
+    # autotuner; the two designs (a dQ pass, atomic dQ) are ranked against the best of both; every
+    # call gives autograd's gradients
     import functools
 
     import triton
@@ -239,8 +240,10 @@ def test_backward_bench_configs_with_a_fake_clock(monkeypatch):
 
     dkdv_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}), triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})]
     dq_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}), triton.Config({"BLOCK_M": 32, "BLOCK_N": 16})]
+    fused_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})]
     monkeypatch.setattr(backward, "DKDV_CONFIGS", dkdv_configs)
     monkeypatch.setattr(backward, "DQ_CONFIGS", dq_configs)
+    monkeypatch.setattr(backward, "FUSED_CONFIGS", fused_configs)
     calls, launch_backward = [], backward.launch_backward
 
     def launch_backward_and_check(do, q, k, v, o, lse, causal, sm_scale, **kernels):
@@ -251,17 +254,19 @@ def test_backward_bench_configs_with_a_fake_clock(monkeypatch):
         return grads
 
     monkeypatch.setattr(backward, "launch_backward", launch_backward_and_check)
-    fake_side_by_side(monkeypatch, [2.0, 1.0, 1.0, 4.0])
+    fake_side_by_side(monkeypatch, [2.0, 1.0, 1.0, 4.0, 0.5])
     table = backward.bench_configs(functools.partial(launch, attention_kernel_tuned), 64, shapes=((1, 2, 16),),
                                    causals=(True,), dtype=torch.float32)
     assert [(row[2], row[3]) for row in table.rows] == [("dK, dV", "16 x 16"), ("dK, dV", "16 x 32"),
-                                                        ("dQ", "16 x 16"), ("dQ", "32 x 16")]
-    varied = [dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs()) for c in dkdv_configs] + [
-        dict(dq=backward.dq_kernel, dq_meta=c.all_kwargs()) for c in dq_configs]
+                                                        ("dQ", "16 x 16"), ("dQ", "32 x 16"),
+                                                        ("dK, dV + atomic dQ", "16 x 32")]
+    varied = ([dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=False) for c in dkdv_configs]
+              + [dict(dq=backward.dq_kernel, dq_meta=c.all_kwargs()) for c in dq_configs]
+              + [dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=True) for c in fused_configs])
     assert [kernels for _, kernels, _ in calls] == varied and all(causal for causal, _, _ in calls)
     assert all(err < 1e-4 for _, _, err in calls), calls
-    assert table.column("% of best") == pytest.approx([50.0, 100.0, 100.0, 25.0])
-    assert table.column("whole backward µs") == [2000.0, 1000.0, 1000.0, 4000.0]
+    assert table.column("% of best") == pytest.approx([25.0, 50.0, 50.0, 12.5, 100.0])
+    assert table.column("whole backward µs") == [2000.0, 1000.0, 1000.0, 4000.0, 500.0]
 
 
 def test_offsets_cases_take_the_index_type():

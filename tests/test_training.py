@@ -13,7 +13,7 @@ from lesson02_softmax.main import grad_check as grad_check02, softmax
 from lesson03_rowsum.main import grad_check as grad_check03, row_sum
 from lesson04_matmul.main import grad_check as grad_check04, matmul, reference
 from lesson05_flash_attention import backward
-from lesson05_flash_attention.main import attention, attention_standard, grad_check as grad_check05
+from lesson05_flash_attention.main import attention, attention_op, attention_standard, grad_check as grad_check05
 
 
 @pytest.mark.parametrize("grad_check", [grad_check01, grad_check02, grad_check03, grad_check04, grad_check05])
@@ -31,20 +31,60 @@ def test_attention_gradients_other_head_dims_and_views(head_dim, causal):
 
 
 @pytest.mark.skipif(not INTERPRET, reason="blocks of 4 are below tl.dot's 16 on a GPU (the trace runs interpreted)")
-def test_the_backward_in_tiny_blocks_matches_autograd():
+@pytest.mark.parametrize("atomic_dq", [False, True])  # dQ in a pass of its own, or by atomics in the dK/dV pass
+def test_the_backward_in_tiny_blocks_matches_autograd(atomic_dq):
     from lesson05_flash_attention import main
 
-    q, k, v = (torch.randn(1, 1, 11, 2, device=DEVICE) for _ in range(3))  # three key blocks, the last ragged
+    # three key blocks, the last ragged: not causal, key block 1's walk starts at query block 1 and
+    # wraps round to 0, key block 2's at the ragged block 2
+    q, k, v = (torch.randn(1, 1, 11, 2, device=DEVICE) for _ in range(3))
     for causal in (False, True):
         o, lse = main.launch(main.attention_kernel, q, k, v, causal, 0.7, BLOCK_M=4, BLOCK_N=4)
         do = torch.randn_like(o)
-        ours = backward.launch_backward(do, q, k, v, o, lse, causal, 0.7, dkdv=backward.dkdv_kernel,
+        ours = backward.launch_backward(do, q, k, v, o, lse, causal, 0.7, atomic_dq=atomic_dq,
+                                        dkdv=backward.dkdv_kernel,
                                         dq=backward.dq_kernel, dkdv_meta=dict(BLOCK_M=4, BLOCK_N=4),
                                         dq_meta=dict(BLOCK_M=4, BLOCK_N=4))
         leaves = [t.double().requires_grad_() for t in (q, k, v)]
         attention_standard(*leaves, causal=causal, sm_scale=0.7).backward(do.double())
         for grad, leaf in zip(ours, leaves):
             torch.testing.assert_close(grad.double(), leaf.grad, atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture
+def deterministic_algorithms():
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.use_deterministic_algorithms(False)
+
+
+def count_dq_runs(monkeypatch) -> list:
+    runs, run = [], backward.dq_kernel_tuned.run
+
+    def counted(*args, **kwargs):
+        runs.append(kwargs["grid"])
+        return run(*args, **kwargs)
+
+    monkeypatch.setattr(backward.dq_kernel_tuned, "run", counted)
+    return runs
+
+
+def test_attention_backward_atomics_only_where_asked_and_allowed(deterministic_algorithms, monkeypatch):
+    # atomic_dq=True adds dQ up with atomics (no dQ pass), except under
+    # torch.use_deterministic_algorithms(True), where the dQ pass runs: the same bits every time
+    q, k, v = (torch.randn(1, 2, 150, 32, device=DEVICE) for _ in range(3))
+    o, lse = attention_op(q, k, v, True, 0.3)
+    do = torch.randn_like(o)
+    runs = count_dq_runs(monkeypatch)
+    grads = [backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=True) for _ in range(2)]
+    assert len(runs) == 2 and all(torch.equal(a, b) for a, b in zip(*grads))
+    torch.use_deterministic_algorithms(False)
+    atomic = backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=True)
+    assert len(runs) == 2  # no dQ pass
+    for a, b in zip(atomic, grads[0]):  # the same gradients, to float32 rounding of the sums' order
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+    with pytest.raises(TypeError, match="atomic_dq"):
+        backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=1)
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
