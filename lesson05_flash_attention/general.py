@@ -182,9 +182,8 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
     lo = 0
     if CAUSAL:  # the queries before start_n - diag see none of these keys
         lo = tl.maximum(pid_n * BLOCK_N - diag, 0) // BLOCK_M * BLOCK_M
-    # The GROUP query heads that read key head hk, each from query block lo to the end: one loop
-    # over both (torch.compile's analysis of which tensors a kernel writes, in torch 2.11, took the
-    # two nested loops this was for writing to every input).
+    # One loop over the GROUP query heads that read key head hk and, for each, their query blocks
+    # from lo to the end: step i is head i // blocks, block i % blocks.
     blocks = tl.cdiv(tl.maximum(seq_q - lo, 0), BLOCK_M)  # query blocks per query head
     for i in range(0, GROUP * blocks):
         bh = b * (H_KV * GROUP) + hk * GROUP + i // blocks  # a query head that reads key head hk
