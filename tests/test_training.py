@@ -2,6 +2,8 @@
 torch's autograd in float64 (the lessons' grad checks, awkward shapes included), the backward
 trace's numbers, the operator taken only where needed, and torch.compile(fullgraph=True) of a
 small model that calls every op, traced whole (GPU only: the interpreter's kernels cannot be traced)."""
+import os
+
 import pytest
 import torch
 
@@ -214,3 +216,110 @@ def test_lse_is_not_differentiable():
     q, k, v = (torch.randn(1, 1, 8, 16, device=DEVICE, requires_grad=True) for _ in range(3))
     o, lse = main.attention_op(q, k, v, False, 0.25)
     assert o.requires_grad and not lse.requires_grad
+
+
+# What torch.compile's analysis says each kernel writes. Where it takes a kernel to write a tensor
+# that is an input of the op (q, a view of x), AOTAutograd sees a leaf changed in place and fails
+# ("a leaf Variable that requires grad is being used in an in-place operation"): general.py's dQ
+# kernel did, on the H200, when its store went through a helper's result. That test needs a GPU;
+# the analysis itself only needs Triton's compiler, so this one runs it on the CPU too, in a child
+# process (Triton compiles there, for an H200, as common.ptx does), on the launches recorded here.
+ANALYSIS = r'''
+import json, sys
+import torch, triton
+import triton.language as tl
+from triton.backends.compiler import GPUTarget
+
+
+class H200:  # the analysis compiles to Triton's IR for the active GPU
+    def get_current_target(self):
+        return GPUTarget("cuda", 90, 32)
+
+
+triton.runtime.driver.set_active(H200())
+from torch._higher_order_ops import triton_kernel_wrap as wrap
+import importlib
+
+out = []
+for module, name, args in json.load(sys.stdin):
+    kernel = getattr(importlib.import_module(module), name)
+    kwargs = {}
+    for arg, value in args.items():
+        if isinstance(value, dict) and "tensor" in value:
+            kwargs[arg] = torch.empty(value["shape"], dtype=getattr(torch, value["tensor"]))
+        elif isinstance(value, dict):
+            kwargs[arg] = getattr(tl, value["dtype"])
+        else:
+            kwargs[arg] = value
+    if hasattr(wrap, "identify_accessed_tensors"):  # torch >= 2.12
+        writes = sorted(dep.name for dep in wrap.identify_accessed_tensors(kernel, kwargs, {}).read_writes.writes)
+    else:  # older: the names it writes
+        try:
+            writes = sorted(wrap.identify_mutated_tensors(kernel, kwargs, {}))
+        except TypeError:  # before TMA descriptors came into its signature
+            writes = sorted(wrap.identify_mutated_tensors(kernel, kwargs))
+    out.append(writes)
+print(json.dumps(out))
+'''
+
+
+def recorded_launches(monkeypatch, fn, leaves) -> list:
+    """(module, the kernel's name there, {argument: value}) for each launch through traceable(...)
+    that fn(*leaves) and its backward make: every argument, defaults included, as torch.compile's
+    tracer gets them; a tensor as its dtype, shape and whether it is memory of one of the leaves."""
+    import sys
+
+    from common import launch
+    from triton.runtime import Autotuner
+
+    inputs = {leaf.untyped_storage().data_ptr() for leaf in leaves}
+    launches = []
+
+    def record(self, grid):
+        def run(*args, **kwargs):
+            named = dict(zip((p.name for p in self.params), args), **kwargs)
+            named.update((p.name, p.default) for p in self.params  # the autotuner's picks left out, as
+                         if p.name not in named and p.default is not p.empty)  # traceable does
+            jit = self.kernel.fn if isinstance(self.kernel, Autotuner) else self.kernel
+            module = sys.modules[jit.fn.__module__]
+            name = next(n for n, value in vars(module).items() if value is self.kernel)
+            args_json = {}
+            for arg, value in named.items():
+                if isinstance(value, torch.Tensor):
+                    args_json[arg] = {"tensor": str(value.dtype).removeprefix("torch."), "shape": list(value.shape),
+                                      "input": value.untyped_storage().data_ptr() in inputs}
+                elif hasattr(value, "primitive_bitwidth"):  # a tl.dtype (INDEX_TYPE)
+                    args_json[arg] = {"dtype": str(value)}
+                else:
+                    args_json[arg] = value
+            launches.append((module.__name__, name, args_json))
+            return self.kernel[grid](*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(launch.traceable, "__getitem__", record)
+    out = fn(*leaves)
+    out.backward(torch.randn_like(out))
+    return launches
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_torch_compiles_analysis_sees_no_kernel_write_an_input(monkeypatch, op):
+    import json
+    import subprocess
+    import sys
+
+    from common.device import ROOT
+
+    leaves = [torch.randn(64, 96, device=DEVICE, requires_grad=True), torch.randn(96, 128, device=DEVICE, requires_grad=True)]
+    launches = recorded_launches(monkeypatch, OPS[op], leaves)
+    assert launches
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    child = subprocess.run([sys.executable, "-c", ANALYSIS], input=json.dumps(launches), capture_output=True,
+                           text=True, env=env, cwd=ROOT, timeout=300)
+    if child.returncode and "has no attribute 'identify_mutated_tensors'" in child.stderr:
+        pytest.skip("this torch has neither analysis function")
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert "Encountered an exception" not in child.stderr, child.stderr[-3000:]  # its fallback: every input written
+    for (module, name, args), writes in zip(launches, json.loads(child.stdout)):
+        inputs_written = [arg for arg in writes if isinstance(args[arg], dict) and args[arg].get("input")]
+        assert not inputs_written, f"{module}.{name}: torch.compile would take it to write {inputs_written}"
