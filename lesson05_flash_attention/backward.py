@@ -26,9 +26,10 @@ dQ's share, dS K, and adds it with tl.atomic_add into a float32 accumulator (5 t
 pass). What that saves in matmuls it pays in memory traffic: every (key block, query block) pair
 adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's atomic units (64 x 64 x 4 bytes =
 16 KB for 2.6 MFLOP of matmul at head_dim 64), and additions to one address wait for each other.
-FlashAttention-2 chose atomics on GPUs where the extra matmuls cost more than that traffic;
-FlashAttention-3 on Hopper adds dQ with TMA's bulk reduce (a whole tile per instruction). Section
-15 times both designs side by side (RESULTS.md, "Backward designs and block sizes").
+FlashAttention-2 (written for the A100) pays that traffic to save the matmuls; FlashAttention-3
+on Hopper makes it cheaper, adding a whole dQ tile per instruction with TMA's bulk reduce, which
+this file does not use. Section 15 times both designs side by side (RESULTS.md, "Backward designs
+and block sizes").
 
 Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
 diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
