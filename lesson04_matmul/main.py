@@ -509,7 +509,9 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
             f"{bench.SIDE_BY_SIDE_NOTE} matmul() runs the TMA kernel from 4096^3 up on Hopper (hopper.pays). A small "
             "product's caller pays its host cost instead, where that is larger: 'Host cost per call'.")
     return print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s", "% of torch",
-                              "% of ceiling"], title="Timing against torch.matmul", note=note)
+                              "% of ceiling"], title="Timing against torch.matmul", note=note,
+                       plot=dict(x="M x N x K", y="TFLOP/s", series=["dtype", "implementation"], ceiling=ceiling,
+                                 ceiling_label="cuBLAS bf16 8192^3 (measured)", logx=False))
 
 
 def timing() -> Table:
