@@ -1,10 +1,10 @@
-"""Lesson 5, second part: the backward pass (FlashAttention-2's), for training.
+"""Lesson 5, second part: the backward pass, for training.
 
 Write S = sm_scale Q K^T for the scores and P = softmax(S) row by row, so O = P V. The forward
 wrote O and, per query row, one more number, lse: the log of the softmax's sum, with the max
 folded in and in base 2 (lse = m + log2(l), which is logsumexp(S) * log2(e)). From Q, K and lse
-any tile of P comes back, to float32 rounding: P = exp2(q k^T * qk_scale - lse), no running max,
-no rescaling. So the backward, like the forward, never holds the seq x seq matrices. With dO the
+any tile of P comes back, to float32 rounding: P = exp2(q k^T * qk_scale - lse), with qk_scale =
+sm_scale * log2(e) as in the forward, no running max, no rescaling. So the backward, like the forward, never holds the seq x seq matrices. With dO the
 loss's gradient with respect to O (arriving from above):
 
     dV = P^T dO                      dP = dO V^T
@@ -16,20 +16,21 @@ block of keys, which owns its dK and dV, and adds each dQ contribution into memo
 (additions that many programs may make to one address at once, none lost, in no fixed order: the
 result varies in its last bits from run to run). Triton's fused-attention tutorial gives dQ a pass
 of its own instead: one program per block of KEYS walks the query blocks for dK, dV; one program
-per block of QUERIES walks the key blocks for dQ. Each recomputes P and dP for its tiles: 7
-tl.dots for the backward's 5 matmuls, the price of not storing P, and of no atomics. Before them,
-a small kernel computes Delta (`delta` in the code).
+per block of QUERIES walks the key blocks for dQ. The backward is 5 matmuls (S recomputed, since
+P is never stored, then dV, dP, dK, dQ); the dQ pass recomputes S and dP a second time: 7
+tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`delta` in the code).
 
 Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
-faster at most sizes. atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes
-dQ's share, dS K, and adds it with tl.atomic_add into a float32 accumulator (5 tl.dots, no dQ
-pass). What that saves in matmuls it pays in memory traffic: every (key block, query block) pair
-adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's atomic units (64 x 64 x 4 bytes =
-16 KB for 2.6 MFLOP of matmul at head_dim 64), and additions to one address wait for each other.
+faster in every case of section 15's table (RESULTS.md). atomic_dq=True is FlashAttention-2's way:
+the dK/dV pass also computes dQ's share, dS K, and adds it with tl.atomic_add into a float32
+accumulator (5 tl.dots, no dQ pass). What that saves in matmuls it pays in memory traffic: every
+(key block, query block) pair adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's
+atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4 bytes = 16 KB for the pair's 5
+matmuls of 2 x 64 x 64 x 64 flops, 2.6 MFLOP), and additions to one address wait for each other.
 FlashAttention-2 (written for the A100) pays that traffic to save the matmuls; FlashAttention-3
-on Hopper makes it cheaper, adding a whole dQ tile per instruction with TMA's bulk reduce, which
-this file does not use. Section 15 times both designs side by side (RESULTS.md, "Backward designs
-and block sizes").
+on Hopper makes it cheaper, adding a whole dQ tile per instruction with TMA's bulk reduce (TMA,
+Hopper's copy engine: lesson 4's hopper.py), which this file does not use. Section 15 times both
+designs side by side (RESULTS.md, "Backward designs and block sizes").
 
 Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
 diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
@@ -102,6 +103,8 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, key
         if ATOMIC_DQ:  # this key block's share of these rows' dQ = dS K * sm_scale, added in memory
             dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=INPUT_PRECISION) * sm_scale
             dq_sum_ptrs = dq_sum_ptr + rows[:, None] * HEAD_DIM + dims[None, :]
+            # sem="relaxed": no ordering with other memory operations (nothing reads dq_sum until
+            # the kernel is over), the cheapest kind; lesson 3's atomics take the default, acq_rel
             if MASKED:
                 tl.atomic_add(dq_sum_ptrs, dq, mask=rows[:, None] < seq_len, sem="relaxed")
             else:
@@ -134,24 +137,28 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
     keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
-    # Keys past the end load as 0; their rows of dk, dv are never stored.
+    # Keys past the end load as 0; their rows of dk, dv are never stored. (Their P^T is not masked
+    # when not causal, so with ATOMIC_DQ they add dS^T-rows times k = 0 to dQ: nothing.)
     k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
     v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
     dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
     qk_scale = sm_scale * LOG2E
-    # Stages: the diagonal (causal: queries start_n .. start_n + BLOCK_N, masked), the whole query
-    # blocks below it (no mask), the ragged last block (masked). Not causal: no diagonal, and the
-    # walk starts at the key block's own row, start_n, then wraps round to row 0: the programs of
-    # one head, which run side by side, each start on different query rows (with ATOMIC_DQ, so that
-    # they add into different rows of dQ at any moment: atomics on one address wait for each other).
+    # Stages, in query rows (lo, mid, ... are row offsets, stepped by BLOCK_M). Causal: the
+    # diagonal block, rows start_n .. start_n + BLOCK_N (masked); the whole query blocks after it
+    # (no mask); the ragged last block (masked). Not causal: no diagonal (its call is an empty loop,
+    # lo = mid), and the walk starts at the key block's own row, start_n (never past full_end), then
+    # wraps round to rows 0 .. start_n. So the programs of one head, running side by side, start on
+    # different query rows: with ATOMIC_DQ they add into different rows of dQ at any moment (atomics
+    # on one address wait for each other). The causal walks start on different diagonals anyway.
+    # Both designs walk this way, one code path; without atomics the order only changes which rows
+    # a program reads first.
     full_end = (seq_len // BLOCK_M) * BLOCK_M
     if CAUSAL:
         lo, mid = start_n, start_n + BLOCK_N
     else:
-        lo = tl.minimum(start_n, full_end)
-        mid = lo
+        lo, mid = start_n, start_n
     if TRACE:
         show("dK, dV program (key block, batch x head)", (pid_n, bh), indent=0)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
@@ -234,9 +241,10 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 
 # Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x HEAD_DIM
 # fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
-# the BLOCK_N keys, so big key blocks pay, as long as the registers hold (8 warps for 128 keys).
-# The dQ kernel is the forward's shape. Section 15 (bench_configs, RESULTS.md "Backward block
-# sizes") times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
+# the BLOCK_N keys, so big key blocks pay at head_dim 128, as long as the registers hold (8 warps
+# for 128 keys; 4 warps spill there). The dQ kernel is the forward's shape. Section 15
+# (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates; the
+# autotuner picks among them per (seq_len, head_dim, causal).
 GPU_FUSED_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # dK, dV and dQ
                      for bm, bn, w, s in [(64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3),
                                           (16, 32, 4, 2)]]
@@ -275,7 +283,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
     accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
     the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
-    Section 15 times both: on an H200 the dQ pass of its own was the faster (RESULTS.md).
+    atomic_dq is this function's only: attention() and its operator run the default. Section 15
+    times both (RESULTS.md).
     preprocess, dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned
     for the dK/dV pass; the operator hands in their traceable forms; the trace and the block-size
     sweep plain ones, with their block sizes in dkdv_meta, dq_meta). The kernels read contiguous
@@ -299,6 +308,10 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
 
     if dkdv is None:
         dkdv = fused_kernel_tuned if atomic_dq else dkdv_kernel_tuned
+    if atomic_dq and "dq_sum_ptr" not in getattr(getattr(dkdv, "kernel", dkdv), "reset_to_zero", ["dq_sum_ptr"]):
+        # an autotuner runs each candidate several times: without zeroing between, the sums pile up
+        raise ValueError("atomic_dq=True takes a dK/dV kernel whose autotuner zeroes dq_sum_ptr between its trial "
+                         "runs (fused_kernel_tuned), or a plain one (dkdv_kernel)")
     dq_sum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else dq_out  # (unused without)
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, dq_sum, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
                      ATOMIC_DQ=atomic_dq, INPUT_PRECISION=precision, INDEX_TYPE=index, **(dkdv_meta or {}))
@@ -389,8 +402,8 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
 
 def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), causals=(False, True),
                   dtype=torch.float16):
-    """Every candidate block size of the two backward kernels, timed side by side (the autotuner's
-    job done by hand; its lists are DKDV_CONFIGS and DQ_CONFIGS). forward(q, k, v, causal, sm_scale):
+    """Every candidate block size of both designs' kernels, timed side by side (the autotuner's
+    job done by hand; its lists are DKDV_CONFIGS, DQ_CONFIGS and FUSED_CONFIGS). forward(q, k, v, causal, sm_scale):
     main.py's launcher with the autotuned kernel, which gives (o, lse). GPU only."""
     rows = []
     for B, H, D in shapes:

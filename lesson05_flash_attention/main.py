@@ -627,10 +627,12 @@ chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, a
 
 # %% [markdown]
 # ## 12. The backward (backward.py): the tiny problem again, traced beside autograd
-# Training needs dQ, dK, dV. backward.py's docstring derives them (FlashAttention-2's backward:
-# P recomputed from q, k and the forward's lse, never stored); here its kernels run on section 5's
-# problem, causal, the loss the sum of the outputs' first column: the key blocks' kernel first
-# (dK, dV), then the query blocks' (dQ), with torch's autograd of standard attention beside them.
+# Training needs dQ, dK, dV. backward.py's docstring derives them (FlashAttention-2's
+# recomputation: P from q, k and the forward's lse, never stored); here its default kernels run on
+# section 5's problem, causal, the loss the sum of the outputs' first column: the key blocks'
+# kernel first (dK, dV), then the query blocks' (dQ, in a pass of its own as in Triton's
+# tutorial), with torch's autograd of standard attention beside them. The other design, dQ by
+# atomics (atomic_dq=True), is timed in section 15 and checked in tests/test_training.py.
 
 
 # %%
@@ -688,9 +690,11 @@ chapter.run("bench_backward", timing_backward, gpu=True)
 
 # %% [markdown]
 # ## 15. The backward's two designs and their block sizes (backward.py)
-# Each candidate of the backward kernels' lists, timed as the whole backward, with the other
-# kernel autotuned: the three-kernel default (a dQ pass of its own), and atomic_dq=True
-# (FlashAttention-2's dQ by atomics in the dK/dV pass), ranked together.
+# Each candidate of the backward kernels' lists, timed as the whole backward, all ranked
+# together: the three-kernel default (a dQ pass of its own; a row varies one kernel, the other
+# autotuned), and atomic_dq=True (FlashAttention-2's dQ by atomics in the one dK/dV pass, so
+# nothing else to tune). The default is the design whose best row is the faster here (RESULTS.md),
+# and the one that gives the same bits on every run.
 
 
 # %%
