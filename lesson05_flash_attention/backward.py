@@ -392,9 +392,10 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
             rows, ["seq", "causal", "implementation", "forward µs", "backward µs", "forward TFLOP/s",
                    "backward TFLOP/s", "backward x SDPA flash"],
             title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}",
-            note=BACKWARD_NOTE + " TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that "
-                 "(five matmuls to the forward's two); 'backward x SDPA flash': the SDPA flash backend's backward "
-                 "time over this one's.",
+            note=BACKWARD_NOTE + " 'Triton flash': attention(), its backward the default design (three kernels). "
+                 "TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls to "
+                 "the forward's two: useful work; the three kernels execute seven); 'backward x SDPA flash': the "
+                 "SDPA flash backend's backward time over this one's.",
             plot=dict(x="seq", y="backward TFLOP/s", series=["causal", "implementation"], ceiling=None)))
         print()
     return tables
