@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 
-from common.device import ROOT
+from common.device import INTERPRET, ROOT
 from common.table import Table
 
 # The child's program. It imports `preload` first (the lesson: torch, triton, the kernels; seconds
@@ -30,9 +30,11 @@ if not line:  # the parent ended without a request for this spare
     sys.exit(0)
 request = json.loads(line)
 r = getattr(importlib.import_module(request["module"]), request["name"])(**request["kwargs"])
-r = r if isinstance(r, (list, tuple)) else [r]
+if not request["raw"]:  # the Tables returned
+    r = r if isinstance(r, (list, tuple)) else [r]
+    r = [t.__dict__ for t in r if hasattr(t, "markdown")]
 with open(request["path"], "w") as f:
-    json.dump([t.__dict__ for t in r if hasattr(t, "markdown")], f)
+    json.dump(r, f)
 """
 
 _spares: dict = {}  # interpret -> (an idle process of that mode, what it preloaded)
@@ -46,10 +48,16 @@ def _start(interpret: bool | None, preload: tuple) -> subprocess.Popen:
                             stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True)
 
 
+def _mode(interpret: bool | None) -> bool | None:
+    """None for this process's own mode, however it is asked for: one spare serves both."""
+    return None if interpret is None or interpret == INTERPRET else interpret
+
+
 def keep_spare(interpret: bool | None, preload: tuple = ()) -> None:
     """Start, now, the process that will serve the next run() in this mode: it imports `preload`
     while this process goes on. (Each Python process with torch costs seconds to start; a lesson on
     a GPU runs a dozen.) After each run() in this mode, the next spare starts."""
+    interpret = _mode(interpret)
     if interpret not in _spares:
         _spares[interpret] = (_start(interpret, tuple(preload)), tuple(preload))
 
@@ -62,20 +70,24 @@ def _drop_spares() -> None:
     _spares.clear()
 
 
-def run(function: str, kwargs: dict | None = None, interpret: bool | None = None) -> tuple[str, list]:
+def run(function: str, kwargs: dict | None = None, interpret: bool | None = None, *,
+        raw: bool = False) -> tuple[str, list]:
     """function(**kwargs), 'package.module:name', in a new process (under Triton's interpreter if
     `interpret`, compiled if False, as this process if None): (what it printed, the Tables it
-    returned, a Table or a list of them). The process is the spare of that mode if there is one."""
+    returned, a Table or a list of them; with raw=True, what it returned, as JSON gives it back).
+    The process is the spare of that mode if there is one."""
     module, name = function.split(":")
+    interpret = _mode(interpret)
     spare = _spares.pop(interpret, None)
     process = spare[0] if spare else _start(interpret, ())
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "tables.json")
-        request = json.dumps(dict(module=module, name=name, kwargs=kwargs or {}, path=path))
+        request = json.dumps(dict(module=module, name=name, kwargs=kwargs or {}, path=path, raw=raw))
         out, err = process.communicate(request + "\n")
         if spare:
             keep_spare(interpret, spare[1])  # the next one, while this process goes on
         if process.returncode:
             raise RuntimeError(f"{function} failed in its child process:\n{err}")
         with open(path) as f:
-            return out, [Table(**t) for t in json.load(f)]
+            returned = json.load(f)
+        return out, returned if raw else [Table(**t) for t in returned]

@@ -7,7 +7,8 @@ machine: the compiler (LLVM, ptxas) ships inside the triton wheel; no GPU is nee
 
 Compilation runs in child processes with TRITON_INTERPRET=0: the interpreter replaces `@triton.jit`
 kernels with Python functions, which cannot be compiled, and a child imports the lesson's module by
-name, so a lesson run as a script is never imported a second time into its own process.
+name, so a lesson run as a script is never imported a second time into its own process. One child
+goes through common.child, so on a GPU machine it is the process the lesson keeps started.
 """
 import collections
 import json
@@ -17,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 
+from common import child
 from common.device import ROOT
 
 
@@ -41,6 +43,9 @@ def compile_kernels(jobs: list, processes: int = 1) -> list:
     jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
     for job in jobs:
         job["divisible_by_16"], job["asm"] = list(job["divisible_by_16"]), list(job["asm"])
+    if processes == 1:  # through common.child: on a GPU machine a lesson keeps such a process started
+        _, results = child.run("common.ptx:compile_all", {"jobs": jobs}, interpret=False, raw=True)
+        return _raise_failures(jobs, results)
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
     shares = [jobs[i::processes] for i in range(processes)]
     with tempfile.TemporaryDirectory() as tmp:  # each child reads its jobs from a file: all start at once
@@ -52,18 +57,27 @@ def compile_kernels(jobs: list, processes: int = 1) -> list:
             children.append(subprocess.Popen([sys.executable, "-m", "common.ptx", path], stdout=subprocess.PIPE,
                                              stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True))
         results = [None] * len(jobs)
-        for i, (child, share) in enumerate(zip(children, shares)):
-            out, err = child.communicate()
-            if child.returncode != 0:
+        for i, (process, share) in enumerate(zip(children, shares)):
+            out, err = process.communicate()
+            if process.returncode != 0:
                 for other in children:  # the others' results are of no use now
                     other.kill()
                 raise RuntimeError(f"compiling {', '.join(job['kernel'] for job in share)} failed:\n{err}")
             results[i::processes] = json.loads(out)
+    return _raise_failures(jobs, results)
+
+
+def _raise_failures(jobs: list, results: list) -> list:
     failed = [f"{job['kernel']} for sm_{job['arch']}: {result['error']}" for job, result in zip(jobs, results)
               if "error" in result]
     if failed:
         raise RuntimeError("compilation failed:\n" + "\n".join(failed))
     return results
+
+
+def compile_all(jobs: list) -> list:
+    """Each job's result, or its error: what a child process of compile_kernels returns."""
+    return [_compile_or_error(job) for job in jobs]
 
 
 def _compile(job: dict) -> dict:
@@ -125,6 +139,6 @@ def _compile_or_error(job: dict) -> dict:
         return {"error": f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[-1][:500]}"}
 
 
-if __name__ == "__main__":  # the child process of compile_kernels: python -m common.ptx JOBS.json
+if __name__ == "__main__":  # a child process of compile_kernels: python -m common.ptx JOBS.json
     with open(sys.argv[1]) as f:
-        print(json.dumps([_compile_or_error(job) for job in json.load(f)]))
+        print(json.dumps(compile_all(json.load(f))))

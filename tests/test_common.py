@@ -131,17 +131,35 @@ def test_a_spare_process_serves_one_run_and_the_next_one_starts(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
     monkeypatch.setattr(child, "_spares", {})
     child.keep_spare(True, ("sections",))
-    first = child._spares[True][0]
+    first = child._spares[child._mode(True)][0]
     time.sleep(1.0)
     pid, waited = child.run("sections:whose_process", interpret=True)[0].split()
     assert int(pid) == first.pid and float(waited) > 0.5  # imported a second before it was asked
-    second = child._spares[True][0]
-    pid, _ = child.run("sections:whose_process", interpret=True)[0].split()
+    second = child._spares[child._mode(True)][0]
+    # this process's own mode, asked for by name or as None, is one mode: the same spare serves it
+    pid, _ = child.run("sections:whose_process", interpret=None if INTERPRET else True)[0].split()
     assert int(pid) == second.pid != first.pid and first.returncode == 0
     pid, waited = child.run("sections:whose_process", interpret=False)[0].split()  # no spare of that mode
     assert int(pid) not in (first.pid, second.pid) and float(waited) < 0.5  # imported on request
     child._drop_spares()
     assert child._spares == {}
+
+
+def test_compiling_for_a_gpu_takes_the_spare_compiling_process(monkeypatch):
+    # one compilation goes to the compiled-mode process kept started (a lesson on a GPU keeps one),
+    # and another is started behind it
+    from common import child, ptx
+
+    monkeypatch.setattr(child, "_spares", {})
+    child.keep_spare(False, ("common.ptx",))
+    spare = child._spares[child._mode(False)][0]
+    job = dict(module="lesson01_vector_add.main", kernel="add_kernel", signature={
+        "x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "N": "i32"}, constexprs={"BLOCK_SIZE": 64},
+        asm=("ptx",))
+    (result,) = ptx.compile_kernels([job])
+    assert "ld.global" in result["ptx"] and spare.returncode == 0  # it served and ended
+    assert child._spares[child._mode(False)][0].pid != spare.pid
+    child._drop_spares()
 
 
 def test_ptx_parsing():
