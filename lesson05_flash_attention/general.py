@@ -21,15 +21,17 @@ lengths, and a mask on the dims. They walk every key block with one masked loop,
 walks the blocks that need no mask apart: simpler, and a little slower. A row that has seen no
 key yet has a running max of -inf, which the update below guards (exp2(-inf - -inf) is NaN).
 """
+import functools
 import math
 
 import torch
 import triton
 import triton.language as tl
 
-from common import checks
-from common.device import INTERPRET, interpretable
+from common import bench, checks
+from common.device import DEVICE, INTERPRET, interpretable
 from common.launch import cdiv, next_power_of_2, traceable
+from common.table import print_table
 
 LOG2E = tl.constexpr(1.4426950408889634)
 MAX_HEAD_DIM = 256
@@ -341,3 +343,72 @@ def attention_general_grad(ctx, do, dlse):
 
 
 attention_general_op.register_autograd(attention_general_grad, setup_context=keep_for_backward)
+
+
+# Timing these shapes against PyTorch's SDPA (main.py, section 16; GPU only).
+# (batch, query heads, key heads, seq_q, seq_k, head_dim, causal): grouped-query and multi-query
+# heads, head dims that are not powers of two and the largest, new queries against a longer KV
+# cache (causal, bottom-right), one query decoding against 8192 keys.
+BENCH_CASES = [(4, 32, 8, 4096, 4096, 128, False), (4, 32, 8, 4096, 4096, 128, True), (4, 32, 1, 4096, 4096, 64, True),
+               (4, 16, 16, 4096, 4096, 80, True), (4, 16, 16, 4096, 4096, 96, True), (4, 8, 8, 4096, 4096, 256, True),
+               (4, 16, 16, 1024, 4096, 128, True), (16, 32, 8, 1, 8192, 128, False)]
+
+
+def visible_pairs(seq_q: int, seq_k: int, causal: bool) -> int:
+    """The (query, key) pairs attention computes: all of them, or, causal and aligned bottom-right,
+    sum over queries i of the keys j <= i + seq_k - seq_q."""
+    if not causal:
+        return seq_q * seq_k
+    return sum(min(seq_k, max(0, i + 1 + seq_k - seq_q)) for i in range(seq_q))
+
+
+def sdpa(q, k, v, *, causal=False, backend="FLASH_ATTENTION"):
+    """PyTorch's scaled_dot_product_attention on these shapes, one backend forced: k and v's heads
+    repeated by SDPA itself (enable_gqa), the causal mask bottom-right (causal_lower_right) where
+    the lengths differ, as this file's."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    mask = causal_lower_right(q.shape[-2], k.shape[-2]) if causal and q.shape[-2] != k.shape[-2] else None
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=causal and mask is None, enable_gqa=k.shape[1] != q.shape[1])
+
+
+def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16):
+    """Forward and backward of each implementation in impls = {name: fn(q, k, v, causal=...)}
+    (main.py's attention first, then SDPA's backends, which the comparisons divide by) on each case,
+    side by side. A backend that refuses a shape (SDPA's do not take every head dim or mask) is
+    left out of that case's rows. GPU only."""
+    rows = []
+    for B, H, H_KV, seq_q, seq_k, D, causal in cases:
+        q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(2))
+        do = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype)
+        outs = {}
+        for name, fn in impls.items():
+            try:
+                outs[name] = fn(q, k, v, causal=causal)
+            except RuntimeError as error:  # "No available kernel", for this shape
+                print(f"{name} left out of {B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}: {str(error).splitlines()[0]}")
+        forward = bench.side_by_side({name: functools.partial(impls[name], q, k, v, causal=causal) for name in outs})
+        backward = bench.side_by_side({name: functools.partial(torch.autograd.grad, o, (q, k, v), do, retain_graph=True)
+                                       for name, o in outs.items()})
+        flops = 4 * B * H * visible_pairs(seq_q, seq_k, causal) * D
+        ours = next(iter(outs))
+        for name in outs:
+            rows.append((f"{B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}", causal, name, forward[name] * 1e3,
+                         backward[name] * 1e3, bench.tflops(flops, forward[name]),
+                         bench.tflops(2.5 * flops, backward[name]), forward[name] / forward[ours],
+                         backward[name] / backward[ours]))
+        del q, k, v, do, outs
+    return print_table(
+        rows, ["B x heads q/kv x seq q/kv x head_dim", "causal", "implementation", "forward µs", "backward µs",
+               "forward TFLOP/s", "backward TFLOP/s", "forward: its µs / ours", "backward: its µs / ours"],
+        title=f"general.py's shapes against SDPA's backends, {checks.dtype_name(dtype)}",
+        note="Kernel time (profiler timestamps, L2 flushed between calls); the backward is the gradient call, "
+             "torch.autograd.grad(o, (q, k, v), dO). " + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s: forward 4 B H "
+             "head_dim times the (query, key) pairs computed (causal: bottom-right, general.visible_pairs), backward "
+             "2.5 times that; at head_dim 80 and 96 the kernels compute 128, which is not counted. 'its µs / ours': "
+             "above 1, this file's kernels are the faster. SDPA gets k and v with their own heads (enable_gqa) and "
+             "the bottom-right mask (causal_lower_right) where the lengths differ.")

@@ -52,6 +52,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "grad": "13. Training: the gradients against float64 autograd",
     "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
     "configs_backward": "15. The backward's two designs and their block sizes (backward.py)",
+    "bench_general": "16. The shapes models pass, timed against SDPA's backends (general.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
@@ -701,3 +702,17 @@ chapter.run("bench_backward", timing_backward, gpu=True)
 chapter.run("configs_backward", lambda: backward.bench_configs(
     functools.partial(launch, attention_kernel_tuned), shapes=chapter.sizes(SIZES)["shapes"],
     causals=chapter.sizes(SIZES)["causal"]), gpu=True)
+
+# %% [markdown]
+# ## 16. The shapes models pass, timed against SDPA's backends (general.py)
+# general.py's kernels (section 4 says what they add) forward and backward on grouped-query and
+# multi-query heads, head dims 80, 96 and 256, queries against a longer KV cache and one query
+# decoding, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal
+# mask bottom-right). Its kernels walk every key block with one masked loop, where this chapter's
+# skip the masks off the diagonal, and their block sizes are a start, not yet swept.
+
+
+# %%
+chapter.run("bench_general", lambda: general.bench_general({
+    "Triton (general.py)": attention, "SDPA flash backend": functools.partial(general.sdpa, backend="FLASH_ATTENTION"),
+    "SDPA cuDNN": functools.partial(general.sdpa, backend="CUDNN_ATTENTION")}), gpu=True)

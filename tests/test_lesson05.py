@@ -159,7 +159,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert numbers == sorted(numbers) and len(headings) == len(SECTIONS)  # every section, numbered as in the code
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
-        assert text.count("This section needs a GPU") == 7
+        assert text.count("This section needs a GPU") == 8
         assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text
 
 
@@ -387,3 +387,27 @@ def test_general_attention_with_no_keys_or_no_queries():
     assert torch.equal(dq, torch.zeros_like(dq))
     q, k, v = general_inputs(1, 2, 1, 0, 7, 16, torch.float32)
     assert attention(q, k, v, causal=True).shape == (1, 2, 0, 16)
+
+
+def test_general_bench_with_a_fake_clock(monkeypatch):
+    # Each implementation runs forward and backward on each case; one that refuses a shape is left
+    # out of that case; the ratios divide by the first implementation's time; TFLOP/s count only
+    # the (query, key) pairs a bottom-right causal mask keeps
+    from lesson05_flash_attention import general
+
+    def refuses_grouped(q, k, v, causal):
+        if k.shape[1] != q.shape[1]:
+            raise RuntimeError("No available kernel. Aborting execution.\nmore")
+        return general.attention_reference(q, k, v, causal=causal)
+
+    impls = {"ours": attention, "reference": refuses_grouped}
+    cases = [(1, 2, 1, 5, 9, 24, True), (1, 2, 2, 3, 3, 16, False)]
+    fake_side_by_side(monkeypatch, [1.0, 3.0, 2.0, 2.0, 2.0, 8.0])  # case 1: forward, backward; case 2: the same
+    table = general.bench_general(impls, cases, dtype=torch.float32)
+    assert [(row[0], row[2]) for row in table.rows] == [("1 x 2/1 x 5/9 x 24", "ours"), ("1 x 2/2 x 3/3 x 16", "ours"),
+                                                        ("1 x 2/2 x 3/3 x 16", "reference")]
+    assert table.column("forward µs") == [1000.0, 2000.0, 2000.0] and table.column("backward µs") == [3000.0, 2000.0, 8000.0]
+    assert table.column("backward: its µs / ours") == [1.0, 1.0, 4.0]
+    # causal, 5 queries on 9 keys, bottom-right: query i sees 4 + i + 1 keys, 5 + 6 + 7 + 8 + 9 = 35 pairs
+    assert general.visible_pairs(5, 9, True) == 35 and general.visible_pairs(9, 5, True) == 15  # 0,0,0,0,1,2,3,4,5
+    assert table.column("forward TFLOP/s")[0] == pytest.approx(4 * 2 * 35 * 24 / 1e-3 / 1e12)
