@@ -388,7 +388,9 @@ def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16):
         outs = {}
         for name, fn in impls.items():
             try:
-                outs[name] = fn(q, k, v, causal=causal)
+                out = fn(q, k, v, causal=causal)
+                torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # its backward too
+                outs[name] = out
             except RuntimeError as error:  # "No available kernel", for this shape
                 print(f"{name} left out of {B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}: {str(error).splitlines()[0]}")
         forward = bench.side_by_side({name: functools.partial(impls[name], q, k, v, causal=causal) for name in outs})
