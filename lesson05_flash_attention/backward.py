@@ -391,7 +391,7 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
         tables.append(print_table(
             rows, ["seq", "causal", "implementation", "forward µs", "backward µs", "forward TFLOP/s",
                    "backward TFLOP/s", "backward x SDPA flash"],
-            title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}",
+            title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}", floatfmt=".2f",
             note=BACKWARD_NOTE + " 'Triton flash': attention(), its backward the default design (three kernels). "
                  "TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls to "
                  "the forward's two: useful work; the three kernels execute seven); 'backward x SDPA flash': the "

@@ -407,7 +407,7 @@ def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16):
     return print_table(
         rows, ["B x heads q/kv x seq q/kv x head_dim", "causal", "implementation", "forward µs", "backward µs",
                "forward TFLOP/s", "backward TFLOP/s", "forward: its µs / ours", "backward: its µs / ours"],
-        title=f"general.py's shapes against SDPA's backends, {checks.dtype_name(dtype)}",
+        title=f"general.py's shapes against SDPA's backends, {checks.dtype_name(dtype)}", floatfmt=".2f",
         note="Kernel time (profiler timestamps, L2 flushed between calls); the backward is the gradient call, "
              "torch.autograd.grad(o, (q, k, v), dO). " + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s: forward 4 B H "
              "head_dim times the (query, key) pairs computed (causal: bottom-right, general.visible_pairs), backward "
