@@ -534,11 +534,8 @@ chapter.run("peak", lambda: tuning.peak_memory({"standard": attention_standard, 
 # %%
 def sdpa_flash(q, k, v, *, causal=False, backend="FLASH_ATTENTION"):
     """PyTorch's SDPA with one backend forced: by default its flash-attention backend
-    (FlashAttention-2); "CUDNN_ATTENTION" is cuDNN's."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    with sdpa_kernel(getattr(SDPBackend, backend)):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    (FlashAttention-2); "CUDNN_ATTENTION" is cuDNN's. (general.sdpa, which takes every shape.)"""
+    return general.sdpa(q, k, v, causal=causal, backend=backend)
 
 
 TIMING_NOTE = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). "
