@@ -10,8 +10,8 @@ runs the lesson's own command line with `--full --skip trace`, so a results page
 tables a learner can print with --full, section by section under the chapter's own headings: a
 stamp (GPU, driver, CUDA, torch, triton, date, the two measured ceilings), then each section's
 tables with their notes, and a plot where a table asks for one (with matplotlib installed). With
---sections, the child runs just those sections and they replace their namesakes on the page, each
-saying when and on what it was refreshed (the page's stamp must match the machine's GPU, driver,
+--sections, the child runs just those sections and they replace their namesakes on the page (one
+the page lacks goes in by its number), each saying when and on what it was refreshed (the page's stamp must match the machine's GPU, driver,
 CUDA, torch and triton). Then roofline.png: every lesson's "Roofline points" under the ceilings.
 
 Without a GPU, a lesson's sections that need one print their part of the page instead
@@ -140,12 +140,21 @@ def update_page(folder: str, stamp: dict, sections: list) -> None:
     with open(path) as f:
         text = f.read()
     for name, heading, tables in sections:
+        block = section_block(folder, name, heading, tables, refreshed=stamp)
         start, end = _section_span(text, name)
-        if start < 0:
-            raise SystemExit(f"no section '{name}' on {path}: run the whole lesson (without --sections)")
-        text = text[:start] + section_block(folder, name, heading, tables, refreshed=stamp) + text[end:]
+        if start < 0:  # a section new to the page: in the chapter's order, by its number
+            start = end = _new_section_at(text, heading)
+            block = block + "\n" if start < len(text) else ("" if text.endswith("\n\n") else "\n") + block
+        text = text[:start] + block + text[end:]
     with open(path, "w") as f:
         f.write(text)
+
+
+def _new_section_at(text: str, heading: str) -> int:
+    """Where a section the page lacks goes: before the first section numbered after it, else at the end."""
+    number = int(heading.split(".")[0])
+    later = [m.start() for m in re.finditer(r"^## (\d+)\.", text, flags=re.M) if int(m.group(1)) > number]
+    return later[0] if later else len(text)
 
 
 def _section_span(text: str, name: str) -> tuple[int, int]:

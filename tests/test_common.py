@@ -214,8 +214,17 @@ def test_results_page_updated_section_by_section(tmp_path):
     assert list(read["sections"]) == ["check", "bench"]
     with pytest.raises(SystemExit, match="measured with triton 3.6.0, this machine has 3.9.0"):
         results.update_page(folder, {**STAMP, "triton": "3.9.0"}, [])
-    with pytest.raises(SystemExit, match="no section 'fourth'"):
-        results.update_page(folder, STAMP, [("fourth", "5. Fourth", [])])
+    # sections the page lacks (a chapter's new ones) go in by their numbers, in the chapter's order
+    results.update_page(folder, STAMP, [("later", "12. Later", [Table(["n"], [[12]], title="Later")]),
+                                        ("fourth", "5. Fourth", [Table(["n"], [[5]], title="Fourth")])])
+    text = (tmp_path / "lesson09_test" / "RESULTS.md").read_text()
+    assert [line for line in text.splitlines() if line.startswith("## ")] == [
+        "## 4. Correctness", "## 5. Fourth", "## 10. Timing", "## 12. Later"]
+    read = results.read_page(os.path.join(folder, "RESULTS.md"))
+    assert list(read["sections"]) == ["check", "fourth", "bench", "later"]
+    assert "| 1 |\n\n## 12. Later" in text.replace("|   1 |", "| 1 |") and "\n\n## 10. Timing" in text
+    assert [t["title"] for t in results.read_tables(read["sections"]["fourth"])] == ["Fourth"]
+    assert [t["title"] for t in results.read_tables(read["sections"]["bench"])] == ["Timing, float32", "Another"]
 
 
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU the command would run every benchmark")
