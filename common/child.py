@@ -44,6 +44,10 @@ def _start(interpret: bool | None, preload: tuple) -> subprocess.Popen:
     env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     if interpret is not None:
         env["TRITON_INTERPRET"] = "1" if interpret else "0"
+    # A child runs one function. The one that calls torch.compile (lesson 1's CUDA-graphs section)
+    # compiles one small kernel; inductor would first start its pool of compile workers, a process
+    # per core each importing torch, which costs more than it saves there. One thread: in-process.
+    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return subprocess.Popen([sys.executable, "-c", SERVE, *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True)
 
