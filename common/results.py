@@ -11,8 +11,8 @@ tables a learner can print with --full, section by section under the chapter's o
 stamp (GPU, driver, CUDA, torch, triton, date, the two measured ceilings), then each section's
 tables with their notes, and a plot where a table asks for one (with matplotlib installed). With
 --sections, the child runs just those sections and they replace their namesakes on the page (one
-the page lacks goes in by its number), each saying when and on what it was refreshed (the page's stamp must match the machine's GPU, driver,
-CUDA, torch and triton). Then roofline.png: every lesson's "Roofline points" under the ceilings.
+the page lacks goes in by its number), each saying when and on what it was refreshed (the page's
+stamp must match the machine's GPU, driver, CUDA, torch and triton). Then roofline.png: every lesson's "Roofline points" under the ceilings.
 
 Without a GPU, a lesson's sections that need one print their part of the page instead
 (common/chapter.py, through read_page).
@@ -143,8 +143,9 @@ def update_page(folder: str, stamp: dict, sections: list) -> None:
         block = section_block(folder, name, heading, tables, refreshed=stamp)
         start, end = _section_span(text, name)
         if start < 0:  # a section new to the page: in the chapter's order, by its number
+            text = text.rstrip("\n") + "\n\n"  # a blank line after every block, the last one too
             start = end = _new_section_at(text, heading)
-            block = block + "\n" if start < len(text) else ("" if text.endswith("\n\n") else "\n") + block
+            block += "\n"
         text = text[:start] + block + text[end:]
     with open(path, "w") as f:
         f.write(text)
