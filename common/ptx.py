@@ -37,7 +37,8 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
 
 def compile_kernels(jobs: list, processes: int = 1) -> list:
     """Several compilations at once, each job a dict of compile_kernel's arguments, optionally with
-    num_stages and `asm` (the IRs to return; default ttir, ttgir and ptx). Each result also holds
+    num_stages, `options` (more of triton.compile's, such as maxnreg) and `asm` (the IRs to return;
+    default ttir, ttgir and ptx). Each result also holds
     "shared": the bytes of shared memory the kernel needs. They run in `processes` child processes
     side by side (starting one takes seconds)."""
     jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
@@ -97,8 +98,13 @@ def _compile(job: dict) -> dict:
         signature[name] = "constexpr" if param.is_constexpr or name in job["constexprs"] else job["signature"][name]
     constexprs.update((k, v) for k, v in job["constexprs"].items() if k not in constexprs)
     attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in job["divisible_by_16"]}
-    src = triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
-    options = {"num_warps": job["num_warps"], **({"num_stages": job["num_stages"]} if "num_stages" in job else {})}
+    if fn.is_gluon():  # a Gluon kernel (@gluon.jit): its own front end, the same pipeline after it
+        from triton.experimental.gluon._runtime import GluonASTSource as Source
+    else:
+        Source = triton.compiler.ASTSource
+    src = Source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    options = {"num_warps": job["num_warps"], **({"num_stages": job["num_stages"]} if "num_stages" in job else {}),
+               **job.get("options", {})}
     compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=options)
     return {**{k: compiled.asm[k] for k in job["asm"]}, "shared": compiled.metadata.shared}
 

@@ -324,15 +324,15 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
 
 def keep_for_backward(ctx, inputs, output):
     """main.py's attention_op's setup_context: what the backward needs from the forward."""
-    q, k, v, ctx.causal, ctx.sm_scale = inputs
+    q, k, v, ctx.causal, ctx.sm_scale, _ = inputs  # (the last: which forward kernel ran)
     ctx.save_for_backward(q, k, v, *output)
     ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
 
 
 def attention_grad(ctx, do, dlse):
-    """main.py's attention_op's backward: (dq, dk, dv, and none for causal, sm_scale)."""
+    """main.py's attention_op's backward: (dq, dk, dv, and none for causal, sm_scale, gluon)."""
     q, k, v, o, lse = ctx.saved_tensors
-    return *attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None
+    return *attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None, None
 
 
 @torch.library.triton_op("lessons::attention_backward", mutates_args=())

@@ -12,7 +12,9 @@ A first reading can stop after section 6 (correctness). Sections 7-11 measure th
 (memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets; tuning.py holds
 most of their code); sections 12-15 are the backward pass, for training (backward.py). general.py
 holds the same kernels for the shapes real models pass (grouped-query heads, cross-attention, head
-dims to 256), which attention() hands to it; section 6 checks them.
+dims to 256), which attention() hands to it; section 6 checks them. Sections 17-18 are the forward
+again, for Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on
+an H100 or H200.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -36,7 +38,7 @@ from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_error
 from common.launch import cdiv, needs_op, traceable
 from common.table import print_table
 from common.trace import show
-from lesson05_flash_attention import backward, general, tuning  # the lesson's other files
+from lesson05_flash_attention import backward, general, hopper, tuning  # the lesson's other files
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "memory": "1. Standard attention, and what its scores cost in memory",
@@ -53,6 +55,8 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
     "configs_backward": "15. The backward's two designs and their block sizes (backward.py)",
     "bench_general": "16. The shapes models pass, timed against SDPA's backends (general.py)",
+    "gluon": "17. Hopper in Gluon: the forward with warps by job, compiled for sm_90 (hopper.py)",
+    "bench_gluon": "18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
@@ -399,14 +403,22 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
         if needs_op(q, k, v):
             return general.attention_general_op(q, k, v, causal, sm_scale)[0]
         return general.launch(general.attention_general_kernel_tuned, q, k, v, causal, sm_scale)[0]
+    # On an H100 or H200, the Gluon kernel (section 17) where it takes the inputs; never while
+    # torch.compile traces (it traces the Triton kernel). Chosen here, on the real tensors, and
+    # handed to the operator as a plain bool.
+    gluon = hopper.HOPPER and not torch.compiler.is_compiling() and hopper.takes(q, k, v)
     if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
-        return attention_op(q, k, v, causal, sm_scale)[0]
+        return attention_op(q, k, v, causal, sm_scale, gluon)[0]
+    if gluon:
+        return hopper.launch(q, k, v, causal, sm_scale)[0]
     return launch(attention_kernel_tuned, q, k, v, causal, sm_scale)[0]
 
 
 @torch.library.triton_op("lessons::attention", mutates_args=())
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
+                 gluon: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    if gluon:  # (attention() says so only outside torch.compile)
+        return hopper.launch(q, k, v, causal, sm_scale)
     return launch(traceable(attention_kernel_tuned), q, k, v, causal, sm_scale)
 
 
@@ -713,3 +725,37 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 chapter.run("bench_general", lambda: general.bench_general({
     "Triton (general.py)": attention, "SDPA flash backend": functools.partial(general.sdpa, backend="FLASH_ATTENTION"),
     "SDPA cuDNN": functools.partial(general.sdpa, backend="CUDNN_ATTENTION")}), gpu=True)
+
+# %% [markdown]
+# ## 17. Hopper in Gluon: the forward with warps by job (hopper.py)
+# attention_kernel says what one program computes; Triton's compiler decides the rest: it makes
+# every warp load, multiply and do the softmax in turn, and pipelines the loads (num_stages). On
+# an H100 or H200, FlashAttention-3 and cuDNN give each warp one job instead, and hopper.py does
+# the same in Gluon (Triton's lower-level language: layouts, shared memory and barriers by hand):
+# one producer warp issues TMA copies of the key/value blocks into a ring of two shared-memory
+# slots; two consumer warpgroups (4 warps, 64 query rows each) run S = Q K^T and O += P V on
+# the tensor cores with wgmma, asynchronously, and the online softmax of section 3 between them;
+# mbarriers in shared memory say when a slot is full and when it is free; the two consumers take
+# turns at the tensor cores, one's softmax running while the other's matmuls do; and setmaxnreg
+# moves registers from the producer (24 per thread) to the consumers (240). attention() runs it
+# on sm_90 for float16 and bfloat16, q, k, v of one contiguous shape, head_dim 64 or 128 and seq a
+# multiple of 128; everything else runs the Triton kernel. Compiled here for sm_90 (no GPU
+# needed), its PTX shows the pieces.
+
+
+# %%
+chapter.run("gluon", hopper.compiled_for_hopper)
+
+# %% [markdown]
+# ## 18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)
+# The same forward written twice, side by side with SDPA's cuDNN and flash backends, on the
+# shapes of section 8.
+
+
+# %%
+def attention_triton(q, k, v, *, causal=False):
+    """This chapter's Triton kernel, whatever GPU: what attention() runs off Hopper."""
+    return launch(attention_kernel_tuned, q, k, v, causal, q.shape[-1] ** -0.5)[0]
+
+
+chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash), gpu=True)

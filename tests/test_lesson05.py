@@ -159,7 +159,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert numbers == sorted(numbers) and len(headings) == len(SECTIONS)  # every section, numbered as in the code
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
-        assert text.count("This section needs a GPU") == 8
+        assert text.count("This section needs a GPU") == 9
         assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text
 
 
@@ -411,3 +411,78 @@ def test_general_bench_with_a_fake_clock(monkeypatch):
     # causal, 5 queries on 9 keys, bottom-right: query i sees 4 + i + 1 keys, 5 + 6 + 7 + 8 + 9 = 35 pairs
     assert general.visible_pairs(5, 9, True) == 35 and general.visible_pairs(9, 5, True) == 15  # 0,0,0,0,1,2,3,4,5
     assert table.column("forward TFLOP/s")[0] == pytest.approx(4 * 2 * 35 * 24 / 1e-3 / 1e12)
+
+
+# ----- hopper.py: the Gluon forward for sm_90
+
+from lesson05_flash_attention import hopper  # noqa: E402
+
+
+def test_gluon_kernel_compiles_for_hopper_with_its_partitions():
+    # Compiled for sm_90 on any machine: each case's PTX moves the producer to 24 registers and the
+    # consumers to 240 (setmaxnreg), copies by TMA, multiplies by wgmma, and fits an H100's
+    # shared memory (227 KB per program)
+    table = hopper.compiled_for_hopper()
+    assert len(table.rows) == 4
+    for budgets, copies, wgmmas, shared in zip(table.column("setmaxnreg budgets"),
+                                               table.column("TMA copies (cp.async.bulk.tensor)"),
+                                               table.column("wgmma.mma_async"), table.column("shared KB")):
+        regs = {int(b) for b in budgets.split(", ")}
+        assert {hopper.PRODUCER_REGS, hopper.CONSUMER_REGS} <= regs
+        assert copies > 0 and wgmmas > 0 and shared <= 227
+
+
+def test_gluon_kernel_takes_only_what_it_computes():
+    # takes(): float16/bfloat16, q, k, v of one contiguous shape, head_dim 64 or 128, seq a multiple
+    # of 128, on sm_90; everything else goes to the Triton kernel
+    q = torch.randn(1, 2, 256, 64, device=DEVICE, dtype=torch.float16)
+    on_hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
+    assert hopper.takes(q, q, q) == on_hopper
+    one_head = q[:, :1].contiguous()
+    refused = {"head_dim 32": (q[..., :32].contiguous(),) * 3, "seq 200": (q[:, :, :200].contiguous(),) * 3,
+               "float32": (q.float(),) * 3, "a strided view": (torch.randn_like(q).transpose(1, 2).contiguous().transpose(1, 2),) * 3,
+               "grouped heads": (q, one_head, one_head)}
+    for name, (a, b, c) in refused.items():
+        assert not hopper.takes(a, b, c), name
+
+
+GLUON_SHAPES = [(1, 1, 128, 64), (2, 3, 384, 64), (2, 2, 256, 128), (1, 4, 1024, 128)]  # B, H, seq, D
+
+
+@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", GLUON_SHAPES)
+def test_gluon_forward_matches_float64(shape, dtype, causal):
+    # o against float64 standard attention; lse (which the backward reads) against the float64
+    # log2 of each query's sum
+    q, k, v = (torch.randn(*shape, device=DEVICE, dtype=dtype) for _ in range(3))
+    D = shape[-1]
+    o, lse = hopper.launch(q, k, v, causal, D ** -0.5)
+    qd, kd, vd = q.double(), k.double(), v.double()
+    assert rel_error(o, attention_standard(qd, kd, vd, causal=causal)) < TOL[dtype]
+    s = qd @ kd.transpose(-2, -1) * D ** -0.5
+    if causal:
+        seq = shape[2]
+        s = s.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device=DEVICE).triu(1), float("-inf"))
+    assert rel_error(lse, torch.logsumexp(s, dim=-1) / math.log(2)) < 1e-5
+
+
+@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
+def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(monkeypatch):
+    # attention() and its operator's eager forward run hopper.launch where takes() says so; the
+    # backward (Triton's, backward.py) reads its lse and gives float64 autograd's gradients
+    from common.checks import grad_errors, grad_ok
+
+    calls = []
+    real_launch = hopper.launch
+    monkeypatch.setattr(hopper, "launch", lambda *a: calls.append(a[0].shape) or real_launch(*a))
+    q, k, v = (torch.randn(1, 2, 256, 64, device=DEVICE, dtype=torch.float16) for _ in range(3))
+    attention(q, k, v, causal=True)
+    assert len(calls) == 1
+    errors = grad_errors(lambda q, k, v: attention(q, k, v, causal=True),
+                         lambda q, k, v: attention_standard(q, k, v, causal=True), [q, k, v])
+    assert len(calls) > 1 and all(grad_ok(ours, theirs) for ours, theirs in errors)
+    before = len(calls)
+    attention(q[:, :, :200].contiguous(), k[:, :, :200].contiguous(), v[:, :, :200].contiguous())
+    assert len(calls) == before  # seq 200: the Triton kernel

@@ -1,0 +1,325 @@
+"""Lesson 5 on Hopper: the forward pass written in Gluon, where the programmer, not the compiler,
+decides which warps do what.
+
+main.py's attention_kernel says what one program computes and leaves the rest to Triton's
+compiler: which threads load, how the loads are pipelined, when the tensor cores run. On an H100 or
+H200 the fastest attention kernels (FlashAttention-3, cuDNN) split each program's warps by job
+instead, and Gluon (triton.experimental.gluon, shipped with Triton since 3.5) lets a kernel say so:
+
+- one *producer* warp issues the copies: TMA (the tensor memory accelerator, lesson 4's hopper.py)
+  brings the queries once and each key/value block into a ring of shared-memory slots;
+- two *consumer* warpgroups (4 warps each) own 64 query rows each and do the work: S = Q K^T and
+  O += P V on the tensor cores (`warpgroup_mma`, Hopper's wgmma, asynchronous), the online softmax
+  in registers between them;
+- mbarriers (barrier objects in shared memory that count arrivals) pass the slots between them:
+  "K block j is in slot s" (TMA arrives when its bytes land), "slot s is free again" (both
+  consumers arrive), and a turn barrier per consumer;
+- the two consumers take turns: each issues its two matmuls, then hands the tensor cores to the
+  other and does its softmax while the other's matmuls run (FlashAttention-3's "ping-pong"). And
+  inside one consumer, the S of block j is issued together with the P V of block j - 1, so the
+  softmax of block j waits for S(j) only.
+
+What it costs to write: every layout is named (the wgmma accumulator's, the operand's that P must
+be in, a row's), every barrier's phase is counted by hand, and a wrong count is a hang, not an
+error. It runs on Hopper only (sm_90: wgmma and setmaxnreg), for float16 and bfloat16, q, k and v of
+one contiguous shape, head_dim 64 or 128 and seq a multiple of 128; main.py's attention() sends
+those here and everything else to the Triton kernel.
+"""
+from common.device import DEVICE, INTERPRET
+
+import re
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                             warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from common import bench, ptx
+from common.checks import dtype_name
+from common.table import Table, print_table
+
+# TMA's copies, by their names in the installed Triton (3.6: async_copy_global_to_shared and
+# async_copy_shared_to_global; later releases renamed them async_load and async_store).
+tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
+tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
+
+LOG2E = gl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
+BLOCK_M = 128        # query rows per program: 64 per consumer warpgroup
+BLOCK_N = 128        # keys per block
+NUM_BUFFERS = 2      # key/value slots in the ring
+# Registers per thread, by partition. An SM has 64K; 12 warps (the producer's warp takes a
+# warpgroup's registers) at 168 each is what the kernel starts with (maxnreg); then setmaxnreg
+# moves them: 24 for the producer, 240 for each consumer (128 x (240 + 240 + 24) = 64512).
+MAXNREG = 168
+CONSUMER_REGS = 240
+PRODUCER_REGS = 24
+
+
+@gluon.jit
+def producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, q_row, kv_row,
+             n_blocks, BLOCK_N: gl.constexpr, NUM_BUFFERS: gl.constexpr):
+    """One warp: the queries' two halves once, then key/value block j into slot j % NUM_BUFFERS as
+    soon as both consumers have released that slot."""
+    SPLIT_M: gl.constexpr = q_desc.block_type.shape[0]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)  # the barrier completes when these bytes land
+    tma_load(q_desc, [q_row, 0], q_bar, q_smem.index(0))
+    tma_load(q_desc, [q_row + SPLIT_M, 0], q_bar, q_smem.index(1))
+    for j in range(n_blocks):
+        slot = j % NUM_BUFFERS
+        phase = (j // NUM_BUFFERS) & 1
+        # A new mbarrier's "previous phase" counts as complete, so the first round (phase 0)
+        # waits on parity 1 and passes: every slot starts empty.
+        mbarrier.wait(kv_empty.index(slot), phase ^ 1)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma_load(k_desc, [kv_row + j * BLOCK_N, 0], k_ready.index(slot), k_bufs.index(slot))
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma_load(v_desc, [kv_row + j * BLOCK_N, 0], v_ready.index(slot), v_bufs.index(slot))
+
+
+@gluon.jit
+def softmax_step(s, m_i, l_i, qk_scale, rows, j, diagonal, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                 s_layout: gl.constexpr):
+    """main.py's attend(), one key block: the running max and sum, P for this block, and alpha."""
+    if CAUSAL:
+        if j == diagonal:  # the one block that crosses the diagonal: keys after the query get -inf
+            cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            s = gl.where(cols[None, :] <= rows[:, None], s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale)
+    p = gl.exp2(s * qk_scale - m_new[:, None])
+    alpha = gl.exp2(m_i - m_new)
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turns, q_row, first_row,
+             n_blocks, qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+             NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: query rows first_row + WHICH * 64 ... + 63 against every key block."""
+    SPLIT_M: gl.constexpr = o_desc.block_type.shape[0]
+    dtype: gl.constexpr = o_desc.dtype
+    # Where each thread's values live. S = Q K^T comes out of wgmma in its accumulator layout
+    # (instr_shape [16, N, 16]: 16 rows per warp, 4 warps down the 64 rows); O likewise; P must
+    # go back in as wgmma's A operand from registers (DotOperandLayout), which for fp16/bf16 holds
+    # the same rows and columns per thread as the accumulator did: the conversion moves nothing.
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)  # one value per query row
+    q = q_smem.index(WHICH)
+    my_turn = turns.index(WHICH)
+    other_turn = turns.index(1 - WHICH)
+    rows = first_row + WHICH * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout)  # (positions in the sequence)
+    diagonal = n_blocks - 1  # causal: the last block is the diagonal one
+    m_i = gl.full([SPLIT_M], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([SPLIT_M], gl.float32, row_layout)
+    acc = gl.zeros([SPLIT_M, HEAD_DIM], gl.float32, o_layout)
+    no_scores = gl.zeros([SPLIT_M, BLOCK_N], gl.float32, s_layout)  # (use_acc=False ignores its values)
+    mbarrier.wait(q_bar, 0)
+
+    # Block 0: S only (there is no P V before it).
+    mbarrier.wait(k_ready.index(0), 0)
+    mbarrier.wait(my_turn, 0)
+    s = warpgroup_mma(q, k_bufs.index(0).permute((1, 0)), no_scores, use_acc=False, is_async=True)
+    mbarrier.arrive(other_turn, count=1)  # the tensor cores are the other consumer's now
+    s = warpgroup_mma_wait(num_outstanding=0, deps=(s,))
+    p, m_i, l_i, alpha = softmax_step(s, m_i, l_i, qk_scale, rows, 0, diagonal, BLOCK_N, CAUSAL, s_layout)
+    p = gl.convert_layout(p.to(dtype), p_layout)
+
+    for j in range(1, n_blocks):
+        slot = j % NUM_BUFFERS
+        prev = (j - 1) % NUM_BUFFERS
+        mbarrier.wait(k_ready.index(slot), (j // NUM_BUFFERS) & 1)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_BUFFERS) & 1)
+        mbarrier.wait(my_turn, j & 1)
+        # Issue S(j) = Q K_j^T, then O += P(j-1) V(j-1), both asynchronous; hand over the turn.
+        s = warpgroup_mma(q, k_bufs.index(slot).permute((1, 0)), no_scores, use_acc=False, is_async=True)
+        acc = warpgroup_mma(p, v_bufs.index(prev), acc, is_async=True)
+        mbarrier.arrive(other_turn, count=1)
+        # wgmma groups complete in order: at most one outstanding means S(j) is done.
+        s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
+        p_next, m_i, l_i, alpha = softmax_step(s, m_i, l_i, qk_scale, rows, j, diagonal, BLOCK_N, CAUSAL, s_layout)
+        # P(j-1) rides along as a dependence: the running P V reads its registers until this wait.
+        acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+        mbarrier.arrive(kv_empty.index(prev), count=1)  # this consumer is done with slot prev
+        # The P V just finished was summed under the old max: rescale it, as attend() does.
+        acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+        p = gl.convert_layout(p_next.to(dtype), p_layout)
+
+    last = (n_blocks - 1) % NUM_BUFFERS
+    mbarrier.wait(v_ready.index(last), ((n_blocks - 1) // NUM_BUFFERS) & 1)
+    acc = warpgroup_mma(p, v_bufs.index(last), acc, is_async=True)
+    acc, _ = warpgroup_mma_wait(num_outstanding=0, deps=(acc, p))
+    mbarrier.arrive(kv_empty.index(last), count=1)
+
+    # The output: normalised once, through shared memory (the queries' slot, free now) and TMA.
+    out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
+    q.store(out.to(dtype))
+    fence_async_shared()  # the generic-proxy store above, before the async-proxy TMA reads it
+    tma_store(o_desc, [q_row + WHICH * SPLIT_M, 0], q)
+    # lse = m + log2(l), base 2, as main.py's kernel stores it for the backward.
+    gl.store(lse_ptr + q_row + WHICH * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout), m_i + gl.log2(l_i))
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def attention_kernel_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, sm_scale, seq_len,
+                            HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                            NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """One program per BLOCK_M query rows of one (batch, head); q, k, v, o as (B * H * seq, D)."""
+    gl.static_assert(BLOCK_M == BLOCK_N, "causal: the diagonal is one key block")
+    pid = gl.program_id(0)
+    num_pid_m = seq_len // BLOCK_M
+    pid_m = pid % num_pid_m
+    if CAUSAL:  # the longest query blocks (most keys) first, so that the grid ends on short ones
+        pid_m = num_pid_m - 1 - pid_m
+    pid_bh = pid // num_pid_m
+    first_row = pid_m * BLOCK_M                 # of this program's queries, in the sequence
+    q_row = pid_bh * seq_len + first_row        # ... in the (B * H * seq, D) view
+    kv_row = pid_bh * seq_len
+    if CAUSAL:
+        n_blocks = pid_m + 1                    # the key blocks up to the diagonal
+    else:
+        n_blocks = seq_len // BLOCK_N
+    qk_scale = sm_scale * LOG2E
+
+    dtype: gl.constexpr = q_desc.dtype
+    SPLIT_M: gl.constexpr = BLOCK_M // 2
+    q_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_M, HEAD_DIM], q_desc.layout)
+    k_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_N, HEAD_DIM], k_desc.layout)
+    v_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_N, HEAD_DIM], v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    kv_empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_BUFFERS):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(kv_empty.index(i), count=2)  # free once both consumers arrive
+    for i in gl.static_range(2):
+        mbarrier.init(turns.index(i), count=1)
+    mbarrier.arrive(turns.index(0), count=1)  # consumer 0 goes first
+
+    # The kernel's own warps (num_warps=4) become consumer 0; the workers get their warps and
+    # registers here: consumer 1 (4 warps), the producer (1 warp).
+    gl.warp_specialize([
+        (consumer, (o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turns, q_row, first_row,
+                    n_blocks, qk_scale, 0, HEAD_DIM, BLOCK_N, NUM_BUFFERS, CAUSAL)),
+        (consumer, (o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, turns, q_row, first_row,
+                    n_blocks, qk_scale, 1, HEAD_DIM, BLOCK_N, NUM_BUFFERS, CAUSAL)),
+        (producer, (q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, q_row, kv_row,
+                    n_blocks, BLOCK_N, NUM_BUFFERS)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+GL_DTYPES = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
+HEAD_DIMS = (64, 128)
+
+
+def takes(q, k, v) -> bool:
+    """Can attention_kernel_hopper compute this, on this machine? (main.py's attention() asks.)"""
+    return (q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0) and q.dtype in GL_DTYPES
+            and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype and q.shape[-1] in HEAD_DIMS
+            and q.shape[-2] % BLOCK_M == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
+            and all(t.is_contiguous() for t in (q, k, v)))
+
+
+def descriptor(t2d: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A TMA descriptor over a (rows of the whole tensor, head_dim) view, one tile `rows` x head_dim."""
+    block = [rows, t2d.shape[1]]
+    return TensorDescriptor.from_tensor(t2d, block, gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[t2d.dtype]))
+
+
+def launch(q, k, v, causal: bool, sm_scale: float) -> tuple:
+    """(o, lse) as main.py's launch returns them, for inputs takes() accepts."""
+    B, H, seq_len, D = q.shape
+    o = torch.empty_like(q)
+    lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
+    q2, k2, v2, o2 = (t.view(B * H * seq_len, D) for t in (q, k, v, o))
+    grid = (seq_len // BLOCK_M * B * H,)
+    attention_kernel_hopper[grid](
+        descriptor(q2, BLOCK_M // 2), descriptor(k2, BLOCK_N), descriptor(v2, BLOCK_N), descriptor(o2, BLOCK_M // 2),
+        lse, sm_scale, seq_len, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NUM_BUFFERS=NUM_BUFFERS,
+        CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
+    return o, lse
+
+
+HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+# %% What the kernel compiles to (runs everywhere: compiled for sm_90 in a child process)
+def signature(head_dim: int, dtype: str = "fp16") -> dict:
+    """The kernel's argument types for triton.compile: a host TensorDescriptor travels as
+    tensordesc<dtype[tile], its shared-memory layout>."""
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype]))
+        return f"tensordesc<{dtype}[{rows},{head_dim}],{layout!r}>"
+    return {"q_desc": desc(BLOCK_M // 2), "k_desc": desc(BLOCK_N), "v_desc": desc(BLOCK_N), "o_desc": desc(BLOCK_M // 2),
+            "lse_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32"}
+
+
+def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> Table:
+    """Compile attention_kernel_hopper for an H100/H200 (sm_90) without a GPU (common/ptx.py) and
+    count in its PTX what section 17 describes: the register budgets set by setmaxnreg, the TMA
+    copies, the wgmma instructions, the mbarrier waits; and the shared memory it takes."""
+    jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_kernel_hopper", signature=signature(D),
+                 constexprs=dict(HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NUM_BUFFERS=NUM_BUFFERS, CAUSAL=causal,
+                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
+                 divisible_by_16=("lse_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx",))
+            for D, causal in cases]
+    rows = []
+    for (D, causal), result in zip(cases, ptx.compile_kernels(jobs)):
+        code = result["ptx"]
+        budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
+        rows.append((D, causal, result["shared"] // 1024, ", ".join(map(str, budgets)),
+                     code.count("cp.async.bulk.tensor"), code.count("wgmma.mma_async"),
+                     code.count("mbarrier.try_wait")))
+    return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies (cp.async.bulk.tensor)",
+                              "wgmma.mma_async", "mbarrier waits"],
+                       title="attention_kernel_hopper, compiled for sm_90 (PTX, counted in the code, not executed)",
+                       note=f"{BLOCK_M} query rows per program (64 per consumer), {BLOCK_N} keys per block, "
+                            f"{NUM_BUFFERS} key/value slots. setmaxnreg: the register budgets the warps move to "
+                            f"({PRODUCER_REGS} for the producer, {CONSUMER_REGS} for each consumer; the others are the "
+                            "compiler's: 120 for a worker's warps while they wait to be handed their partition, 256 "
+                            "for the kernel's own four warps outside the partitions).")
+
+
+# %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest
+def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seqs=(1024, 4096, 16384),
+                 dtype=torch.float16) -> Table | None:
+    """Forward time of main.py's Triton kernel (triton_attention(q, k, v, causal=...), which
+    main.py hands in), this file's Gluon kernel, and SDPA's cuDNN and flash backends
+    (sdpa(q, k, v, causal=..., backend=...)), side by side, on each shape."""
+    if not HOPPER:
+        print("This GPU is not an sm_90 part (H100, H200): the Gluon kernel does not run here; nothing to time.")
+        return None
+    rows = []
+    for B, H, D in shapes:
+        for seq in seqs:
+            for causal in (False, True):
+                q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
+                sm_scale = D ** -0.5
+                cases = {"Triton (main.py)": lambda: triton_attention(q, k, v, causal=causal),
+                         "Gluon (hopper.py)": lambda: launch(q, k, v, causal, sm_scale),
+                         "SDPA cuDNN": lambda: sdpa(q, k, v, causal=causal, backend="CUDNN_ATTENTION"),
+                         "SDPA flash (FA2)": lambda: sdpa(q, k, v, causal=causal, backend="FLASH_ATTENTION")}
+                times = bench.side_by_side(cases)
+                flops = 4 * B * H * seq * seq * D // (2 if causal else 1)
+                for name, ms in times.items():
+                    rows.append((f"{B} x {H} x {seq} x {D}", causal, name, ms * 1e3, bench.tflops(flops, ms),
+                                 times["SDPA cuDNN"] / ms, times["Triton (main.py)"] / ms))
+                del q, k, v
+    return print_table(rows, ["B x H x seq x head_dim", "causal", "implementation", "kernel µs", "TFLOP/s",
+                              "x cuDNN", "x Triton"],
+                       title=f"The forward on Hopper: Triton, Gluon and SDPA, {dtype_name(dtype)}", floatfmt=".2f",
+                       note="'kernel µs': the kernels' own time (profiler timestamps, L2 flushed between calls); "
+                            "TFLOP/s = 4 B H seq^2 head_dim / time, half of it when causal; 'x cuDNN', 'x Triton': "
+                            "speed as a multiple of theirs (their time / this time). " + bench.SIDE_BY_SIDE_NOTE)
