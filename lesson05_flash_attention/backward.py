@@ -28,9 +28,11 @@ accumulator (5 tl.dots, no dQ pass). What that saves in matmuls it pays in memor
 atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4 bytes = 16 KB for the pair's 5
 matmuls of 2 x 64 x 64 x 64 flops, 2.6 MFLOP), and additions to one address wait for each other.
 FlashAttention-2 (written for the A100) pays that traffic to save the matmuls; FlashAttention-3
-on Hopper makes it cheaper, adding a whole dQ tile per instruction with TMA's bulk reduce (TMA,
-Hopper's copy engine: lesson 4's hopper.py), which this file does not use. Section 15 times both
-designs side by side (RESULTS.md, "Backward designs and block sizes").
+on Hopper makes it cheaper to issue: the tile goes to shared memory and one thread asks TMA
+(Hopper's copy engine: lesson 4's hopper.py) to add all of it in memory, asynchronously, where
+atomics take an instruction per element from every thread. tma_dq=True does that (Hopper and
+newer; Triton's interpreter has no copy engine). Section 15 times the designs side by side
+(RESULTS.md, "Backward designs and block sizes").
 
 Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
 diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
@@ -70,12 +72,14 @@ def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr,
 
 
 @triton.jit
-def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale, lo, hi,
+def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale, lo, hi,
                 BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr, INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
+                ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr, INPUT_PRECISION: tl.constexpr,
+                INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
     """Add query blocks lo..hi into one key block's dk, dv ([BLOCK_N, HEAD_DIM], fp32), and with
-    ATOMIC_DQ each query block's share of dQ into the float32 dq accumulator in memory. The pointers
-    address row 0 of this (batch, head); everything is computed transposed, keys down."""
+    ATOMIC_DQ each query block's share of dQ into the float32 dq accumulator in memory, dq_sum (a
+    pointer, or with TMA_DQ a tensor descriptor). The pointers address row 0 of this (batch, head);
+    everything is computed transposed, keys down."""
     dims = tl.arange(0, HEAD_DIM)
     for start_m in range(lo, hi, BLOCK_M):
         rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)  # the query rows of this block
@@ -102,13 +106,17 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, key
         dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)            # dK += dS^T Q (scaled later)
         if ATOMIC_DQ:  # this key block's share of these rows' dQ = dS K * sm_scale, added in memory
             dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=INPUT_PRECISION) * sm_scale
-            dq_sum_ptrs = dq_sum_ptr + rows[:, None] * HEAD_DIM + dims[None, :]
-            # sem="relaxed": no ordering with other memory operations (nothing reads dq_sum until
-            # the kernel is over), the cheapest kind; lesson 3's atomics take the default, acq_rel
-            if MASKED:
-                tl.atomic_add(dq_sum_ptrs, dq, mask=rows[:, None] < seq_len, sem="relaxed")
+            if TMA_DQ:  # Hopper: the tile goes to shared memory, then one request to the copy engine
+                # adds all of it in memory (cp.reduce.async.bulk.tensor); rows past the end are clipped
+                dq_sum.atomic_add([start_m, 0], dq)
             else:
-                tl.atomic_add(dq_sum_ptrs, dq, sem="relaxed")
+                dq_sum_ptrs = dq_sum + rows[:, None] * HEAD_DIM + dims[None, :]
+                # sem="relaxed": no ordering with other memory operations (nothing reads dq_sum until
+                # the kernel is over), the cheapest kind; lesson 3's atomics take the default, acq_rel
+                if MASKED:
+                    tl.atomic_add(dq_sum_ptrs, dq, mask=rows[:, None] < seq_len, sem="relaxed")
+                else:
+                    tl.atomic_add(dq_sum_ptrs, dq, sem="relaxed")
         if TRACE:
             show("query block", start_m // BLOCK_M, indent=2)
             show("P^T (keys down, queries across)", pT)
@@ -123,10 +131,11 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, key
 @triton.jit
 def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_sum_ptr, sm_scale, seq_len,
                 HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
+                ATOMIC_DQ: tl.constexpr = False, TMA_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
                 INDEX_TYPE: tl.constexpr = tl.int32, TRACE: tl.constexpr = False):
     """One program per block of BLOCK_N keys of one (batch, head): its rows of dK and dV, and with
-    ATOMIC_DQ their share of every dQ row, added into dq_sum_ptr (float32, zeroed) with atomics."""
+    ATOMIC_DQ their share of every dQ row, added into dq_sum_ptr (float32, zeroed) with atomics,
+    with TMA_DQ (Hopper) a tile at a time by TMA's reduce-add."""
     tl.static_assert(BLOCK_N % BLOCK_M == 0)  # so the causal diagonal ends on a query-block boundary
     # One grid axis, as the forward's (axes 1 and 2 stop at 65535 programs; B x H can pass that)
     num_pid_n = tl.cdiv(seq_len, BLOCK_N)
@@ -135,6 +144,11 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     base = bh * seq_len * HEAD_DIM                         # every tensor is contiguous (B, H, seq, D)
     q_ptr, k_ptr, v_ptr, do_ptr, dq_sum_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base, dq_sum_ptr + base
     lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
+    if TMA_DQ:  # this head's dQ as a [seq_len, HEAD_DIM] matrix, in tiles of BLOCK_M rows (lesson 4's hopper.py)
+        dq_sum = tl.make_tensor_descriptor(dq_sum_ptr, shape=[seq_len, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                           block_shape=[BLOCK_M, HEAD_DIM])
+    else:
+        dq_sum = dq_sum_ptr
     keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
     dims = tl.arange(0, HEAD_DIM)
     # Keys past the end load as 0; their rows of dk, dv are never stored. (Their P^T is not masked
@@ -161,16 +175,16 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
         lo, mid = start_n, start_n
     if TRACE:
         show("dK, dV program (key block, batch x head)", (pid_n, bh), indent=0)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
-                         lo, mid, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
-                         mid, full_end, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale, qk_scale,
-                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ,
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
+                         lo, mid, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
+                         mid, full_end, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
+                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ,
                          INPUT_PRECISION, INDEX_TYPE, TRACE)
     if not CAUSAL:  # the wrap: whole blocks 0 .. lo (none when lo = 0)
-        dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum_ptr, keys, seq_len, sm_scale,
-                             qk_scale, 0, lo, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, INPUT_PRECISION,
+        dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale,
+                             qk_scale, 0, lo, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION,
                              INDEX_TYPE, TRACE)
     offsets = base + keys[:, None] * HEAD_DIM + dims[None, :]
     tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
@@ -275,7 +289,7 @@ dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(d
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomic_dq: bool = False,
-                    preprocess=preprocess_kernel, dkdv=None, dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+                    tma_dq: bool = False, preprocess=preprocess_kernel, dkdv=None, dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
     """dq, dk, dv for attention's output o (with its lse) and the gradient do.
 
     By default three kernels: Delta; dK and dV, a program per key block; dQ, a program per query
@@ -283,14 +297,22 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
     accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
     the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
-    atomic_dq is this function's only: attention() and its operator run the default. Section 15
-    times both (RESULTS.md).
+    tma_dq=True (with atomic_dq, on Hopper or newer): FlashAttention-3's way of adding, a whole
+    dQ tile per TMA reduce-add instead of an atomic per element (Triton's interpreter has no such
+    copy engine: GPU only). atomic_dq and tma_dq are this function's only: attention() and its
+    operator run the default. Section 15 times all three (RESULTS.md).
     preprocess, dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned
     for the dK/dV pass; the operator hands in their traceable forms; the trace and the block-size
     sweep plain ones, with their block sizes in dkdv_meta, dq_meta). The kernels read contiguous
     tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
     B, H, seq_len, D = q.shape
+    if flag("tma_dq", tma_dq) and not flag("atomic_dq", atomic_dq):
+        raise ValueError("tma_dq=True is a way of adding dQ for atomic_dq=True; it needs atomic_dq=True too")
+    if tma_dq and (INTERPRET or torch.cuda.get_device_capability(q.device)[0] < 9):
+        raise ValueError("tma_dq=True needs TMA's reduce-add: a GPU of compute capability 9.0 or newer (Hopper); "
+                         + ("Triton's interpreter has none" if INTERPRET else f"this one is {torch.cuda.get_device_name(q.device)}"))
     atomic_dq = flag("atomic_dq", atomic_dq) and not torch.are_deterministic_algorithms_enabled()
+    tma_dq = tma_dq and atomic_dq
     dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
     if q.numel() == 0:
         return dq_out, dk_out, dv_out
@@ -313,8 +335,11 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         raise ValueError("atomic_dq=True takes a dK/dV kernel whose autotuner zeroes dq_sum_ptr between its trial "
                          "runs (fused_kernel_tuned), or a plain one (dkdv_kernel)")
     dq_sum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else dq_out  # (unused without)
+    if tma_dq:  # each program builds its descriptor in global memory that Triton asks for at each launch
+        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=q.device))
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, dq_sum, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
-                     ATOMIC_DQ=atomic_dq, INPUT_PRECISION=precision, INDEX_TYPE=index, **(dkdv_meta or {}))
+                     ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision, INDEX_TYPE=index,
+                     **(dkdv_meta or {}))
     if atomic_dq:
         return dq_sum.to(dq_out.dtype), dk_out, dv_out
     dq[query_blocks](q, k, v, do, lse, delta, dq_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
@@ -412,11 +437,14 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
         for causal in causals:
             o, lse = forward(q, k, v, causal, D ** -0.5)
             cases = {}
-            for kind, configs in (("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS), ("dK, dV + atomic dQ", FUSED_CONFIGS)):
+            kinds = [("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS), ("dK, dV + atomic dQ", FUSED_CONFIGS)]
+            if not INTERPRET and torch.cuda.get_device_capability()[0] >= 9:  # Hopper and newer: TMA's reduce-add too
+                kinds.append(("dK, dV + TMA reduce-add dQ", FUSED_CONFIGS))
+            for kind, configs in kinds:
                 for config in configs:  # this kernel plain, with `config`; the other autotuned
                     meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
                     varied = (dict(dq=dq_kernel, dq_meta=meta) if kind == "dQ" else
-                              dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV"))
+                              dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV", tma_dq="TMA" in kind))
                     cases[kind, config] = functools.partial(launch_backward, do, q, k, v, o, lse, causal, D ** -0.5,
                                                             **varied)
             times = bench.side_by_side(cases)
@@ -431,6 +459,7 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
                             "whole backward with one kernel's configuration varied. 'dK, dV' and 'dQ': the three-kernel "
                             "backward (preprocess, dK/dV, dQ), the other kernel autotuned. 'dK, dV + atomic dQ': "
                             "atomic_dq=True, two kernels (preprocess, then dK/dV adding dQ with atomics; the accumulator's "
-                            "zeroing and final cast included). '% of best': against the fastest row of either design at "
+                            "zeroing and final cast included); '+ TMA reduce-add dQ': the same with tma_dq=True, a "
+                            "dQ tile per TMA request (Hopper and newer). '% of best': against the fastest row of either design at "
                             f"that head_dim and mask. Kernel time (profiler timestamps, L2 flushed between calls). "
                             f"{bench.SIDE_BY_SIDE_NOTE}")

@@ -260,9 +260,11 @@ def test_backward_bench_configs_with_a_fake_clock(monkeypatch):
     assert [(row[2], row[3]) for row in table.rows] == [("dK, dV", "16 x 16"), ("dK, dV", "16 x 32"),
                                                         ("dQ", "16 x 16"), ("dQ", "32 x 16"),
                                                         ("dK, dV + atomic dQ", "16 x 32")]
-    varied = ([dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=False) for c in dkdv_configs]
+    varied = ([dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=False, tma_dq=False)
+               for c in dkdv_configs]
               + [dict(dq=backward.dq_kernel, dq_meta=c.all_kwargs()) for c in dq_configs]
-              + [dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=True) for c in fused_configs])
+              + [dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=True, tma_dq=False)
+                 for c in fused_configs])
     assert [kernels for _, kernels, _ in calls] == varied and all(causal for causal, _, _ in calls)
     assert all(err < 1e-4 for _, _, err in calls), calls
     assert table.column("% of best") == pytest.approx([25.0, 50.0, 50.0, 12.5, 100.0])

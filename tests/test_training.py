@@ -3,6 +3,7 @@ torch's autograd in float64 (the lessons' grad checks, awkward shapes included),
 trace's numbers, the operator taken only where needed, and torch.compile(fullgraph=True) of a
 small model that calls every op, traced whole (GPU only: the interpreter's kernels cannot be traced)."""
 import os
+import re
 
 import pytest
 import torch
@@ -89,6 +90,54 @@ def test_attention_backward_atomics_only_where_asked_and_allowed(deterministic_a
         backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=1)
     with pytest.raises(ValueError, match="zeroes dq_sum_ptr"):  # its trial runs would pile up in dQ
         backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=True, dkdv=backward.dkdv_kernel_tuned)
+
+
+def test_tma_dq_compiles_for_hopper_to_bulk_reduce_adds():
+    # tma_dq=True: the dK/dV kernel adds each dQ tile by TMA (cp.reduce.async.bulk.tensor, one
+    # request per tile) instead of per-element atomics (red.global / atom.global); compiled for
+    # sm_90 on any machine
+    from common import ptx
+
+    def job(tma):
+        return dict(module="lesson05_flash_attention.backward", kernel="dkdv_kernel", num_warps=8, num_stages=3,
+                    signature={"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "do_ptr": "*fp16",
+                               "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dk_ptr": "*fp16", "dv_ptr": "*fp16",
+                               "dq_sum_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32"},
+                    constexprs=dict(HEAD_DIM=64, BLOCK_M=64, BLOCK_N=128, CAUSAL=True, ATOMIC_DQ=True, TMA_DQ=tma),
+                    divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dk_ptr", "dv_ptr",
+                                     "dq_sum_ptr", "seq_len"), asm=("ptx",))
+    tma, plain = (r["ptx"] for r in ptx.compile_kernels([job(True), job(False)], processes=2))
+    atomics = re.compile(r"\b(?:red|atom)\.global")  # (not the end of "cp.async.cg.shared.global")
+    assert "cp.reduce.async.bulk.tensor" in tma and not atomics.search(tma)
+    assert "cp.reduce.async.bulk.tensor" not in plain and atomics.search(plain)
+
+
+def test_tma_dq_only_with_atomic_dq_on_hopper():
+    q, k, v = (torch.randn(1, 1, 64, 16, device=DEVICE) for _ in range(3))
+    o, lse = attention_op(q, k, v, False, 0.25)
+    do = torch.randn_like(o)
+    with pytest.raises(ValueError, match="needs atomic_dq=True too"):
+        backward.launch_backward(do, q, k, v, o, lse, False, 0.25, tma_dq=True)
+    with pytest.raises(TypeError, match="tma_dq"):
+        backward.launch_backward(do, q, k, v, o, lse, False, 0.25, atomic_dq=True, tma_dq=1)
+    if INTERPRET or torch.cuda.get_device_capability()[0] < 9:
+        with pytest.raises(ValueError, match="compute capability 9.0 or newer"):
+            backward.launch_backward(do, q, k, v, o, lse, False, 0.25, atomic_dq=True, tma_dq=True)
+
+
+@pytest.mark.skipif(INTERPRET or torch.cuda.get_device_capability()[0] < 9, reason="TMA: Hopper GPUs and newer")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", [(1, 2, 200, 64), (2, 1, 1000, 128), (1, 1, 64, 16)])
+def test_tma_dq_gradients_match_the_deterministic_backward(shape, causal):
+    # the same dQ as the dQ pass's, to the float32 rounding of the sums' order; the ragged last
+    # query block (rows past the end, clipped by the copy engine) included
+    q, k, v = (torch.randn(*shape, device=DEVICE, dtype=torch.float16) for _ in range(3))
+    o, lse = attention_op(q, k, v, causal, shape[-1] ** -0.5)
+    do = torch.randn_like(o)
+    tma = backward.launch_backward(do, q, k, v, o, lse, causal, shape[-1] ** -0.5, atomic_dq=True, tma_dq=True)
+    plain = backward.launch_backward(do, q, k, v, o, lse, causal, shape[-1] ** -0.5)
+    for a, b in zip(tma, plain):  # float16 outputs: one rounding step apart at most
+        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("activation", [None, "relu", "gelu"])
