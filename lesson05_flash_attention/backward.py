@@ -283,7 +283,8 @@ def small_problems_untuned(configs, named_args, **kwargs):
 PRUNE = {"early_config_prune": small_problems_untuned}
 KEY = ["seq_len", "HEAD_DIM", "CAUSAL"]
 # The autotuner runs each candidate several times: the atomics' accumulator is zeroed before each run.
-fused_kernel_tuned = triton.autotune(FUSED_CONFIGS, key=KEY, prune_configs_by=PRUNE, reset_to_zero=["dq_sum_ptr"])(dkdv_kernel)
+fused_kernel_tuned = triton.autotune(FUSED_CONFIGS, key=[*KEY, "TMA_DQ"], prune_configs_by=PRUNE,
+                                   reset_to_zero=["dq_sum_ptr"])(dkdv_kernel)
 dkdv_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dkdv_kernel)
 dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_kernel)
 
