@@ -15,9 +15,12 @@ instead, and Gluon (triton.experimental.gluon, shipped with Triton since 3.5) le
   "K block j is in slot s" (TMA arrives when its bytes land), "slot s is free again" (both
   consumers arrive), and a turn barrier per consumer;
 - the two consumers take turns: each issues its two matmuls, then hands the tensor cores to the
-  other and does its softmax while the other's matmuls run (FlashAttention-3's "ping-pong"). And
-  inside one consumer, the S of block j is issued together with the P V of block j - 1, so the
-  softmax of block j waits for S(j) only.
+  other and does its softmax while the other's matmuls run (FlashAttention-3's "ping-pong"). Inside
+  one consumer, the S of block j is issued together with the P V of block j - 1, and the code
+  waits for S(j) alone before the softmax (FlashAttention-3's other overlap). The compiled code
+  does not keep that second one: ptxas (CUDA 12.8 and 12.9, inside triton 3.6 and 3.9) puts a
+  wait for P V before the softmax's exponentials (seen in the SASS, cuobjdump -sass), so the
+  overlap that remains is the two consumers'.
 
 What it costs to write: every layout is named (the wgmma accumulator's, the operand's that P must
 be in, a row's), every barrier's phase is counted by hand, and a wrong count is a hang, not an
@@ -101,6 +104,7 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
     """One warpgroup: query rows first_row + WHICH * 64 ... + 63 against every key block."""
     SPLIT_M: gl.constexpr = o_desc.block_type.shape[0]
     dtype: gl.constexpr = o_desc.dtype
+    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
     # Where each thread's values live. S = Q K^T comes out of wgmma in its accumulator layout
     # (instr_shape [16, N, 16]: 16 rows per warp, 4 warps down the 64 rows); O likewise; P must
     # go back in as wgmma's A operand from registers (DotOperandLayout), which for fp16/bf16 holds
@@ -141,7 +145,8 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
         s = warpgroup_mma(q, k_bufs.index(slot).permute((1, 0)), no_scores, use_acc=False, is_async=True)
         acc = warpgroup_mma(p, v_bufs.index(prev), acc, is_async=True)
         mbarrier.arrive(other_turn, count=1)
-        # wgmma groups complete in order: at most one outstanding means S(j) is done.
+        # wgmma groups complete in order: at most one outstanding means S(j) is done (and P V may
+        # run on under the softmax: what the code asks for; ptxas waits for it here too, see above).
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p_next, m_i, l_i, alpha = softmax_step(s, m_i, l_i, qk_scale, rows, j, diagonal, BLOCK_N, CAUSAL, s_layout)
         # P(j-1) rides along as a dependence: the running P V reads its registers until this wait.
@@ -206,6 +211,7 @@ def attention_kernel_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, sm_scale, s
         mbarrier.init(kv_empty.index(i), count=2)  # free once both consumers arrive
     for i in gl.static_range(2):
         mbarrier.init(turns.index(i), count=1)
+    fence_async_shared()  # the barriers initialised, before TMA (the async proxy) signals them
     mbarrier.arrive(turns.index(0), count=1)  # consumer 0 goes first
 
     # The kernel's own warps (num_warps=4) become consumer 0; the workers get their warps and
@@ -229,7 +235,7 @@ def takes(q, k, v) -> bool:
     return (q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0) and q.dtype in GL_DTYPES
             and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype and q.shape[-1] in HEAD_DIMS
             and q.shape[-2] % BLOCK_M == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
-            and all(t.is_contiguous() for t in (q, k, v)))
+            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)))  # (TMA: 16-byte aligned)
 
 
 def descriptor(t2d: torch.Tensor, rows: int) -> TensorDescriptor:

@@ -443,7 +443,8 @@ def test_gluon_kernel_takes_only_what_it_computes():
     one_head = q[:, :1].contiguous()
     refused = {"head_dim 32": (q[..., :32].contiguous(),) * 3, "seq 200": (q[:, :, :200].contiguous(),) * 3,
                "float32": (q.float(),) * 3, "a strided view": (torch.randn_like(q).transpose(1, 2).contiguous().transpose(1, 2),) * 3,
-               "grouped heads": (q, one_head, one_head)}
+               "grouped heads": (q, one_head, one_head),
+               "not 16-byte aligned": (torch.randn(q.numel() + 1, device=DEVICE, dtype=q.dtype)[1:].view(q.shape),) * 3}
     for name, (a, b, c) in refused.items():
         assert not hopper.takes(a, b, c), name
 
