@@ -317,6 +317,10 @@ def attention_kernel(
 # not fit, and the last fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no
 # tensor cores that Triton uses).
 #
+# Everything this kernel leaves to Triton's compiler (which warps load, which multiply, which do
+# the softmax, how the loads are pipelined) hopper.py's Gluon kernel decides by hand, for Hopper:
+# section 17 says how, and what it costs to write.
+#
 # Training (lesson 1, section 5, registers an operator): attention_op returns lse beside O, and
 # autograd keeps both, with q, k, v, for the backward (backward.py, section 12).
 #
