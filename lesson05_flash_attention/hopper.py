@@ -244,8 +244,9 @@ def descriptor(t2d: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor.from_tensor(t2d, block, gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[t2d.dtype]))
 
 
-def launch(q, k, v, causal: bool, sm_scale: float) -> tuple:
-    """(o, lse) as main.py's launch returns them, for inputs takes() accepts."""
+def launch(q, k, v, causal: bool, sm_scale: float, *, num_buffers: int = NUM_BUFFERS) -> tuple:
+    """(o, lse) as main.py's launch returns them, for inputs takes() accepts. num_buffers: the
+    key/value ring's slots (2 or 3 fit an H100's shared memory at head_dim 128)."""
     B, H, seq_len, D = q.shape
     o = torch.empty_like(q)
     lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
@@ -253,7 +254,7 @@ def launch(q, k, v, causal: bool, sm_scale: float) -> tuple:
     grid = (seq_len // BLOCK_M * B * H,)
     attention_kernel_hopper[grid](
         descriptor(q2, BLOCK_M // 2), descriptor(k2, BLOCK_N), descriptor(v2, BLOCK_N), descriptor(o2, BLOCK_M // 2),
-        lse, sm_scale, seq_len, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NUM_BUFFERS=NUM_BUFFERS,
+        lse, sm_scale, seq_len, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NUM_BUFFERS=num_buffers,
         CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
     return o, lse
 
