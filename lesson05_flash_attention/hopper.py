@@ -4,29 +4,56 @@ decides which warps do what.
 main.py's attention_kernel says what one program computes and leaves the rest to Triton's
 compiler: which threads load, how the loads are pipelined, when the tensor cores run. On an H100 or
 H200 the fastest attention kernels (FlashAttention-3, cuDNN) split each program's warps by job
-instead, and Gluon (triton.experimental.gluon, shipped with Triton since 3.5) lets a kernel say so:
+instead, and Gluon (triton.experimental.gluon, shipped with Triton since 3.5) lets a kernel say so.
+Each job is a *partition*: a function run by its own warps (gl.warp_specialize, at the end of the
+kernel, hands them out).
 
 - one *producer* warp issues the copies: TMA (the tensor memory accelerator, lesson 4's hopper.py)
   brings the queries once and each key/value block into a ring of shared-memory slots;
-- two *consumer* warpgroups (4 warps each) own 64 query rows each and do the work: S = Q K^T and
-  O += P V on the tensor cores (`warpgroup_mma`, Hopper's wgmma, asynchronous), the online softmax
-  in registers between them;
-- mbarriers (barrier objects in shared memory that count arrivals) pass the slots between them:
-  "K block j is in slot s" (TMA arrives when its bytes land), "slot s is free again" (both
-  consumers arrive), and a turn barrier per consumer;
-- the two consumers take turns: each issues its two matmuls, then hands the tensor cores to the
-  other and does its softmax while the other's matmuls run (FlashAttention-3's "ping-pong"). Inside
-  one consumer, the S of block j is issued together with the P V of block j - 1, and the code
-  waits for S(j) alone before the softmax (FlashAttention-3's other overlap). The compiled code
-  does not keep that second one: ptxas (CUDA 12.8 and 12.9, inside triton 3.6 and 3.9) puts a
-  wait for P V before the softmax's exponentials (seen in the SASS, cuobjdump -sass), so the
-  overlap that remains is the two consumers'.
+- two *consumer* warpgroups (a warpgroup: 4 warps, what Hopper's wgmma instruction runs on: main.py
+  section 8) own 64 query rows each and do the work: S = Q K^T and O += P V on the tensor cores
+  (`warpgroup_mma`, wgmma, asynchronous: it returns at once, `warpgroup_mma_wait` waits for it),
+  the online softmax in registers between them;
+- mbarriers, barrier objects in shared memory, say when a slot is full or free. An mbarrier counts
+  arrivals (and, for TMA, bytes); when all have come in it completes a *phase* and starts the
+  next, flipping a parity bit. `mbarrier.wait(bar, p)` returns once the phase of parity p is over,
+  so a loop that uses a barrier once per round waits with parity round & 1;
+- the two consumers take turns at issuing: each issues its two matmuls, then lets the other issue
+  its own and does its softmax while they run (FlashAttention-3's "ping-pong"):
+
+      consumer 0:  issue S(j), PV(j-1) | softmax(j)              | issue S(j+1), PV(j)  | ...
+      consumer 1:  softmax(j-1)        | issue S(j), PV(j-1)     | softmax(j)           | ...
+      tensor cores:  consumer 0's      | consumer 1's            | consumer 0's         | ...
+
+  Inside one consumer, the S of block j is issued with the P V of block j - 1, and the code waits
+  for S(j) alone before the softmax (FlashAttention-3's other overlap). The compiled code does not
+  keep that one: ptxas puts a wait for P V before the softmax's exponentials (CUDA 12.8's, in
+  triton 3.6, and 13.4's, triton 3.9's ptxas-blackwell: `cuobjdump -sass` shows
+  `WARPGROUP.DEPBAR.LE gsb0, 0x0` ahead of the first `MUFU.EX2`), so the overlap that remains is
+  the two consumers'.
+
+The barriers, for key block j in slot s = j % NUM_BUFFERS (round r = j // NUM_BUFFERS):
+
+    barrier       count  who arrives                                   who waits, parity
+    q_bar           1    the producer (expect: the bytes of both Q     both consumers, 0
+                         halves; the phase ends when TMA has them)
+    k_ready[s]      1    the producer, with K(j)'s bytes               both consumers, r & 1
+    v_ready[s]      1    the producer, with V(j)'s bytes               both consumers, r & 1
+    kv_empty[s]     2    each consumer, once its P V(j) is done        the producer, before K(j + NB): (r & 1) ^ 1
+    turns[c]        1    the other consumer, after issuing its         consumer c, before issuing block j: j & 1
+                         matmuls (turns[0] once ahead of time)
+
+(The producer's first round waits on parity 1 of a fresh barrier, which counts as complete: every
+slot starts free. The last P V takes no turn, and consumer 1's last arrive on turns[0] has no
+waiter: both harmless.)
 
 What it costs to write: every layout is named (the wgmma accumulator's, the operand's that P must
 be in, a row's), every barrier's phase is counted by hand, and a wrong count is a hang, not an
 error. It runs on Hopper only (sm_90: wgmma and setmaxnreg), for float16 and bfloat16, q, k and v of
 one contiguous shape, head_dim 64 or 128 and seq a multiple of 128; main.py's attention() sends
-those here and everything else to the Triton kernel.
+those here and everything else to the Triton kernel. Whether it pays is section 18's table
+(RESULTS.md); until an H100 or H200 has run it, the case rests on FlashAttention-3's paper, not on
+this kernel.
 """
 from common.device import DEVICE, INTERPRET
 
@@ -53,9 +80,13 @@ LOG2E = gl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_M = 128        # query rows per program: 64 per consumer warpgroup
 BLOCK_N = 128        # keys per block
 NUM_BUFFERS = 2      # key/value slots in the ring
-# Registers per thread, by partition. An SM has 64K; 12 warps (the producer's warp takes a
-# warpgroup's registers) at 168 each is what the kernel starts with (maxnreg); then setmaxnreg
-# moves them: 24 for the producer, 240 for each consumer (128 x (240 + 240 + 24) = 64512).
+# Registers per thread, by partition. An SM has 64K. setmaxnreg (Hopper: a warpgroup gives
+# registers back or takes more, while the kernel runs) works on whole warpgroups, so the launch has
+# 12 warps, 3 of them idle beside the producer's one; each starts with 168 (maxnreg: 12 x 32 x 168 =
+# 64512), then the producer's warpgroup drops to 24 and each consumer's rises to 240 (128 threads x
+# (240 + 240 + 24) = 64512). Per consumer thread at head_dim 128: S 64, O 64, P 32 and the next P 64
+# registers. (BLOCK_N = 64 would halve S, P and the slots, but then the causal diagonal spans two
+# key blocks: the kernel assumes BLOCK_N == BLOCK_M.)
 MAXNREG = 168
 CONSUMER_REGS = 240
 PRODUCER_REGS = 24
@@ -106,14 +137,15 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
     dtype: gl.constexpr = o_desc.dtype
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
     # Where each thread's values live. S = Q K^T comes out of wgmma in its accumulator layout
-    # (instr_shape [16, N, 16]: 16 rows per warp, 4 warps down the 64 rows); O likewise; P must
+    # (NVMMADistributedLayout, version [3, 0]: Hopper's wgmma; instr_shape [16, N, 16]: 16 rows per
+    # warp, 4 warps down the 64 rows); O likewise; P must
     # go back in as wgmma's A operand from registers (DotOperandLayout), which for fp16/bf16 holds
     # the same rows and columns per thread as the accumulator did: the conversion moves nothing.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_N, 16])
     o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, HEAD_DIM, 16])
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)  # 2 fp16 per 32-bit register
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)  # one value per query row
     q = q_smem.index(WHICH)
     my_turn = turns.index(WHICH)
@@ -165,7 +197,9 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
     # The output: normalised once, through shared memory (the queries' slot, free now) and TMA.
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     q.store(out.to(dtype))
-    fence_async_shared()  # the generic-proxy store above, before the async-proxy TMA reads it
+    # Ordinary stores and TMA/wgmma reach shared memory by different paths ("proxies"): a fence
+    # orders the store above before the TMA copy reads it.
+    fence_async_shared()
     tma_store(o_desc, [q_row + WHICH * SPLIT_M, 0], q)
     # lse = m + log2(l), base 2, as main.py's kernel stores it for the backward.
     gl.store(lse_ptr + q_row + WHICH * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout), m_i + gl.log2(l_i))
@@ -182,7 +216,7 @@ def attention_kernel_hopper(q_desc, k_desc, v_desc, o_desc, lse_ptr, sm_scale, s
     pid = gl.program_id(0)
     num_pid_m = seq_len // BLOCK_M
     pid_m = pid % num_pid_m
-    if CAUSAL:  # the longest query blocks (most keys) first, so that the grid ends on short ones
+    if CAUSAL:  # longest query blocks (most keys) first within each (batch, head), short ones last
         pid_m = num_pid_m - 1 - pid_m
     pid_bh = pid // num_pid_m
     first_row = pid_m * BLOCK_M                 # of this program's queries, in the sequence
@@ -293,10 +327,16 @@ def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True
                               "wgmma.mma_async", "mbarrier waits"],
                        title="attention_kernel_hopper, compiled for sm_90 (PTX, counted in the code, not executed)",
                        note=f"{BLOCK_M} query rows per program (64 per consumer), {BLOCK_N} keys per block, "
-                            f"{NUM_BUFFERS} key/value slots. setmaxnreg: the register budgets the warps move to "
+                            f"{NUM_BUFFERS} key/value slots. The counts are instructions in the PTX, not events at run "
+                            "time: wgmma, head_dim / 16 (S) and 128 / 16 (P V) per matmul site, two sites each, for each "
+                            "consumer; TMA copies, at head_dim 128 two per tile (a 256-byte row is copied as two "
+                            "128-byte halves, the swizzle's width); waits, 7 per consumer and 1 in the producer. "
+                            "Shared: the queries (16 or 32 KB) and the slots, K and V each (at head_dim 128, 3 slots "
+                            "would still fit: 224 KB of an H100's 227). setmaxnreg: the register budgets the warps move to "
                             f"({PRODUCER_REGS} for the producer, {CONSUMER_REGS} for each consumer; the others are the "
                             "compiler's: 120 for a worker's warps while they wait to be handed their partition, 256 "
-                            "for the kernel's own four warps outside the partitions).")
+                            "for the kernel's own four warps outside the partitions: 256 + 120 + 120 = 496 per thread of "
+                            "the three warpgroups together, within the SM's 512 (64K registers / 128 threads)).")
 
 
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest
