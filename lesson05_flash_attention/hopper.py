@@ -50,10 +50,13 @@ waiter: both harmless.)
 What it costs to write: every layout is named (the wgmma accumulator's, the operand's that P must
 be in, a row's), every barrier's phase is counted by hand, and a wrong count is a hang, not an
 error. It runs on Hopper only (sm_90: wgmma and setmaxnreg), for float16 and bfloat16, q, k and v of
-one contiguous shape, head_dim 64 or 128 and seq a multiple of 128; main.py's attention() sends
-those here and everything else to the Triton kernel. Whether it pays is section 18's table
-(RESULTS.md); until an H100 or H200 has run it, the case rests on FlashAttention-3's paper, not on
-this kernel.
+one contiguous shape, head_dim 64 or 128 and seq a multiple of 128 (takes()). Whether it pays is
+section 18's table (RESULTS.md), timed on an H200 beside the Triton kernel and cuDNN: at head_dim
+128 it is clearly faster than the Triton kernel, about level with cuDNN; at head_dim 64 it is not
+faster, so main.py's attention() sends it head_dim 128 only (FASTER_HEAD_DIMS) and everything else
+to the Triton kernel. A reading of that, not a measurement: a turn's barriers and waits cost the
+same at either head_dim, while its tensor-core work (Q K^T and P V) halves at 64, so the
+hand-made schedule's fixed cost is twice the share there.
 """
 from common.device import DEVICE, INTERPRET
 
@@ -79,7 +82,9 @@ tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_s
 LOG2E = gl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_M = 128        # query rows per program: 64 per consumer warpgroup
 BLOCK_N = 128        # keys per block
-NUM_BUFFERS = 2      # key/value slots in the ring
+NUM_BUFFERS = 3      # key/value slots in the ring: 3 fit at head_dim 128 (224 KB) and beat 2 on an H200
+# Where attention() runs this kernel: where the H200 timed it faster than main.py's (section 18).
+FASTER_HEAD_DIMS = (128,)
 # Registers per thread, by partition. An SM has 64K. setmaxnreg (Hopper: a warpgroup gives
 # registers back or takes more, while the kernel runs) works on whole warpgroups, so the launch has
 # 12 warps, 3 of them idle beside the producer's one; each starts with 168 (maxnreg: 12 x 32 x 168 =
@@ -280,7 +285,7 @@ def descriptor(t2d: torch.Tensor, rows: int) -> TensorDescriptor:
 
 def launch(q, k, v, causal: bool, sm_scale: float, *, num_buffers: int = NUM_BUFFERS) -> tuple:
     """(o, lse) as main.py's launch returns them, for inputs takes() accepts. num_buffers: the
-    key/value ring's slots (2 or 3 fit an H100's shared memory at head_dim 128)."""
+    key/value ring's slots (2 or 3 fit an H100's shared memory at head_dim 128: 160 or 224 KB)."""
     B, H, seq_len, D = q.shape
     o = torch.empty_like(q)
     lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
@@ -332,7 +337,7 @@ def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True
                             "consumer; TMA copies, at head_dim 128 two per tile (a 256-byte row is copied as two "
                             "128-byte halves, the swizzle's width); waits, 7 per consumer and 1 in the producer. "
                             "Shared: the queries (16 or 32 KB) and the slots, K and V each (at head_dim 128, 3 slots "
-                            "would still fit: 224 KB of an H100's 227). setmaxnreg: the register budgets the warps move to "
+                            "are 224 KB of an H100's 227; a fourth would not fit). setmaxnreg: the register budgets the warps move to "
                             f"({PRODUCER_REGS} for the producer, {CONSUMER_REGS} for each consumer; the others are the "
                             "compiler's: 120 for a worker's warps while they wait to be handed their partition, 256 "
                             "for the kernel's own four warps outside the partitions: 256 + 120 + 120 = 496 per thread of "

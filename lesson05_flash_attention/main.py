@@ -407,10 +407,11 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
         if needs_op(q, k, v):
             return general.attention_general_op(q, k, v, causal, sm_scale)[0]
         return general.launch(general.attention_general_kernel_tuned, q, k, v, causal, sm_scale)[0]
-    # On an H100 or H200, the Gluon kernel (section 17) where it takes the inputs; never while
-    # torch.compile traces (it traces the Triton kernel). Chosen here, on the real tensors, and
-    # handed to the operator as a plain bool.
-    gluon = hopper.HOPPER and not torch.compiler.is_compiling() and hopper.takes(q, k, v)
+    # On an H100 or H200, the Gluon kernel (section 17) where it takes the inputs and was timed
+    # faster (head_dim 128: section 18); never while torch.compile traces (it traces the Triton
+    # kernel). Chosen here, on the real tensors, and handed to the operator as a plain bool.
+    gluon = (hopper.HOPPER and not torch.compiler.is_compiling() and D in hopper.FASTER_HEAD_DIMS
+             and hopper.takes(q, k, v))
     if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
         return attention_op(q, k, v, causal, sm_scale, gluon)[0]
     if gluon:
@@ -736,15 +737,15 @@ chapter.run("bench_general", lambda: general.bench_general({
 # every warp load, multiply and do the softmax in turn, and pipelines the loads (num_stages). On
 # an H100 or H200, FlashAttention-3 and cuDNN give each warp one job instead, and hopper.py does
 # the same in Gluon (Triton's lower-level language: layouts, shared memory and barriers by hand):
-# one producer warp issues TMA copies of the key/value blocks into a ring of two shared-memory
+# one producer warp issues TMA copies of the key/value blocks into a ring of three shared-memory
 # slots; two consumer warpgroups (4 warps, 64 query rows each) run S = Q K^T and O += P V on
 # the tensor cores with wgmma, asynchronously, and the online softmax of section 3 between them;
 # mbarriers in shared memory say when a slot is full and when it is free; the two consumers take
 # turns at the tensor cores, one's softmax running while the other's matmuls do; and setmaxnreg
-# moves registers from the producer (24 per thread) to the consumers (240). attention() runs it
-# on sm_90 for float16 and bfloat16, q, k, v of one contiguous shape, head_dim 64 or 128 and seq a
-# multiple of 128; everything else runs the Triton kernel. Compiled here for sm_90 (no GPU
-# needed), its PTX shows the pieces.
+# moves registers from the producer (24 per thread) to the consumers (240). It computes float16
+# and bfloat16, q, k, v of one contiguous shape, head_dim 64 or 128 and seq a multiple of 128;
+# attention() runs it on sm_90 at head_dim 128, where section 18 finds it faster, and the Triton
+# kernel everywhere else. Compiled here for sm_90 (no GPU needed), its PTX shows the pieces.
 
 
 # %%
@@ -754,7 +755,8 @@ chapter.run("gluon", hopper.compiled_for_hopper)
 # ## 18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)
 # The same forward written twice, side by side with SDPA's cuDNN and flash backends: batch 4, 32
 # heads of 64 and 16 of 128, seq 1024, 4096 and 16384, float16 (bench_hopper's own sizes, whatever
-# the command line's).
+# the command line's). What the H200's table (RESULTS.md) says: at head_dim 128 the warps split
+# by hand pay, level with cuDNN; at 64 Triton's own schedule is as good or better.
 
 
 # %%

@@ -473,14 +473,15 @@ def test_gluon_forward_matches_float64(shape, dtype, causal):
 
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
 def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(monkeypatch):
-    # attention() and its operator's eager forward run hopper.launch where takes() says so; the
-    # backward (Triton's, backward.py) reads its lse and gives float64 autograd's gradients
+    # attention() and its operator's eager forward run hopper.launch where takes() says so and the
+    # head_dim is one it was timed faster at (128); the backward (Triton's, backward.py) reads its
+    # lse and gives float64 autograd's gradients
     from common.checks import grad_errors, grad_ok
 
     calls = []
     real_launch = hopper.launch
     monkeypatch.setattr(hopper, "launch", lambda *a: calls.append(a[0].shape) or real_launch(*a))
-    q, k, v = (torch.randn(1, 2, 256, 64, device=DEVICE, dtype=torch.float16) for _ in range(3))
+    q, k, v = (torch.randn(1, 2, 256, 128, device=DEVICE, dtype=torch.float16) for _ in range(3))
     attention(q, k, v, causal=True)
     assert len(calls) == 1
     errors = grad_errors(lambda q, k, v: attention(q, k, v, causal=True),
@@ -489,3 +490,5 @@ def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(mon
     before = len(calls)
     attention(q[:, :, :200].contiguous(), k[:, :, :200].contiguous(), v[:, :, :200].contiguous())
     assert len(calls) == before  # seq 200: the Triton kernel
+    attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous())
+    assert len(calls) == before  # head_dim 64: takes() would, but the Triton kernel is as fast there
