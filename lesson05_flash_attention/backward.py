@@ -42,7 +42,7 @@ function, the reference) as arguments: sections 12-15 of the chapter run the fun
 """
 import functools
 
-from common.device import DEVICE, INTERPRET, interpretable  # first: it decides how triton is imported
+from common.device import DEVICE, INTERPRET, capability, interpretable  # first: it decides how triton is imported
 
 import torch
 import triton
@@ -53,6 +53,7 @@ from common.checks import dtype_name, flag, index_type
 from common.launch import cdiv, traceable
 from common.table import print_table
 from common.trace import show
+from lesson04_matmul.hopper import scratch  # the memory device-side TMA descriptors live in (tma_dq=True)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -336,8 +337,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         raise ValueError("atomic_dq=True takes a dK/dV kernel whose autotuner zeroes dq_sum_ptr between its trial "
                          "runs (fused_kernel_tuned), or a plain one (dkdv_kernel)")
     dq_sum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else dq_out  # (unused without)
-    if tma_dq:  # each program builds its descriptor in global memory that Triton asks for at each launch
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(size, dtype=torch.int8, device=q.device))
+    if tma_dq:  # each program builds its descriptor in memory Triton asks for at each launch (lesson 4's hopper.py)
+        triton.set_allocator(scratch)
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, dq_sum, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
                      ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision, INDEX_TYPE=index,
                      **(dkdv_meta or {}))
@@ -439,7 +440,7 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
             o, lse = forward(q, k, v, causal, D ** -0.5)
             cases = {}
             kinds = [("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS), ("dK, dV + atomic dQ", FUSED_CONFIGS)]
-            if not INTERPRET and torch.cuda.get_device_capability()[0] >= 9:  # Hopper and newer: TMA's reduce-add too
+            if not INTERPRET and capability() >= 90:  # Hopper and newer: TMA's reduce-add too
                 kinds.append(("dK, dV + TMA reduce-add dQ", FUSED_CONFIGS))
             for kind, configs in kinds:
                 for config in configs:  # this kernel plain, with `config`; the other autotuned

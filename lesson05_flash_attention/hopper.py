@@ -58,7 +58,7 @@ to the Triton kernel. A reading of that, not a measurement: a turn's barriers an
 same at either head_dim, while its tensor-core work (Q K^T and P V) halves at 64, so the
 hand-made schedule's fixed cost is twice the share there.
 """
-from common.device import DEVICE, INTERPRET
+from common.device import DEVICE, INTERPRET, capability
 
 import re
 
@@ -298,7 +298,7 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, num_buffers: int = NUM_BUF
     return o, lse
 
 
-HOPPER = not INTERPRET and torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+HOPPER = not INTERPRET and torch.cuda.is_available() and capability() == 90
 
 
 # %% What the kernel compiles to (runs everywhere: compiled for sm_90 in a child process)
