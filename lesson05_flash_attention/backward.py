@@ -21,7 +21,8 @@ P is never stored, then dV, dP, dK, dQ); the dQ pass recomputes S and dP a secon
 tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`delta` in the code).
 
 Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
-faster in every case of section 15's table (RESULTS.md). atomic_dq=True is FlashAttention-2's way:
+fastest in two of the four cases of section 15's table and within 4% of the fastest in the other
+two (RESULTS.md): atomics buy no speed worth giving up the same bits on every run. atomic_dq=True is FlashAttention-2's way:
 the dK/dV pass also computes dQ's share, dS K, and adds it with tl.atomic_add into a float32
 accumulator (5 tl.dots, no dQ pass). What that saves in matmuls it pays in memory traffic: every
 (key block, query block) pair adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's
