@@ -71,11 +71,14 @@ def shape_arg(text: str) -> tuple[int, int]:
 
 
 class Chapter:
-    def __init__(self, lesson: str, doc: str, sections: dict, running: bool):
+    def __init__(self, lesson: str, doc: str, sections: dict, running: bool, *, processes: int = 1):
         """lesson: the package ("lesson01_vector_add"); doc: main.py's docstring; sections: {name:
         heading}, in reading order; running: whether the cells should run (the module is __main__:
-        a script or a notebook), not just define things (an import)."""
+        a script or a notebook), not just define things (an import); processes: how many fresh
+        compiled-mode processes a default run on a GPU uses (the fresh sections, the host-cost
+        table's, the PTX compilation's), all started at once when the run starts."""
         self.lesson, self.doc, self.sections, self.running = lesson, doc, sections, running
+        self.processes = processes
         listing = "; ".join(f"{name}: {heading}" for name, heading in sections.items())
         self.parser = argparse.ArgumentParser(description=doc.split("\n")[0], epilog=f"Sections: {listing}.")
         self.parser.add_argument("--sections", nargs="+", default=list(sections), choices=list(sections),
@@ -98,8 +101,8 @@ class Chapter:
         if self.running:
             print(banner())
             if not INTERPRET:  # the traces' and the fresh sections' processes, started while this one goes on
-                for interpret in (True, None):
-                    child.keep_spare(interpret, (f"{self.lesson}.main",))
+                child.keep_spare(True, (f"{self.lesson}.main",))
+                child.keep_spare(None, (f"{self.lesson}.main",), count=self.processes)
         return self.args
 
     def sizes(self, table: dict):

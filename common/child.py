@@ -5,8 +5,10 @@ interpreter is chosen once per process, before triton is imported: common/device
 timings (a process that has run torch.profiler or torch.compile pays more per call on the host,
 PyTorch's own operators included, and a caller's process usually has done neither), and a section
 that measures them. The child imports the function's module by name, so a lesson run as a script
-is never imported a second time into its own process. On a GPU a lesson keeps one such process
-started ahead of time per mode (`keep_spare`), so that a section does not wait for it to start.
+is never imported a second time into its own process. On a GPU a lesson starts such processes
+ahead of time (`keep_spare`): as many as its run will use, all at once while its first sections
+run, so that no section waits seconds for one to import torch, and none imports while another
+section times the host.
 """
 import atexit
 import json
@@ -37,7 +39,7 @@ with open(request["path"], "w") as f:
     json.dump(r, f)
 """
 
-_spares: dict = {}  # interpret -> (an idle process of that mode, what it preloaded)
+_spares: dict = {}  # interpret -> [(an idle process of that mode, what it preloaded), ...], oldest first
 
 
 def _start(interpret: bool | None, preload: tuple) -> subprocess.Popen:
@@ -57,20 +59,23 @@ def _mode(interpret: bool | None) -> bool | None:
     return None if interpret is None or interpret == INTERPRET else interpret
 
 
-def keep_spare(interpret: bool | None, preload: tuple = ()) -> None:
-    """Start, now, the process that will serve the next run() in this mode: it imports `preload`
-    while this process goes on. (Each Python process with torch costs seconds to start; a lesson on
-    a GPU runs a dozen.) After each run() in this mode, the next spare starts."""
+def keep_spare(interpret: bool | None, preload: tuple = (), count: int = 1) -> None:
+    """Start, now, the processes that will serve the next `count` run()s in this mode: they import
+    `preload` while this process goes on, and then wait, idle, for their request. (Each Python
+    process with torch costs seconds to start; a lesson on a GPU runs several.) After each run()
+    in this mode, one more starts if none is left."""
     interpret = _mode(interpret)
-    if interpret not in _spares:
-        _spares[interpret] = (_start(interpret, tuple(preload)), tuple(preload))
+    waiting = _spares.setdefault(interpret, [])
+    while len(waiting) < count:
+        waiting.append((_start(interpret, tuple(preload)), tuple(preload)))
 
 
 @atexit.register
 def _drop_spares() -> None:
-    for process, _ in _spares.values():
-        process.kill()
-        process.communicate()
+    for waiting in _spares.values():
+        for process, _ in waiting:
+            process.kill()
+            process.communicate()
     _spares.clear()
 
 
@@ -82,7 +87,8 @@ def run(function: str, kwargs: dict | None = None, interpret: bool | None = None
     The process is the spare of that mode if there is one."""
     module, name = function.split(":")
     interpret = _mode(interpret)
-    spare = _spares.pop(interpret, None)
+    waiting = _spares.get(interpret)
+    spare = waiting.pop(0) if waiting else None
     process = spare[0] if spare else _start(interpret, ())
     with tempfile.TemporaryDirectory() as folder:
         path = os.path.join(folder, "tables.json")

@@ -50,7 +50,9 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 SIZES = {"quick": [2**12, 2**20, 2**24, 2**26], "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}  # section 10's N
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__")
+# On a GPU four sections run in fresh processes (section 8 compiles in one; 11, 12 and 13 time the
+# host, which a process that has run the profiler pays more for): all four start with the run.
+chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__", processes=4)
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                             help=f"section 10's sizes (default {SIZES['quick']}, {SIZES['full']} with --full)")
 chapter.parser.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],

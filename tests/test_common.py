@@ -131,11 +131,11 @@ def test_a_spare_process_serves_one_run_and_the_next_one_starts(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
     monkeypatch.setattr(child, "_spares", {})
     child.keep_spare(True, ("sections",))
-    first = child._spares[child._mode(True)][0]
+    first = child._spares[child._mode(True)][0][0]
     time.sleep(1.0)
     pid, waited = child.run("sections:whose_process", interpret=True)[0].split()
     assert int(pid) == first.pid and float(waited) > 0.5  # imported a second before it was asked
-    second = child._spares[child._mode(True)][0]
+    second = child._spares[child._mode(True)][0][0]
     # this process's own mode, asked for by name or as None, is one mode: the same spare serves it
     pid, _ = child.run("sections:whose_process", interpret=None if INTERPRET else True)[0].split()
     assert int(pid) == second.pid != first.pid and first.returncode == 0
@@ -145,6 +145,28 @@ def test_a_spare_process_serves_one_run_and_the_next_one_starts(monkeypatch):
     assert child._spares == {}
 
 
+def test_spares_started_together_serve_runs_in_turn(monkeypatch):
+    # a lesson that will use three fresh processes starts them at once: each run takes the oldest,
+    # already imported; only when none is left does a run start the next
+    import time
+
+    from common import child
+
+    monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
+    monkeypatch.setattr(child, "_spares", {})
+    child.keep_spare(True, ("sections",), count=3)
+    started = [process for process, _ in child._spares[child._mode(True)]]
+    assert len(started) == 3 and len({p.pid for p in started}) == 3
+    time.sleep(1.0)
+    for expected in started:
+        pid, waited = child.run("sections:whose_process", interpret=True)[0].split()
+        assert int(pid) == expected.pid and float(waited) > 0.5
+    (after,) = child._spares[child._mode(True)]  # the pool ran dry: one more, started behind the last run
+    assert after[0].pid not in {p.pid for p in started}
+    child._drop_spares()
+    assert child._spares == {} and all(p.returncode == 0 for p in started)
+
+
 def test_compiling_for_a_gpu_takes_the_spare_compiling_process(monkeypatch):
     # one compilation goes to the compiled-mode process kept started (a lesson on a GPU keeps one),
     # and another is started behind it
@@ -152,13 +174,13 @@ def test_compiling_for_a_gpu_takes_the_spare_compiling_process(monkeypatch):
 
     monkeypatch.setattr(child, "_spares", {})
     child.keep_spare(False, ("common.ptx",))
-    spare = child._spares[child._mode(False)][0]
+    spare = child._spares[child._mode(False)][0][0]
     job = dict(module="lesson01_vector_add.main", kernel="add_kernel", signature={
         "x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "N": "i32"}, constexprs={"BLOCK_SIZE": 64},
         asm=("ptx",))
     (result,) = ptx.compile_kernels([job])
     assert "ld.global" in result["ptx"] and spare.returncode == 0  # it served and ended
-    assert child._spares[child._mode(False)][0].pid != spare.pid
+    assert child._spares[child._mode(False)][0][0].pid != spare.pid
     child._drop_spares()
 
 
