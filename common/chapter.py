@@ -76,7 +76,7 @@ class Chapter:
         heading}, in reading order; running: whether the cells should run (the module is __main__:
         a script or a notebook), not just define things (an import); processes: how many fresh
         compiled-mode processes a default run on a GPU uses (the fresh sections, the host-cost
-        table's, the PTX compilation's), all started at once when the run starts."""
+        table's, the PTX compilation's), all started at once when a script's run starts."""
         self.lesson, self.doc, self.sections, self.running = lesson, doc, sections, running
         self.processes = processes
         listing = "; ".join(f"{name}: {heading}" for name, heading in sections.items())
@@ -95,14 +95,16 @@ class Chapter:
         """Parse the command line, when this lesson is the script being run (a notebook's kernel has
         arguments of its own, which are not the lesson's); print the banner when running."""
         script = os.path.realpath(os.path.join(ROOT, self.lesson, "main.py"))
-        argv = sys.argv[1:] if self.running and os.path.realpath(sys.argv[0]) == script else []
-        self.args = self.parser.parse_args(argv)
+        as_script = self.running and os.path.realpath(sys.argv[0]) == script
+        self.args = self.parser.parse_args(sys.argv[1:] if as_script else [])
         self.args.sections = [s for s in self.args.sections if s not in self.args.skip]
         if self.running:
             print(banner())
             if not INTERPRET:  # the traces' and the fresh sections' processes, started while this one goes on
                 child.keep_spare(True, (f"{self.lesson}.main",))
-                child.keep_spare(None, (f"{self.lesson}.main",), count=self.processes)
+                # a script's sections follow each other at once: all its processes start now; a
+                # notebook's wait for the reader, which leaves one spare the time to start
+                child.keep_spare(None, (f"{self.lesson}.main",), count=self.processes if as_script else 1)
         return self.args
 
     def sizes(self, table: dict):

@@ -56,6 +56,26 @@ def test_command_line_types():
         shape_arg("4096")
 
 
+def test_a_script_on_a_gpu_starts_all_its_processes_a_notebook_one(monkeypatch):
+    # on a GPU a script's sections run back to back, so every fresh process it will use starts with
+    # it; a notebook's cells wait for the reader, so one spare of each mode is enough
+    from common import chapter as chapter_module
+
+    started = []
+    monkeypatch.setattr(chapter_module, "INTERPRET", False)
+    monkeypatch.setattr(chapter_module, "banner", lambda: "Mode: a GPU")
+    monkeypatch.setattr(chapter_module.child, "keep_spare", lambda mode, preload, count=1: started.append((mode, count)))
+    script = os.path.join(ROOT, "lesson01_vector_add", "main.py")
+    for argv, expected in (([script], [(True, 1), (None, 4)]), (["ipykernel_launcher.py", "-f", "k.json"], [(True, 1), (None, 1)])):
+        monkeypatch.setattr(sys, "argv", argv)
+        started.clear()
+        Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True, processes=4).start()
+        assert started == expected, argv
+    started.clear()
+    Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=False, processes=4).start()  # an import starts none
+    assert started == []
+
+
 def test_a_chapter_reads_its_command_line_only_when_it_is_the_script(monkeypatch, capsys):
     script = os.path.join(ROOT, "lesson01_vector_add", "main.py")
     monkeypatch.setattr(sys, "argv", [script, "--skip", "trace", "bench"])
