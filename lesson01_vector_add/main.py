@@ -51,7 +51,7 @@ SIZES = {"quick": [2**12, 2**20, 2**24, 2**26], "full": [2**12, 2**16, 2**20, 2*
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 # On a GPU four sections run in fresh processes (section 8 compiles in one; 11, 12 and 13 time the
-# host, which a process that has run the profiler pays more for): all four start with a script.
+# host, which a process that has run the profiler pays more for): all four start as the script does.
 chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__", processes=4)
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                             help=f"section 10's sizes (default {SIZES['quick']}, {SIZES['full']} with --full)")
