@@ -22,8 +22,8 @@ tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`d
 
 Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
 fastest in two of the four cases of section 15's table and within 4% of the fastest in the other
-two (RESULTS.md): atomics buy no speed worth giving up the same bits on every run. atomic_dq=True is FlashAttention-2's way:
-the dK/dV pass also computes dQ's share, dS K, and adds it with tl.atomic_add into a float32
+two (RESULTS.md): atomics buy no speed worth giving up the same bits on every run.
+atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds it with tl.atomic_add into a float32
 accumulator (5 tl.dots, no dQ pass). What that saves in matmuls it pays in memory traffic: every
 (key block, query block) pair adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's
 atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4 bytes = 16 KB for the pair's 5
@@ -43,7 +43,7 @@ function, the reference) as arguments: sections 12-15 of the chapter run the fun
 """
 import functools
 
-from common.device import DEVICE, INTERPRET, capability, interpretable  # first: it decides how triton is imported
+from common.device import DEVICE, INTERPRET, capability, gpu_name, interpretable  # first: it decides how triton is imported
 
 import torch
 import triton
@@ -178,9 +178,11 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     if TRACE:
         show("dK, dV program (key block, batch x head)", (pid_n, bh), indent=0)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
-                         lo, mid, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+                         lo, mid, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE,
+                         TRACE)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
-                         mid, full_end, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+                         mid, full_end, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION,
+                         INDEX_TYPE, TRACE)
     dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
                          tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ,
                          INPUT_PRECISION, INDEX_TYPE, TRACE)
@@ -292,7 +294,8 @@ dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(d
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomic_dq: bool = False,
-                    tma_dq: bool = False, preprocess=preprocess_kernel, dkdv=None, dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+                    tma_dq: bool = False, preprocess=preprocess_kernel, dkdv=None, dq=dq_kernel_tuned,
+                    dkdv_meta=None, dq_meta=None) -> tuple:
     """dq, dk, dv for attention's output o (with its lse) and the gradient do.
 
     By default three kernels: Delta; dK and dV, a program per key block; dQ, a program per query
@@ -311,9 +314,9 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     B, H, seq_len, D = q.shape
     if flag("tma_dq", tma_dq) and not flag("atomic_dq", atomic_dq):
         raise ValueError("tma_dq=True is a way of adding dQ for atomic_dq=True; it needs atomic_dq=True too")
-    if tma_dq and (INTERPRET or torch.cuda.get_device_capability(q.device)[0] < 9):
+    if tma_dq and (INTERPRET or capability() < 90):
         raise ValueError("tma_dq=True needs TMA's reduce-add: a GPU of compute capability 9.0 or newer (Hopper); "
-                         + ("Triton's interpreter has none" if INTERPRET else f"this one is {torch.cuda.get_device_name(q.device)}"))
+                         + ("Triton's interpreter has none" if INTERPRET else f"this one is {gpu_name()}"))
     atomic_dq = flag("atomic_dq", atomic_dq) and not torch.are_deterministic_algorithms_enabled()
     tma_dq = tma_dq and atomic_dq
     dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
