@@ -3,6 +3,9 @@
 Imported by common.device when the kernels run under the interpreter (numpy on the CPU):
 - a fix for loops over kernel arguments with triton 3.6 and NumPy >= 2.4;
 - float32 -> bfloat16 rounded to nearest, as a GPU does (the interpreter truncates);
+- a helper's call patched once: the interpreter redoes, at every call of a @triton.jit helper from
+  inside a kernel, the patching of triton.language that the launch already did (a third of a
+  lesson's check time);
 - NumPy's overflow and invalid-value warnings silenced where the interpreter's own arithmetic
   raises them (a GPU gives inf, or a NaN in lanes the mask then drops, quietly): the lessons'
   correct kernels do both (gelu's exp(-2u) for very negative u; -inf - -inf in the padded rows of
@@ -55,8 +58,57 @@ def _round_bfloat16() -> None:
     builder.cast_impl = cast_impl
 
 
+def _patch_once() -> None:
+    """To run a kernel, the interpreter swaps the functions of the triton.language modules the
+    kernel's file names (tl, tl.core) for its own, walking them with inspect.getmembers, and swaps
+    them back when the launch ends. It walks them again at every call of a @triton.jit helper from
+    inside the kernel (main.py's attend, a backward's dkdv_blocks: hundreds per check), where they
+    are swapped already: lesson 5's check spent a third of its time there. Here a launch walks
+    each module once: a helper whose file names only modules swapped already skips the walk (one
+    that names another, as Triton's own tl.zeros names tl.core, still gets it), and the launch
+    swaps everything back at its end. triton 3.6 to 3.9 alike: the launch keeps what _patch_lang
+    returns and restores it; a helper's call drops it."""
+    patch_lang = getattr(interpreter, "_patch_lang", None)
+    if patch_lang is None:
+        return
+    import inspect
+
+    import triton.language as tl
+
+    launches = []  # the launch in progress (the interpreter runs one kernel at a time)
+
+    class Launch:
+        def __init__(self):
+            self.scopes, self.modules = [], set()
+
+        def restore(self):
+            launches.remove(self)
+            for scope in reversed(self.scopes):
+                scope.restore()
+
+    class Nothing:
+        def restore(self):
+            pass
+
+    def patched(fn):
+        modules = {id(value) for value in fn.__globals__.values()
+                   if inspect.ismodule(value) and (value is tl or value is tl.core)}
+        if launches and modules <= launches[-1].modules:  # a helper's call: swapped already
+            return Nothing()
+        launch = launches[-1] if launches else Launch()
+        launch.scopes.append(patch_lang(fn))
+        launch.modules |= modules
+        if launches:
+            return Nothing()
+        launches.append(launch)
+        return launch
+
+    interpreter._patch_lang = patched
+
+
 _fix_loops()
 _round_bfloat16()
+_patch_once()
 warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning,
                         module=r"triton\.runtime\.interpreter")
 
