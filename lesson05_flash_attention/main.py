@@ -61,13 +61,19 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
 # section 8's; memory: section 7's sequence lengths (section 1 takes the full list); backward: section
-# 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases.
+# 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases; general:
+# section 16's shapes (general.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)); gluon:
+# section 18's (batch, heads, head_dim) and sequence lengths.
 SIZES = {
     "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
-                  backward=[4096], causal=[False]),
+                  backward=[4096], causal=[False],
+                  general=[general.BENCH_CASES[1], general.BENCH_CASES[6]],
+                  gluon=dict(shapes=[(4, 16, 128)], seqs=[4096])),
     "full": dict(seqs=[512, 1024, 2048, 4096, 8192, 16384], shapes=[(4, 32, 64), (4, 16, 128)],
                  dtypes=[torch.float16, torch.bfloat16], memory=[1024, 4096, 8192, 16384, 32768],
-                 backward=[4096, 16384], causal=[False, True]),
+                 backward=[4096, 16384], causal=[False, True],
+                 general=general.BENCH_CASES,
+                 gluon=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[1024, 4096, 16384])),
 }
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HEAD_DIMS = (16, 32, 64, 128)
@@ -340,7 +346,7 @@ GPU_CONFIGS = [  # the winners of the block-size sweep (section 9, RESULTS.md "B
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
     triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),  # one that fits every GPU
 ]
-CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]  # the interpreter's
+CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter's
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
@@ -725,13 +731,16 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 # multi-query heads, head dims 80, 96 and 256, queries against a longer KV cache and one query
 # decoding, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal
 # mask bottom-right). Its kernels walk every key block with one masked loop, where this chapter's
-# skip the masks off the diagonal, and their block sizes are a start, not yet swept.
+# skip the masks off the diagonal, and their block sizes are a start, not yet swept. A quick look
+# times two of the shapes (grouped-query causal, and queries against a longer KV cache); --full
+# (RESULTS.md) times them all.
 
 
 # %%
 chapter.run("bench_general", lambda: general.bench_general({
     "Triton (general.py)": attention, "SDPA flash backend": functools.partial(general.sdpa, backend="FLASH_ATTENTION"),
-    "SDPA cuDNN": functools.partial(general.sdpa, backend="CUDNN_ATTENTION")}), gpu=True)
+    "SDPA cuDNN": functools.partial(general.sdpa, backend="CUDNN_ATTENTION")}, chapter.sizes(SIZES)["general"]),
+    gpu=True)
 
 # %% [markdown]
 # ## 17. Hopper in Gluon: the forward with warps by job (hopper.py)
@@ -755,9 +764,9 @@ chapter.run("gluon", hopper.compiled_for_hopper)
 
 # %% [markdown]
 # ## 18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)
-# The same forward written twice, side by side with SDPA's cuDNN and flash backends: batch 4, 32
-# heads of 64 and 16 of 128, seq 1024, 4096 and 16384, float16 (bench_hopper's own sizes, whatever
-# the command line's). What the H200's table (RESULTS.md) says: at head_dim 128 the warps split
+# The same forward written twice, side by side with SDPA's cuDNN and flash backends, float16: with
+# --full (RESULTS.md) batch 4, 32 heads of 64 and 16 of 128, seq 1024, 4096 and 16384; a quick look
+# takes 16 heads of 128 at seq 4096. What the H200's table (RESULTS.md) says: at head_dim 128 the warps split
 # by hand pay, level with cuDNN; at 64 Triton's own schedule is as good or better.
 
 
@@ -767,4 +776,5 @@ def attention_triton(q, k, v, *, causal=False):
     return launch(attention_kernel_tuned, q, k, v, causal, q.shape[-1] ** -0.5)[0]
 
 
-chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash), gpu=True)
+chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash, **chapter.sizes(SIZES)["gluon"]),
+            gpu=True)
