@@ -241,15 +241,18 @@ def dq_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, s
     tl.store(dq_ptr + q_offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=q_mask)
 
 
-# Block sizes: the head dim can be 256, twice main.py's largest, so the tiles are smaller; the last
+# Block sizes: the head dim can be 256, twice main.py's largest, so some tiles are smaller; the last
 # configuration of each list (what small problems run untimed) fits every GPU's shared memory in
-# float32 at head dim 256 (tests/test_gpus.py). Not yet swept on a GPU: these are a start.
+# float32 at head dim 256 (tests/test_gpus.py). The first of dK/dV's and dQ's lists is main.py's
+# best at head dim 128 (its section 15); 32 x 32 over 8 warps gives dK/dV a multi-query head's few
+# keys in more programs. The autotuner picks per shape; section 16 (RESULTS.md) times the result.
 GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                for bm, bn, w, s in [(128, 64, 8, 2), (64, 64, 4, 2), (16, 16, 4, 1)]]
 GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                    for bm, bn, w, s in [(32, 64, 4, 2), (16, 16, 2, 1)]]  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
+                    for bm, bn, w, s in [(64, 128, 8, 3), (32, 64, 4, 2), (32, 32, 8, 2),
+                                         (16, 16, 2, 1)]]  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
 GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                  for bm, bn, w, s in [(64, 32, 4, 2), (16, 16, 4, 1)]]
+                  for bm, bn, w, s in [(128, 64, 8, 3), (64, 32, 4, 2), (32, 32, 4, 2), (16, 16, 4, 1)]]
 INTERPRETED = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
 CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED,) * 3 if INTERPRET else (GPU_CONFIGS, GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS))
 

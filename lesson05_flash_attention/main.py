@@ -731,7 +731,7 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 # multi-query heads, head dims 80, 96 and 256, queries against a longer KV cache and one query
 # decoding, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal
 # mask bottom-right). Its kernels walk every key block with one masked loop, where this chapter's
-# skip the masks off the diagonal, and their block sizes are a start, not yet swept. A quick look
+# skip the masks off the diagonal; their block sizes are main.py's and a few smaller. A quick look
 # times two of the shapes (grouped-query causal, and queries against a longer KV cache); --full
 # (RESULTS.md) times them all.
 
