@@ -75,33 +75,31 @@ def _patch_once() -> None:
 
     import triton.language as tl
 
-    launches = []  # the launch in progress (the interpreter runs one kernel at a time)
+    current = []  # the launch in progress, if any (the interpreter runs one kernel at a time)
 
-    class Launch:
+    class Launch:  # what a launch patched, in order, all restored when it ends
         def __init__(self):
             self.scopes, self.modules = [], set()
 
+        def patch(self, fn, modules):
+            self.scopes.append(patch_lang(fn))
+            self.modules |= modules
+
         def restore(self):
-            launches.remove(self)
+            current.clear()
             for scope in reversed(self.scopes):
                 scope.restore()
-
-    class Nothing:
-        def restore(self):
-            pass
 
     def patched(fn):
         modules = {id(value) for value in fn.__globals__.values()
                    if inspect.ismodule(value) and (value is tl or value is tl.core)}
-        if launches and modules <= launches[-1].modules:  # a helper's call: swapped already
-            return Nothing()
-        launch = launches[-1] if launches else Launch()
-        launch.scopes.append(patch_lang(fn))
-        launch.modules |= modules
-        if launches:
-            return Nothing()
-        launches.append(launch)
-        return launch
+        if not current:  # a launch: it restores what this returns when it ends
+            current.append(Launch())
+            current[0].patch(fn, modules)
+            return current[0]
+        if not modules <= current[0].modules:  # a helper naming a module not patched yet
+            current[0].patch(fn, modules)
+        return None  # a helper's call drops what this returns
 
     interpreter._patch_lang = patched
 

@@ -6,6 +6,8 @@ import sys
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from conftest import DEVICE, INTERPRET, ROOT
 from common import bench, chapter as chapter_module, profile, ptx, results
@@ -392,3 +394,40 @@ def test_plot_draws_several_columns(tmp_path):
     table = Table(["N", "host µs", "kernel µs"], [[1024, 10.0, 1.0], [4096, 10.0, 3.0]], title="t")
     assert plot(table, str(tmp_path / "p.png"), x="N", y=["host µs", "kernel µs"], series=[], ceiling=None, logy=True)
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+@triton.jit
+def _plus_one(x):
+    return x + 1
+
+
+@triton.jit
+def _helpers_kernel(x_ptr, out_ptr, CALLS: tl.constexpr):
+    offsets = tl.arange(0, 16)
+    x = tl.load(x_ptr + offsets)
+    for _ in tl.static_range(CALLS):
+        x = _plus_one(x)
+    tl.store(out_ptr + offsets, x + tl.zeros([16], dtype=tl.float32))  # tl.zeros: Triton's helper, on tl.core
+
+
+@pytest.mark.skipif(not INTERPRET, reason="common.interpreter patches Triton's interpreter only")
+def test_interpreter_patches_triton_language_once_per_launch(monkeypatch):
+    # common.interpreter: a launch walks triton.language's modules once, however often its kernel
+    # calls a @triton.jit helper, still patches a module a helper names first (tl.zeros, tl.core),
+    # and leaves triton.language as it found it
+    from triton.runtime import interpreter
+
+    walks = []
+    getmembers = interpreter.inspect.getmembers
+    monkeypatch.setattr(interpreter.inspect, "getmembers", lambda *a, **k: walks.append(1) or getmembers(*a, **k))
+    load = tl.load
+    x = torch.arange(16, dtype=torch.float32)
+    counts = []
+    for calls in (1, 1, 6):  # (the first launch rewrites tl.zeros, which then names more modules)
+        out = torch.empty_like(x)
+        walks.clear()
+        _helpers_kernel[(1,)](x, out, CALLS=calls)
+        assert torch.equal(out, x + calls)
+        counts.append(len(walks))
+    assert counts[1] == counts[2] > 0, counts  # six helper calls walk no more than one
+    assert tl.load is load  # restored
