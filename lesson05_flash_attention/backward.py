@@ -4,8 +4,9 @@ Write S = sm_scale Q K^T for the scores and P = softmax(S) row by row, so O = P 
 wrote O and, per query row, one more number, lse: the log of the softmax's sum, with the max
 folded in and in base 2 (lse = m + log2(l), which is logsumexp(S) * log2(e)). From Q, K and lse
 any tile of P comes back, to float32 rounding: P = exp2(q k^T * qk_scale - lse), with qk_scale =
-sm_scale * log2(e) as in the forward, no running max, no rescaling. So the backward, like the forward, never holds the seq x seq matrices. With dO the
-loss's gradient with respect to O (arriving from above):
+sm_scale * log2(e) as in the forward, no running max, no rescaling. So the backward, like the
+forward, never holds the seq x seq matrices. With dO the loss's gradient with respect to O
+(arriving from above):
 
     dV = P^T dO                      dP = dO V^T
     dS = P * (dP - Delta), Delta = rowsum(dO * O)   (softmax's backward, lesson 2: rowsum(dP * P) = Delta)
@@ -23,11 +24,12 @@ tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`d
 Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
 fastest in two of the four cases of section 15's table and within 4% of the fastest in the other
 two (RESULTS.md): atomics buy no speed worth giving up the same bits on every run.
-atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds it with tl.atomic_add into a float32
-accumulator (5 tl.dots, no dQ pass). What that saves in matmuls it pays in memory traffic: every
-(key block, query block) pair adds a BLOCK_M x HEAD_DIM float32 tile through the L2 cache's
-atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4 bytes = 16 KB for the pair's 5
-matmuls of 2 x 64 x 64 x 64 flops, 2.6 MFLOP), and additions to one address wait for each other.
+atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds
+it with tl.atomic_add into a float32 accumulator (5 tl.dots, no dQ pass). What that saves in
+matmuls it pays in memory traffic: every (key block, query block) pair adds a BLOCK_M x HEAD_DIM
+float32 tile through the L2 cache's atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4
+bytes = 16 KB for the pair's 5 matmuls of 2 x 64 x 64 x 64 flops, 2.6 MFLOP), and additions to
+one address wait for each other.
 FlashAttention-2 (written for the A100) pays that traffic to save the matmuls; FlashAttention-3
 on Hopper makes it cheaper to issue: the tile goes to shared memory and one thread asks TMA
 (Hopper's copy engine: lesson 4's hopper.py) to add all of it in memory, asynchronously, where

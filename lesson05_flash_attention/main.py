@@ -766,8 +766,8 @@ chapter.run("gluon", hopper.compiled_for_hopper)
 # ## 18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)
 # The same forward written twice, side by side with SDPA's cuDNN and flash backends, float16: with
 # --full (RESULTS.md) batch 4, 32 heads of 64 and 16 of 128, seq 1024, 4096 and 16384; a quick look
-# takes 16 heads of 128 at seq 4096. What the H200's table (RESULTS.md) says: at head_dim 128 the warps split
-# by hand pay, level with cuDNN; at 64 Triton's own schedule is as good or better.
+# takes 16 heads of 128 at seq 4096. What the H200's table (RESULTS.md) says: at head_dim 128 the
+# warps split by hand pay, level with cuDNN; at 64 Triton's own schedule is as good or better.
 
 
 # %%
