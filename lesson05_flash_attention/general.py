@@ -67,6 +67,42 @@ def attention_reference(q, k, v, *, causal=False, sm_scale=None):
 
 
 @triton.jit
+def attend_keys(q, queries, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, lo, hi, diag, qk_scale,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr):
+    """A block of query rows q (BLOCK_M x BLOCK_D, query index `queries` for the causal mask) against
+    keys lo to hi of one key head, block by block: main.py's online softmax, every block masked.
+    Returns the rows' output, acc / l, and lse (base 2, as main.py's). A row that sees no key has
+    l = 0: its output is 0 and its lse the log of an empty sum, -inf (taken without log2(0)); the
+    backward masks that query's scores, as the forward did."""
+    dims = tl.arange(0, BLOCK_D)
+    real_dim = dims < HEAD_DIM                            # the padding past the head dim: loaded as 0
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    for start_n in range(lo, hi, BLOCK_N):
+        cols = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
+        kT = tl.load(k_base + dims[:, None] * stride_kd + cols[None, :] * stride_kn,
+                     mask=real_dim[:, None] & (cols[None, :] < hi), other=0.0)
+        v = tl.load(v_base + cols[:, None] * stride_vn + dims[None, :] * stride_vd,
+                    mask=(cols[:, None] < hi) & real_dim[None, :], other=0.0)
+        keep = cols[None, :] < hi
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= queries[:, None] + diag)
+        s = tl.where(keep, tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
+        p = tl.exp2(s - m_safe[:, None])
+        alpha = tl.exp2(m_i - m_safe)
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
+        m_i = m_new
+    seen = l_i > 0
+    out = acc / tl.where(seen, l_i, 1.0)[:, None]
+    return out, tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+
+
+@triton.jit
 def attention_general_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr, lse_ptr,
     sm_scale, H, GROUP, seq_q, seq_k,                   # query heads, query heads per key head, lengths
@@ -88,38 +124,14 @@ def attention_general_kernel(
     real_dim = dims < HEAD_DIM                            # the padding past the head dim: loaded as 0
     q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + dims[None, :] * stride_qd,
                 mask=(rows[:, None] < seq_q) & real_dim[None, :], other=0.0)
-    k_base = k_ptr + b * stride_kb + hk * stride_kh
-    v_base = v_ptr + b * stride_vb + hk * stride_vh
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
     diag = seq_k - seq_q                                  # causal: query i sees keys j <= i + diag
     hi = seq_k
     if CAUSAL:  # the key blocks past this block's last query's last key are skipped
         hi = tl.minimum(seq_k, (pid_m + 1) * BLOCK_M + diag)
-    for start_n in range(0, hi, BLOCK_N):
-        cols = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
-        kT = tl.load(k_base + dims[:, None] * stride_kd + cols[None, :] * stride_kn,
-                     mask=real_dim[:, None] & (cols[None, :] < seq_k), other=0.0)
-        v = tl.load(v_base + cols[:, None] * stride_vn + dims[None, :] * stride_vd,
-                    mask=(cols[:, None] < seq_k) & real_dim[None, :], other=0.0)
-        keep = cols[None, :] < seq_k
-        if CAUSAL:
-            keep = keep & (cols[None, :] <= rows[:, None] + diag)
-        s = tl.where(keep, tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
-        p = tl.exp2(s - m_safe[:, None])
-        alpha = tl.exp2(m_i - m_safe)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)
-        m_i = m_new
-    seen = l_i > 0                                        # false only for a query that sees no key
-    out = acc / tl.where(seen, l_i, 1.0)[:, None]
-    # lse (base 2, as main.py's) of a query that sees no key: the log of an empty sum, -inf (taken
-    # without log2(0)); the backward masks that query's scores, as the forward did
-    lse = tl.where(seen, m_i + tl.log2(tl.where(seen, l_i, 1.0)), float("-inf"))
+    out, lse = attend_keys(q, rows, k_ptr + b * stride_kb + hk * stride_kh, v_ptr + b * stride_vb + hk * stride_vh,
+                           stride_kn, stride_kd, stride_vn, stride_vd, 0, hi, diag, qk_scale, HEAD_DIM, BLOCK_D,
+                           BLOCK_M, BLOCK_N, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     tl.store(lse_ptr + pid_bh.to(INDEX_TYPE) * seq_q + rows, lse, mask=rows < seq_q)
     tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + dims[None, :] * stride_od,
              out.to(o_ptr.dtype.element_ty), mask=(rows[:, None] < seq_q) & real_dim[None, :])
@@ -258,8 +270,10 @@ CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED,) * 3 if INTERPRET else (GPU_C
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
-    """As main.py's: every configuration from 512 queries up, else the last."""
-    return configs if named_args["seq_q"] >= 512 else configs[-1:]
+    """As main.py's, counting both lengths: every configuration from 512 x 512 (query, key) pairs
+    up, else the last: a chunk of 64 queries against 4096 keys is no small problem, and 16 x 16
+    blocks would leave it several times slower than its tuned blocks."""
+    return configs if named_args["seq_q"] * named_args["seq_k"] >= 512 * 512 else configs[-1:]
 
 
 KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
