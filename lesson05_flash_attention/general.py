@@ -365,10 +365,11 @@ attention_general_op.register_autograd(attention_general_grad, setup_context=kee
 # Timing these shapes against PyTorch's SDPA (main.py, section 16; GPU only).
 # (batch, query heads, key heads, seq_q, seq_k, head_dim, causal): grouped-query and multi-query
 # heads, head dims that are not powers of two and the largest, new queries against a longer KV
-# cache (causal, bottom-right), one query decoding against 8192 keys.
+# cache (causal, bottom-right), then decoding (decode.py's kernels): one query against 8192 keys, and
+# four (speculative decoding, causal).
 BENCH_CASES = [(4, 32, 8, 4096, 4096, 128, False), (4, 32, 8, 4096, 4096, 128, True), (4, 32, 1, 4096, 4096, 64, True),
                (4, 16, 16, 4096, 4096, 80, True), (4, 16, 16, 4096, 4096, 96, True), (4, 8, 8, 4096, 4096, 256, True),
-               (4, 16, 16, 1024, 4096, 128, True), (16, 32, 8, 1, 8192, 128, False)]
+               (4, 16, 16, 1024, 4096, 128, True), (16, 32, 8, 1, 8192, 128, False), (16, 32, 8, 4, 8192, 128, True)]
 
 
 def visible_pairs(seq_q: int, seq_k: int, causal: bool) -> int:

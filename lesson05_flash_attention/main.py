@@ -12,7 +12,8 @@ A first reading can stop after section 6 (correctness). Sections 7-11 measure th
 (memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets; tuning.py holds
 most of their code); sections 12-15 are the backward pass, for training (backward.py). general.py
 holds the same kernels for the shapes real models pass (grouped-query heads, cross-attention, head
-dims to 256), which attention() hands to it; section 6 checks them. Sections 17-18 are the forward
+dims to 256), which attention() hands to it, and decode.py a few queries against a long KV cache,
+the keys split between programs; section 6 checks them. Sections 17-18 are the forward
 again, for Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on
 an H100 or H200.
 
@@ -38,7 +39,7 @@ from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_error
 from common.launch import cdiv, needs_op, traceable
 from common.table import print_table
 from common.trace import show
-from lesson05_flash_attention import backward, general, hopper, tuning  # the lesson's other files
+from lesson05_flash_attention import backward, decode, general, hopper, tuning  # the lesson's other files
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "memory": "1. Standard attention, and what its scores cost in memory",
@@ -337,7 +338,10 @@ def attention_kernel(
 # lengths (the causal mask aligned bottom-right, so that the last query sees every key, as a KV
 # cache needs), head dims other than 16, 32, 64 and 128 (padded to a power of two, masked). Its
 # kernels are these with a key head per query head, two lengths and a mask on the dims, and one
-# masked loop over the key blocks: read them after this one.
+# masked loop over the key blocks: read them after this one. Decoding, a few new queries against a
+# long KV cache, goes on to decode.py (flash-decoding): the query heads of a key head packed into one
+# block's rows, the keys split between programs, and a second kernel that merges their partial
+# softmaxes; general.py's backward serves it.
 
 
 # %%
@@ -397,7 +401,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     kv_heads dividing heads (grouped-query attention: query head h reads key head
     h // (heads // kv_heads)), seq_q != seq_k (causal aligned bottom-right: query i sees keys
     j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache
-    have it; PyTorch's is_causal aligns top-left), other head dims (padded to a power of two).
+    have it; PyTorch's is_causal aligns top-left), other head dims (padded to a power of two);
+    and of those, a few queries against at least 512 keys (decoding), decode.py's.
     attn_mask is there only to refuse one clearly (SDPA's fourth argument): the one mask here is
     causal=True, which is never stored, only computed.
     """
@@ -412,6 +417,10 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
     if k.shape != q.shape or D not in HEAD_DIMS:  # grouped heads, two lengths, another head dim: general.py
+        if decode.takes(q, k):  # a few queries against many keys (a KV cache): decode.py, split keys
+            if needs_op(q, k, v):
+                return decode.attention_decode_op(q, k, v, causal, sm_scale)[0]
+            return decode.launch(q, k, v, causal, sm_scale)[0]
         if needs_op(q, k, v):
             return general.attention_general_op(q, k, v, causal, sm_scale)[0]
         return general.launch(general.attention_general_kernel_tuned, q, k, v, causal, sm_scale)[0]
@@ -509,7 +518,8 @@ def check():
     # q and k/v of different lengths, other head dims), against standard attention written out for them
     rows = []
     for dtype in DTYPES:
-        for B, H, H_KV, seq_q, seq_k, D in [(1, 4, 2, 20, 20, 64), (1, 2, 1, 7, 30, 80), (1, 1, 1, 17, 9, 256)]:
+        for B, H, H_KV, seq_q, seq_k, D in [(1, 4, 2, 20, 20, 64), (1, 2, 1, 7, 30, 80), (1, 1, 1, 17, 9, 256),
+                                            (1, 4, 1, 2, 1100, 64)]:  # the last: decoding (decode.py)
             q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype)
             k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=dtype) for _ in range(2))
             for causal in (False, True):
@@ -518,7 +528,8 @@ def check():
                 rows.append((dtype_name(dtype), f"{H} / {H_KV}", f"{seq_q} x {seq_k}", D, causal, err,
                              err < TOLERANCE[dtype]))
     shapes = print_table(rows, ["dtype", "heads q / kv", "seq q x k", "head_dim", "causal", "relative error", "ok"],
-                         floatfmt=".1e", title="Check: grouped heads, two lengths, other head dims (general.py)",
+                         floatfmt=".1e", title="Check: grouped heads, two lengths, other head dims, decoding "
+                                               "(general.py, decode.py)",
                          note="Causal aligned bottom-right: query i sees keys j <= i + seq_k - seq_q. Against "
                               "general.attention_reference in float64; the same tolerances.")
     return [plain, shapes]
@@ -728,10 +739,12 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 # %% [markdown]
 # ## 16. The shapes models pass, timed against SDPA's backends (general.py)
 # general.py's kernels (section 4 says what they add) forward and backward on grouped-query and
-# multi-query heads, head dims 80, 96 and 256, queries against a longer KV cache and one query
-# decoding, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal
-# mask bottom-right). Its kernels walk every key block with one masked loop, where this chapter's
-# skip the masks off the diagonal; their block sizes are main.py's and a few smaller. A quick look
+# multi-query heads, head dims 80, 96 and 256, queries against a longer KV cache, and decoding (one
+# query, and four) by decode.py's split keys, against SDPA's flash and cuDNN backends given the same
+# shapes (enable_gqa, the causal mask bottom-right). Its kernels walk every key block with one masked
+# loop, where this chapter's skip the masks off the diagonal; their block sizes are main.py's and a
+# few smaller. Decoding reads every key and value once and computes little: its time is memory
+# traffic, and the measure is against cuDNN's, not TFLOP/s. A quick look
 # times two of the shapes (grouped-query causal, and queries against a longer KV cache); --full
 # (RESULTS.md) times them all.
 

@@ -9,10 +9,10 @@ What varies per kernel (its `Family`): the configurations of its launcher or aut
 a launcher can hand it, every head dim, the epilogues, int32 and int64 offsets, causal or not. Of
 those, the block sizes, the dtype and the head dim decide what a kernel needs (registers, shared
 memory); the flags only change the code. So `pytest --all-configs` compiles, for every GPU, every
-kernel in the product of the first kind, with each flag's values spread over them (3,300
-compilations: 34 minutes on 2 cores). The default run, for CI, compiles on every
+kernel in the product of the first kind, with each flag's values spread over them (4,665
+compilations; when they were 3,300, that took 34 minutes on 2 cores). The default run, for CI, compiles on every
 GPU each kernel's largest variant that must fit, and covers every value of every dimension on
-some GPU (273 compilations)."""
+some GPU (317 compilations)."""
 import itertools
 import os
 
@@ -27,11 +27,11 @@ from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS, GPU_FUSED_CONFIGS
 from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS, HEAD_DIMS
-from lesson05_flash_attention import general
+from lesson05_flash_attention import decode, general
 
 L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
 L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
-G = "lesson05_flash_attention.general"
+G, DEC = "lesson05_flash_attention.general", "lesson05_flash_attention.decode"
 GENERAL_HEAD_DIMS = (1, 80, 256)  # BLOCK_D 16, 128, 256
 DTYPES = ("fp32", "fp16", "bf16")  # what every launcher takes (bf16 and fp16 are the same size: both kept)
 INDEX = ("int32", "int64")         # common.checks.index_type's two answers
@@ -189,6 +189,26 @@ def general_job(kernel, v):
     return job
 
 
+def decode_job(kernel, v):
+    """decode.py's two kernels: the split one (its packed rows, BLOCK_M: 16 or the most it takes at
+    that head dim), and the merge."""
+    D = v["head_dim"]
+    dims = {"HEAD_DIM": D, "BLOCK_D": general.block_d(D), "INDEX_TYPE": v["index"]}
+    if kernel == "combine_splits_kernel":
+        return dict(module=DEC, kernel=kernel, constexprs={**dims, "MAX_SPLITS": decode.MAX_SPLITS},
+                    signature={**pointers("fp32", "part_o_ptr", "part_lse_ptr"), "o_ptr": f"*{v['dtype']}",
+                               "lse_ptr": "*fp32", **ints("num_splits", "H", "seq_q", "rows_total"),
+                               **ints(*(f"stride_o{d}" for d in "bhnd"))})
+    signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr"), **pointers("fp32", "part_o_ptr", "part_lse_ptr"),
+                 "sm_scale": "fp32", **ints("H_KV", "GROUP", "seq_q", "seq_k", "share", "num_splits"),
+                 **ints(*(f"stride_{t}{d}" for t in "qkv" for d in "bhnd"))}
+    job = dict(module=DEC, kernel=kernel, signature=signature, divisible_by_16=("q_ptr", "k_ptr", "v_ptr"),
+               **from_config(v["config"]))
+    rows = 16 if v["rows"] == "fewest" else decode.max_rows(D)  # (a power of two, as its BLOCK_M)
+    job["constexprs"].update(dims, BLOCK_M=rows, CAUSAL=v["causal"], INPUT_PRECISION=precision(v))
+    return job
+
+
 def itemsize(v) -> int:
     return 4 if v.get("dtype", "").startswith("fp32") else 2
 
@@ -251,6 +271,12 @@ def families(arch: int) -> list[Family]:
                           must_fit=last_of(configs), size=lambda v: v["head_dim"] * itemsize(v)))
     out.append(Family("preprocess_general_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS}, {"index": INDEX},
                       lambda v: general_job("preprocess_general_kernel", v), size=lambda v: v["head_dim"] * itemsize(v)))
+    out.append(Family("decode_split_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS, "rows": ("fewest", "most"),
+                                              "config": tuple(decode.GPU_CONFIGS)},
+                      {"causal": (True, False), "index": INDEX}, lambda v: decode_job("decode_split_kernel", v),
+                      must_fit=last_of(decode.GPU_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v) * (v["rows"] == "most")))
+    out.append(Family("combine_splits_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS}, {"index": INDEX},
+                      lambda v: decode_job("combine_splits_kernel", v), size=lambda v: v["head_dim"] * itemsize(v)))
     if arch >= 90:  # TMA came with Hopper: compiled where it exists (whether it fits is the launcher's rule, below)
         out.append(Family("matmul_kernel_tma", {"dtype": ("fp16", "bf16"), "config": tuple(GPU_TMA_CONFIGS)},
                           {"activation": ACTIVATIONS}, tma_job, must_fit=lambda v: False))

@@ -141,7 +141,7 @@ def test_backward_trace_matches_autograd(traced_backward):
 
 def test_check_passes():
     plain, shapes = check()
-    assert all(plain.column("ok")) and all(shapes.column("ok")) and len(shapes.rows) == 18
+    assert all(plain.column("ok")) and all(shapes.column("ok")) and len(shapes.rows) == 24
 
 
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
@@ -391,6 +391,18 @@ def test_general_attention_with_no_keys_or_no_queries():
     assert attention(q, k, v, causal=True).shape == (1, 2, 0, 16)
 
 
+def test_general_small_problems_count_both_lengths():
+    # the autotuner tries every configuration from 512 x 512 (query, key) pairs up: a chunk of 64
+    # queries against 4096 keys is tuned, 16 x 16 is not (it runs the last configuration)
+    from lesson05_flash_attention import general
+
+    configs = ["a", "b", "last"]
+    assert general.small_problems_untuned(configs, {"seq_q": 64, "seq_k": 4096}) == configs
+    assert general.small_problems_untuned(configs, {"seq_q": 4096, "seq_k": 64}) == configs
+    assert general.small_problems_untuned(configs, {"seq_q": 16, "seq_k": 16}) == ["last"]
+    assert general.small_problems_untuned(configs, {"seq_q": 511, "seq_k": 512}) == ["last"]
+
+
 def test_general_bench_with_a_fake_clock(monkeypatch):
     # Each implementation runs forward and backward on each case; one that refuses a shape is left
     # out of that case; the ratios divide by the first implementation's time; TFLOP/s count only
@@ -413,6 +425,70 @@ def test_general_bench_with_a_fake_clock(monkeypatch):
     # causal, 5 queries on 9 keys, bottom-right: query i sees 4 + i + 1 keys, 5 + 6 + 7 + 8 + 9 = 35 pairs
     assert general.visible_pairs(5, 9, True) == 35 and general.visible_pairs(9, 5, True) == 15  # 0,0,0,0,1,2,3,4,5
     assert table.column("forward TFLOP/s")[0] == pytest.approx(4 * 2 * 35 * 24 / 1e-3 / 1e12)
+
+
+# ----- decode.py: a few queries against many keys, the keys split between programs
+
+from lesson05_flash_attention import decode, general  # noqa: E402
+
+DECODE = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim
+    (2, 6, 2, 1, 50, 64),     # one query, three query heads packed per key head
+    (1, 4, 1, 3, 37, 80),     # three queries each (speculative decoding), multi-query, head dim 80
+    (1, 2, 2, 5, 3, 32),      # more queries than keys: causal, the first two see no key
+    (1, 2, 1, 1, 129, 256),   # head dim 256
+    (2, 3, 3, 2, 70, 16),     # one query head per key head
+]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", DECODE, ids=[f"{s[1]}q{s[2]}kv-{s[3]}x{s[4]}-d{s[5]}" for s in DECODE])
+def test_decode_matches_float64_for_any_split(shape, dtype, causal):
+    # the keys in 1, 3 and 7 shares (a share of a few keys, one the causal mask hides from some
+    # rows): the merged output within the dtype's tolerance, lse general.py's to float32 rounding
+    # (-inf exactly where a query sees no key), which its backward reads
+    q, k, v = general_inputs(*shape, dtype)
+    exact = general_reference(q.double(), k.double(), v.double(), causal=causal, sm_scale=0.3)
+    _, lse_general = general.launch(general.attention_general_kernel_tuned, q, k, v, causal, 0.3)
+    seen = torch.isfinite(lse_general)
+    for num_splits in (1, 3, 7):
+        o, lse = decode.launch(q, k, v, causal, 0.3, num_splits=num_splits)
+        assert o.dtype == dtype and rel_error(o, exact) < TOL[dtype], num_splits
+        assert torch.equal(torch.isfinite(lse), seen) and (lse[seen] - lse_general[seen]).abs().max() < 1e-5
+
+
+def test_decode_chooses_its_splits_and_attention_takes_it(monkeypatch):
+    # decoding: GROUP x seq_q packed rows, at most 64 and 64 x 64 elements, against >= 512 keys; shares
+    # for 4 programs per SM
+    # (132 SMs here, as on the H200), of at least 512 keys, at most 16
+    q, k = torch.empty(16, 32, 1, 128), torch.empty(16, 8, 8192, 128)
+    assert decode.takes(q, k) and decode.takes(torch.empty(1, 32, 16, 8), torch.empty(1, 32, 512, 8))
+    assert not decode.takes(torch.empty(1, 32, 17, 8), torch.empty(1, 8, 4096, 8))  # 68 rows
+    assert not decode.takes(q, torch.empty(16, 8, 511, 128))
+    assert decode.max_rows(256) == 16 and decode.max_rows(80) == 32 and decode.max_rows(64) == 64
+    assert not decode.takes(torch.empty(1, 17, 1, 256), torch.empty(1, 1, 512, 256))  # 17 rows of 256
+    assert decode.choose_splits(16 * 8, 8192) == 5      # 528 programs wanted: 5 x 128
+    assert decode.choose_splits(8, 8192) == 16          # 66 wanted, 16 at most
+    assert decode.choose_splits(8, 1500) == 2           # shares of 512 keys or more
+    assert decode.choose_splits(1024, 8192) == 1        # enough programs already
+    q, k, v = general_inputs(1, 4, 1, 2, 512, 16, torch.float32)
+    with pytest.raises(ValueError, match="num_splits must be from 1 to 16"):
+        decode.launch(q, k, v, False, 0.25, num_splits=17)
+    calls = []
+    monkeypatch.setattr(decode, "launch", lambda *args, **kwargs: calls.append(args) or (None, None))
+    attention(q, k, v)
+    assert len(calls) == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+def test_decode_gradients(dtype):
+    # attention() on a decode shape, forward by decode.py (2 shares of 520 keys), backward by general.py's
+    from common.checks import grad_errors, grad_ok
+
+    q, k, v = general_inputs(1, 4, 2, 2, 1100, 32, dtype)
+    assert decode.takes(q, k) and decode.choose_splits(2, 1100) == 2
+    errors = grad_errors(attention, general_reference, [q, k, v], causal=True)
+    assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
 
 
 # ----- hopper.py: the Gluon forward for sm_90

@@ -196,7 +196,11 @@ OPS = {"add": lambda x, w: add(x, x), "gelu": lambda x, w: gelu(x), "softmax": l
        # general.py's: 4 query heads on 1 key head, 8 queries on 20 keys, head dim 24 (views of x)
        "attention, grouped and cross": lambda x, w: attention(
            x.flatten()[:768].view(1, 4, 8, 24), x.flatten()[768:1248].view(1, 1, 20, 24),
-           x.flatten()[1248:1728].view(1, 1, 20, 24), causal=True)}
+           x.flatten()[1248:1728].view(1, 1, 20, 24), causal=True),
+       # decode.py's: one query in each of 4 heads on 1 key head of 512 keys, head dim 8 (views of x)
+       "attention, decoding": lambda x, w: attention(
+           x.flatten()[:32].view(1, 4, 1, 8), x.flatten()[:4096].view(1, 1, 512, 8),
+           x.flatten()[2048:6144].view(1, 1, 512, 8))}
 
 
 @pytest.mark.skipif(INTERPRET, reason="torch.compile generates GPU code; the interpreter's kernels cannot be compiled")
