@@ -29,7 +29,7 @@ import triton
 import triton.language as tl
 
 from common import bench, checks
-from common.device import DEVICE, INTERPRET, interpretable
+from common.device import DEVICE, INTERPRET, interpretable, sm_count
 from common.launch import cdiv, next_power_of_2, traceable
 from common.table import print_table
 
@@ -174,13 +174,16 @@ def query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DI
 
 @triton.jit
 def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, sm_scale,
-                        H_KV, GROUP, seq_q, seq_k, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                        H_KV, GROUP, seq_q, seq_k, parts, part_stride, HEAD_DIM: tl.constexpr,
+                        BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
                         INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32):
-    """One program per block of keys of one (batch, key head): its rows of dK and dV, summed over
-    the GROUP query heads that read them (grouped-query attention's gradient: no atomics)."""
+    """One program per block of keys of one (batch, key head) and one of `parts` parts of the work:
+    its rows of dK and dV, summed over the GROUP query heads that read them (grouped-query
+    attention's gradient: no atomics). With parts > 1, dk_ptr and dv_ptr are float32 buffers of
+    `parts` partial sums, part_stride elements apart, which the launcher adds up."""
     num_pid_n = tl.cdiv(seq_k, BLOCK_N)
-    pid_n, bhk = tl.program_id(0) % num_pid_n, (tl.program_id(0) // num_pid_n).to(INDEX_TYPE)
+    pid_n, rest = tl.program_id(0) % num_pid_n, tl.program_id(0) // num_pid_n
+    part, bhk = rest % parts, (rest // parts).to(INDEX_TYPE)
     b, hk = bhk // H_KV, bhk % H_KV
     keys = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
     dims = tl.arange(0, BLOCK_D)
@@ -197,9 +200,11 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
     if CAUSAL:  # the queries before start_n - diag see none of these keys
         lo = tl.maximum(pid_n * BLOCK_N - diag, 0) // BLOCK_M * BLOCK_M
     # One loop over the GROUP query heads that read key head hk and, for each, their query blocks
-    # from lo to the end: step i is head i // blocks, block i % blocks.
+    # from lo to the end: step i is head i // blocks, block i % blocks. With parts > 1 (a multi-query
+    # head's few key blocks, too few programs to fill the GPU), this program takes one part of the steps.
     blocks = tl.cdiv(tl.maximum(seq_q - lo, 0), BLOCK_M)  # query blocks per query head
-    for i in range(0, GROUP * blocks):
+    per_part = tl.cdiv(GROUP * blocks, parts)
+    for i in range(part * per_part, tl.minimum(GROUP * blocks, (part + 1) * per_part)):
         bh = b * (H_KV * GROUP) + hk * GROUP + i // blocks  # a query head that reads key head hk
         rows = (lo + (i % blocks) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
         q, do, lse, delta = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM)
@@ -212,8 +217,9 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
         dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
         dsT = pT * (dpT - delta[None, :])
         dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
-    tl.store(dk_ptr + kv_offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dv_ptr + kv_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+    out_offsets = part.to(INDEX_TYPE) * part_stride + kv_offsets
+    tl.store(dk_ptr + out_offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
+    tl.store(dv_ptr + out_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
 
 
 @triton.jit
@@ -256,8 +262,9 @@ def dq_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, s
 # Block sizes: the head dim can be 256, twice main.py's largest, so some tiles are smaller; the last
 # configuration of each list (what small problems run untimed) fits every GPU's shared memory in
 # float32 at head dim 256 (tests/test_gpus.py). The first of dK/dV's and dQ's lists is main.py's
-# best at head dim 128 (its section 15); 32 x 32 over 8 warps gives dK/dV a multi-query head's few
-# keys in more programs. The autotuner picks per shape; section 16 (RESULTS.md) times the result.
+# best at head dim 128 (its section 15); 32 x 32 over 8 warps gives dK/dV's few keys of small
+# problems more programs (a multi-query head's get parts, dkdv_parts, as well). The autotuner picks
+# per shape; section 16 (RESULTS.md) times the result.
 GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                for bm, bn, w, s in [(128, 64, 8, 2), (64, 64, 4, 2), (16, 16, 4, 1)]]
 GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
@@ -279,7 +286,7 @@ def small_problems_untuned(configs, named_args, **kwargs):
 KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
 PRUNE = {"early_config_prune": small_problems_untuned}
 attention_general_kernel_tuned = triton.autotune(CONFIGS, key=KEY, prune_configs_by=PRUNE)(attention_general_kernel)
-dkdv_general_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dkdv_general_kernel)
+dkdv_general_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY + ["parts"], prune_configs_by=PRUNE)(dkdv_general_kernel)
 dq_general_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_general_kernel)
 
 
@@ -310,6 +317,15 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, **meta) -> tuple:
     return o, lse
 
 
+def dkdv_parts(key_heads: int, seq_k: int, group: int) -> int:
+    """How many programs share a key block's work in the dK/dV kernel: 1, unless B x H_KV key heads'
+    blocks of 128 keys give fewer than 4 programs per SM (multi-query attention: one key head for
+    32 query heads); then enough parts for that, each taking some of the GROUP heads' query blocks,
+    at most GROUP."""
+    programs = cdiv(seq_k, 128) * key_heads
+    return max(1, min(group, cdiv(4 * sm_count(), programs)))
+
+
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=preprocess_general_kernel,
                     dkdv=dkdv_general_kernel_tuned, dq=dq_general_kernel_tuned) -> tuple:
     """dq, dk, dv: the three kernels in turn, on contiguous copies where the inputs are views."""
@@ -325,9 +341,17 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     dims = dict(HEAD_DIM=D, BLOCK_D=block_d(D), INDEX_TYPE=index)
     preprocess[(cdiv(seq_q, 16) * B * H,)](o, do, delta, seq_q, BLOCK_M=16, **dims)
     group = H // H_KV
-    dkdv[lambda meta: (cdiv(seq_k, meta["BLOCK_N"]) * B * H_KV,)](
-        q, k, v, do, lse, delta, dk_out, dv_out, sm_scale, H_KV, group, seq_q, seq_k, CAUSAL=causal,
-        INPUT_PRECISION=precision, **dims)
+    parts = dkdv_parts(B * H_KV, seq_k, group)
+    if parts == 1:
+        dk_sums, dv_sums = dk_out, dv_out
+    else:  # float32 partial sums, added up below (in a fixed order: the same bits on every run)
+        dk_sums, dv_sums = (k.new_empty((parts, *k.shape), dtype=torch.float32) for _ in range(2))
+    dkdv[lambda meta: (cdiv(seq_k, meta["BLOCK_N"]) * parts * B * H_KV,)](
+        q, k, v, do, lse, delta, dk_sums, dv_sums, sm_scale, H_KV, group, seq_q, seq_k, parts, k.numel(),
+        CAUSAL=causal, INPUT_PRECISION=precision, **dims)
+    if parts > 1:
+        dk_out.copy_(dk_sums.sum(dim=0))
+        dv_out.copy_(dv_sums.sum(dim=0))
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
         q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal,
         INPUT_PRECISION=precision, **dims)

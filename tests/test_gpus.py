@@ -183,6 +183,8 @@ def general_job(kernel, v):
         heads = "H_KV" if kernel == "dkdv_general_kernel" else "H"
         signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
                      **pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", **ints(heads, "GROUP"), **lengths}
+        if kernel == "dkdv_general_kernel":
+            signature.update(ints("parts", "part_stride"))
     job = dict(module=G, kernel=kernel, signature=signature, divisible_by_16=("q_ptr", "k_ptr", "v_ptr"),
                **from_config(v["config"]))
     job["constexprs"].update(dims, CAUSAL=v["causal"], INPUT_PRECISION=precision(v))

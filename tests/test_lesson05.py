@@ -391,6 +391,24 @@ def test_general_attention_with_no_keys_or_no_queries():
     assert attention(q, k, v, causal=True).shape == (1, 2, 0, 16)
 
 
+def test_general_dkdv_parts_split_a_multi_query_heads_work(monkeypatch):
+    # dK/dV in parts where the key heads' blocks alone give fewer than 4 programs per SM (132 SMs
+    # here, as on the H200): multi-query 32/1 at 4096 keys, batch 4, in 5 parts; grouped-query 32/8 in
+    # one. The gradients are those of one part, to float32 rounding of the sums' order.
+    from lesson05_flash_attention import general
+
+    assert general.dkdv_parts(4 * 1, 4096, 32) == 5 and general.dkdv_parts(4 * 8, 4096, 4) == 1
+    assert general.dkdv_parts(1, 17, 3) == 3            # at most GROUP
+    q, k, v = general_inputs(1, 6, 1, 21, 37, 32, torch.float32)
+    o, lse = general.launch(general.attention_general_kernel_tuned, q, k, v, True, 0.3)
+    do = torch.randn_like(o)
+    split = general.launch_backward(do, q, k, v, o, lse, True, 0.3)
+    monkeypatch.setattr(general, "dkdv_parts", lambda *args: 1)
+    whole = general.launch_backward(do, q, k, v, o, lse, True, 0.3)
+    for a, b in zip(split, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 def test_general_small_problems_count_both_lengths():
     # the autotuner tries every configuration from 512 x 512 (query, key) pairs up: a chunk of 64
     # queries against 4096 keys is tuned, 16 x 16 is not (it runs the last configuration)
