@@ -15,10 +15,10 @@ Two changes give the GPU the parallelism back (FlashAttention's "flash-decoding"
   tile has GROUP x seq_q real rows instead of seq_q (tl.dot wants at least 16).
 - Split the keys between programs (lesson 3's split rows, for attention): each program walks one
   share of the keys with the online softmax, and writes its partial output, normalized by its own
-  sum, and the log of that sum, lse_s. A second kernel merges the shares of each row exactly:
+  sum, and log2 of that sum, lse_s (main.py's base-2 lse). A second kernel merges the shares of each row exactly:
   o = sum_s 2^lse_s o_s / sum_s 2^lse_s, lse = log2(sum_s 2^lse_s), computed from the largest
   lse_s as the softmax is. A share whose keys a row's causal mask hides gives lse_s = -inf and
-  weight 0.
+  weight 0. (Exercise 5.7, exercises/merge_splits.py, has you write that merge.)
 
 The output and lse are general.py's, so its backward serves these too (the operator below).
 """
@@ -35,10 +35,10 @@ from lesson05_flash_attention import general
 from lesson05_flash_attention.general import LOG2E, attend_keys, block_d
 
 MAX_ROWS = 64       # GROUP x seq_q rows, packed into one block: more than that is not decoding
-MAX_TILE = 64 * 64  # and the packed queries' tile no larger (at head dim 256: 16 rows)
+MAX_TILE = 64 * 64  # and the packed query tile (rows x BLOCK_D) at most 64 x 64 elements (head dim 256: 16 rows)
 MIN_KEYS = 512      # fewer keys than that: general.py's kernel, for there is little to split
 MIN_SHARE = 512     # keys per program, at least: a share shorter than that costs more to merge
-SHARE_ALIGN = 128   # a share is a whole number of every key block below
+SHARE_ALIGN = 128   # choose_splits's shares are rounded up to it: none ends in a part-filled key block
 MAX_SPLITS = 16     # the most shares of one row (the merge loads them all at once)
 
 
@@ -56,16 +56,17 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
 
 @functools.cache
 def choose_splits(programs: int, seq_k: int) -> int:
-    """How many programs share a row's keys: as lesson 3's row sums, at least 4 programs per SM
-    where the packed blocks alone (B x H_KV) give fewer, with shares of at least MIN_SHARE keys, at
-    most MAX_SPLITS. More programs than that only add partial results to merge."""
+    """How many programs share a row's keys: as lesson 3's row sums, enough for 4 programs per SM
+    where the packed blocks alone (B x H_KV of them) give fewer, but no more than seq_k // MIN_SHARE
+    (shares of at least MIN_SHARE keys) or MAX_SPLITS. More programs than that only add partial
+    results to merge."""
     return max(1, min(cdiv(4 * sm_count(), programs), seq_k // MIN_SHARE, MAX_SPLITS))
 
 
 @triton.jit
 def decode_split_kernel(
     q_ptr, k_ptr, v_ptr, part_o_ptr, part_lse_ptr,
-    sm_scale, H_KV, GROUP, seq_q, seq_k, share, num_splits,  # share: keys per program
+    sm_scale, H_KV, GROUP, seq_q, seq_k, share_len, num_splits, rows_total,  # keys per program; B x H x seq_q
     stride_qb, stride_qh, stride_qn, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
@@ -84,16 +85,15 @@ def decode_split_kernel(
     q = tl.load(q_ptr + b * stride_qb + h[:, None] * stride_qh + i[:, None] * stride_qn + dims[None, :] * stride_qd,
                 mask=real_row[:, None] & real_dim[None, :], other=0.0)
     qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
-    lo = split * share                            # this program's keys: lo to hi
-    hi = tl.minimum(lo + share, seq_k)
+    lo = split * share_len                        # this program's keys: lo to hi
+    hi = tl.minimum(lo + share_len, seq_k)
     # general.py's walk over the keys, over this share; causal, bottom-right: query i sees keys
     # j <= i + seq_k - seq_q. lse is -inf for a row this share hides from.
     out, lse = attend_keys(q, i, k_ptr + b * stride_kb + hk * stride_kh, v_ptr + b * stride_vb + hk * stride_vh,
                            stride_kn, stride_kd, stride_vn, stride_vd, lo, hi, seq_k - seq_q, qk_scale, HEAD_DIM,
                            BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     # the partial results, float32, (num_splits, B, H, seq_q[, HEAD_DIM]) contiguous: row (split, b, h, i)
-    BH = tl.num_programs(0) // num_splits * GROUP  # B x H: the grid is num_splits x B x H_KV programs
-    part_row = ((split * BH + b * H_KV * GROUP + h) * seq_q + i).to(INDEX_TYPE)
+    part_row = split.to(INDEX_TYPE) * rows_total + (b * H_KV * GROUP + h) * seq_q + i
     tl.store(part_lse_ptr + part_row, lse, mask=real_row)
     tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :], out,
              mask=real_row[:, None] & real_dim[None, :])
@@ -135,56 +135,58 @@ CONFIGS = [triton.Config({"BLOCK_N": 32})] if INTERPRET else GPU_CONFIGS
 
 def small_problems_untuned(configs, named_args, **kwargs):
     """Every configuration from a share of MIN_SHARE keys up (what the tuning is worth), else the last."""
-    return configs if named_args["share"] >= MIN_SHARE else configs[-1:]
+    return configs if named_args["share_len"] >= MIN_SHARE else configs[-1:]
 
 
-decode_split_kernel_tuned = triton.autotune(CONFIGS, key=["share", "BLOCK_M", "BLOCK_D", "CAUSAL"],
+decode_split_kernel_tuned = triton.autotune(CONFIGS, key=["share_len", "BLOCK_M", "BLOCK_D", "CAUSAL"],
                                             prune_configs_by={"early_config_prune": small_problems_untuned}
                                             )(decode_split_kernel)
 
 
-def launch(q, k, v, causal: bool, sm_scale: float, *, split=decode_split_kernel_tuned,
-           combine=combine_splits_kernel, num_splits: int | None = None) -> tuple:
-    """(o, lse), general.launch's, by the two kernels: `split` (the autotuned one, or its traceable
-    form from the operator) then `combine`. num_splits: the shares of each row's keys, by default
-    choose_splits's (the tests pick it)."""
+def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel=decode_split_kernel_tuned,
+           combine_kernel=combine_splits_kernel, num_splits: int | None = None) -> tuple:
+    """The same (o, lse) as general.launch, computed by two kernels: split_kernel (the autotuned one,
+    or its traceable form from the operator), then combine_kernel. num_splits: the shares of each
+    row's keys, 1 to MAX_SPLITS, by default choose_splits's (the tests pick it); the count used is
+    cdiv(seq_k, share_len), which rounding the shares up can make smaller."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
     group = H // H_KV
     o = torch.empty_like(q)
     lse = q.new_empty((B, H, seq_q), dtype=torch.float32)
+    if num_splits is not None and not 1 <= num_splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be from 1 to {MAX_SPLITS}, got {num_splits}")
     if q.numel() == 0:
         return o, lse
     if seq_k == 0:  # no key at all: every output is 0 (as general.launch has it)
         return o.zero_(), lse.fill_(float("-inf"))
     if num_splits is None:
         num_splits = choose_splits(B * H_KV, seq_k)
-        share = cdiv(cdiv(seq_k, num_splits), SHARE_ALIGN) * SHARE_ALIGN
+        share_len = cdiv(cdiv(seq_k, num_splits), SHARE_ALIGN) * SHARE_ALIGN
     else:
-        if not 1 <= num_splits <= MAX_SPLITS:
-            raise ValueError(f"num_splits must be from 1 to {MAX_SPLITS}, got {num_splits}")
-        share = cdiv(seq_k, num_splits)
-    num_splits = cdiv(seq_k, share)  # after rounding, the shares that hold keys
+        share_len = cdiv(seq_k, num_splits)
+    num_splits = cdiv(seq_k, share_len)  # the shares that hold keys (rounding can leave fewer)
     part_o = q.new_empty((num_splits, B, H, seq_q, D), dtype=torch.float32)
     part_lse = q.new_empty((num_splits, B, H, seq_q), dtype=torch.float32)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     index = checks.index_type(q, k, v, o, part_o)
     q, k, v = interpretable(q), interpretable(k), interpretable(v)
     dims = dict(HEAD_DIM=D, BLOCK_D=block_d(D), INDEX_TYPE=index)
-    split[(num_splits * B * H_KV,)](q, k, v, part_o, part_lse, sm_scale, H_KV, group, seq_q, seq_k, share,
-                                    num_splits, *q.stride(), *k.stride(), *v.stride(),
-                                    BLOCK_M=max(16, next_power_of_2(group * seq_q)), CAUSAL=causal,
-                                    INPUT_PRECISION=precision, **dims)
-    combine[(B * H * seq_q,)](part_o, part_lse, o, lse, num_splits, H, seq_q, B * H * seq_q, *o.stride(),
-                              MAX_SPLITS=MAX_SPLITS, **dims)
+    rows_total = B * H * seq_q
+    split_kernel[(num_splits * B * H_KV,)](
+        q, k, v, part_o, part_lse, sm_scale, H_KV, group, seq_q, seq_k, share_len, num_splits, rows_total,
+        *q.stride(), *k.stride(), *v.stride(), BLOCK_M=max(16, next_power_of_2(group * seq_q)), CAUSAL=causal,
+        INPUT_PRECISION=precision, **dims)
+    combine_kernel[(rows_total,)](part_o, part_lse, o, lse, num_splits, H, seq_q, rows_total, *o.stride(),
+                                  MAX_SPLITS=MAX_SPLITS, **dims)
     return o, lse
 
 
 @torch.library.triton_op("lessons::attention_decode", mutates_args=())
 def attention_decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                         sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return launch(q, k, v, causal, sm_scale, split=traceable(decode_split_kernel_tuned),
-                  combine=traceable(combine_splits_kernel))
+    return launch(q, k, v, causal, sm_scale, split_kernel=traceable(decode_split_kernel_tuned),
+                  combine_kernel=traceable(combine_splits_kernel))
 
 
 # (o, lse) are general.py's, and so is the backward: the same three kernels, dK and dV summed over

@@ -67,11 +67,12 @@ def attention_reference(q, k, v, *, causal=False, sm_scale=None):
 
 
 @triton.jit
-def attend_keys(q, queries, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, lo, hi, diag, qk_scale,
+def attend_keys(q, query_idx, k_base, v_base, stride_kn, stride_kd, stride_vn, stride_vd, lo, hi, diag, qk_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr):
-    """A block of query rows q (BLOCK_M x BLOCK_D, query index `queries` for the causal mask) against
-    keys lo to hi of one key head, block by block: main.py's online softmax, every block masked.
+    """A block of query rows q (BLOCK_M x BLOCK_D; query_idx: each row's query index, for the causal
+    mask: query i sees keys j <= i + diag, diag = seq_k - seq_q) against keys lo to hi of one key
+    head, block by block: main.py's online softmax, every block masked.
     Returns the rows' output, acc / l, and lse (base 2, as main.py's). A row that sees no key has
     l = 0: its output is 0 and its lse the log of an empty sum, -inf (taken without log2(0)); the
     backward masks that query's scores, as the forward did."""
@@ -88,7 +89,7 @@ def attend_keys(q, queries, k_base, v_base, stride_kn, stride_kd, stride_vn, str
                     mask=(cols[:, None] < hi) & real_dim[None, :], other=0.0)
         keep = cols[None, :] < hi
         if CAUSAL:
-            keep = keep & (cols[None, :] <= queries[:, None] + diag)
+            keep = keep & (cols[None, :] <= query_idx[:, None] + diag)
         s = tl.where(keep, tl.dot(q, kT, input_precision=INPUT_PRECISION) * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with no key yet: nothing to rescale
@@ -197,16 +198,17 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
     qk_scale = sm_scale * LOG2E
     diag = seq_k - seq_q
     lo = 0
-    if CAUSAL:  # the queries before start_n - diag see none of these keys
+    if CAUSAL:  # the queries before pid_n * BLOCK_N - diag (this block's first key) see none of these keys
         lo = tl.maximum(pid_n * BLOCK_N - diag, 0) // BLOCK_M * BLOCK_M
     # One loop over the GROUP query heads that read key head hk and, for each, their query blocks
-    # from lo to the end: step i is head i // blocks, block i % blocks. With parts > 1 (a multi-query
-    # head's few key blocks, too few programs to fill the GPU), this program takes one part of the steps.
+    # from lo to the end: step is query head hk * GROUP + step // blocks, its block step % blocks.
+    # With parts > 1 (a multi-query head's few key blocks, too few programs to fill the GPU), this
+    # program takes one part of the steps.
     blocks = tl.cdiv(tl.maximum(seq_q - lo, 0), BLOCK_M)  # query blocks per query head
     per_part = tl.cdiv(GROUP * blocks, parts)
-    for i in range(part * per_part, tl.minimum(GROUP * blocks, (part + 1) * per_part)):
-        bh = b * (H_KV * GROUP) + hk * GROUP + i // blocks  # a query head that reads key head hk
-        rows = (lo + (i % blocks) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
+    for step in range(part * per_part, tl.minimum(GROUP * blocks, (part + 1) * per_part)):
+        bh = b * (H_KV * GROUP) + hk * GROUP + step // blocks  # a query head that reads key head hk
+        rows = (lo + (step % blocks) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
         q, do, lse, delta = query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DIM)
         keep = (rows[None, :] < seq_q) & (keys[:, None] < seq_k)
         if CAUSAL:
@@ -317,12 +319,12 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, **meta) -> tuple:
     return o, lse
 
 
-def dkdv_parts(key_heads: int, seq_k: int, group: int) -> int:
-    """How many programs share a key block's work in the dK/dV kernel: 1, unless B x H_KV key heads'
-    blocks of 128 keys give fewer than 4 programs per SM (multi-query attention: one key head for
-    32 query heads); then enough parts for that, each taking some of the GROUP heads' query blocks,
-    at most GROUP."""
-    programs = cdiv(seq_k, 128) * key_heads
+def dkdv_parts(batch_key_heads: int, seq_k: int, group: int) -> int:
+    """How many programs share a key block's work in the dK/dV kernel: 1, unless the B x H_KV key
+    heads' blocks of 128 keys (its largest BLOCK_N) give fewer than 4 programs per SM (multi-query
+    attention: one key head for 32 query heads); then enough parts for that, each taking some of the
+    GROUP heads' query blocks, at most GROUP."""
+    programs = cdiv(seq_k, 128) * batch_key_heads
     return max(1, min(group, cdiv(4 * sm_count(), programs)))
 
 

@@ -402,7 +402,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     h // (heads // kv_heads)), seq_q != seq_k (causal aligned bottom-right: query i sees keys
     j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache
     have it; PyTorch's is_causal aligns top-left), other head dims (padded to a power of two);
-    and of those, a few queries against at least 512 keys (decoding), decode.py's.
+    and of those, decoding, decode.py's: GROUP x seq_q <= 64 query rows per key head (32 above
+    head_dim 64, 16 above 128) against at least 512 keys.
     attn_mask is there only to refuse one clearly (SDPA's fourth argument): the one mask here is
     causal=True, which is never stored, only computed.
     """

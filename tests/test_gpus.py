@@ -202,7 +202,7 @@ def decode_job(kernel, v):
                                "lse_ptr": "*fp32", **ints("num_splits", "H", "seq_q", "rows_total"),
                                **ints(*(f"stride_o{d}" for d in "bhnd"))})
     signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr"), **pointers("fp32", "part_o_ptr", "part_lse_ptr"),
-                 "sm_scale": "fp32", **ints("H_KV", "GROUP", "seq_q", "seq_k", "share", "num_splits"),
+                 "sm_scale": "fp32", **ints("H_KV", "GROUP", "seq_q", "seq_k", "share_len", "num_splits", "rows_total"),
                  **ints(*(f"stride_{t}{d}" for t in "qkv" for d in "bhnd"))}
     job = dict(module=DEC, kernel=kernel, signature=signature, divisible_by_16=("q_ptr", "k_ptr", "v_ptr"),
                **from_config(v["config"]))
