@@ -545,8 +545,9 @@ chapter.run("check", check)
 # score_memory (predict section 1's gigabytes), attend (write section 2's online-softmax update),
 # causal (write the causal mask with the key blocks above the diagonal never read: a budget),
 # causal_blocks (predict how many key blocks a causal pass reads), grouped_heads (write
-# grouped-query attention: k and v with fewer heads than q, no copies) and sliding_window (a
-# stretch: each query sees its last W keys, the blocks outside the window skipped).
+# grouped-query attention: k and v with fewer heads than q, no copies), merge_splits (write
+# decode.py's merge: the partial softmaxes of a row's key shares, by their lse) and sliding_window
+# (a stretch: each query sees its last W keys, the blocks outside the window skipped).
 
 # %% [markdown]
 # ## 7. Memory, measured: each implementation's peak (tuning.py)
