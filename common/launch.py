@@ -21,7 +21,7 @@ import inspect
 import torch
 from torch.library import wrap_triton
 
-from common.device import INTERPRET
+from common.device import INTERPRET, sm_count
 from triton.runtime import Autotuner
 
 
@@ -33,6 +33,12 @@ def cdiv(a: int, b: int) -> int:
 def next_power_of_2(n: int) -> int:
     """The smallest power of two >= n (1 for n <= 1)."""
     return 1 << max(n - 1, 0).bit_length()
+
+
+def splits_to_fill(programs: int, most: int) -> int:
+    """Into how many parts to split each program's work so that the grid holds at least 4 programs
+    per SM (lesson 3's rule of thumb): 1 where `programs` are enough already, never more than `most`."""
+    return max(1, min(cdiv(4 * sm_count(), programs), most))
 
 
 def needs_op(*tensors) -> bool:

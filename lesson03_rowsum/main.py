@@ -30,7 +30,7 @@ import triton.language as tl
 from common import bench, ptx, roofline
 from common.chapter import Chapter, shape_arg
 from common.checks import GRAD_NOTE, INDEX_ROOM, check_tensors, dtype_name, grad_errors, grad_ok, index_type, whole
-from common.launch import cdiv, needs_op, next_power_of_2, traceable
+from common.launch import cdiv, needs_op, next_power_of_2, splits_to_fill, traceable
 from common.table import print_table
 from common.trace import show
 from lesson03_rowsum import coalescing  # the lesson's other file
@@ -283,8 +283,7 @@ def choose_splits(M: int, N: int) -> int:
     """How many programs share a row: enough for at least 4 programs per SM, where the rows alone
     give fewer, with at least 2 tiles per program; 1 otherwise."""
     BLOCK_M, BLOCK_N, _ = tile_config(N)
-    programs, target = cdiv(M, BLOCK_M), 4 * sm_count()
-    return 1 if programs >= target else max(1, min(cdiv(target, programs), N // (2 * BLOCK_N)))
+    return splits_to_fill(cdiv(M, BLOCK_M), N // (2 * BLOCK_N))
 
 
 def columns_per_program(N: int, splits: int) -> int:

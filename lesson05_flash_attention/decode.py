@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from common import checks
-from common.device import INTERPRET, interpretable, sm_count
-from common.launch import cdiv, next_power_of_2, traceable
+from common.device import INTERPRET, interpretable
+from common.launch import cdiv, next_power_of_2, splits_to_fill, traceable
 from lesson05_flash_attention import general
 from lesson05_flash_attention.general import LOG2E, attend_keys, block_d
 
@@ -60,7 +60,7 @@ def choose_splits(programs: int, seq_k: int) -> int:
     where the packed blocks alone (B x H_KV of them) give fewer, but no more than seq_k // MIN_SHARE
     (shares of at least MIN_SHARE keys) or MAX_SPLITS. More programs than that only add partial
     results to merge."""
-    return max(1, min(cdiv(4 * sm_count(), programs), seq_k // MIN_SHARE, MAX_SPLITS))
+    return splits_to_fill(programs, min(seq_k // MIN_SHARE, MAX_SPLITS))
 
 
 @triton.jit

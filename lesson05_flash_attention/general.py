@@ -29,8 +29,8 @@ import triton
 import triton.language as tl
 
 from common import bench, checks
-from common.device import DEVICE, INTERPRET, interpretable, sm_count
-from common.launch import cdiv, next_power_of_2, traceable
+from common.device import DEVICE, INTERPRET, interpretable
+from common.launch import cdiv, next_power_of_2, splits_to_fill, traceable
 from common.table import print_table
 
 LOG2E = tl.constexpr(1.4426950408889634)
@@ -324,8 +324,7 @@ def dkdv_parts(batch_key_heads: int, seq_k: int, group: int) -> int:
     heads' blocks of 128 keys (its largest BLOCK_N) give fewer than 4 programs per SM (multi-query
     attention: one key head for 32 query heads); then enough parts for that, each taking some of the
     GROUP heads' query blocks, at most GROUP."""
-    programs = cdiv(seq_k, 128) * batch_key_heads
-    return max(1, min(group, cdiv(4 * sm_count(), programs)))
+    return splits_to_fill(cdiv(seq_k, 128) * batch_key_heads, group)
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=preprocess_general_kernel,
