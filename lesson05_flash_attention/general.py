@@ -177,13 +177,17 @@ def query_rows(q_ptr, do_ptr, lse_ptr, delta_ptr, bh, rows, dims, seq_q, HEAD_DI
 def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, sm_scale,
                         H_KV, GROUP, seq_q, seq_k, parts, part_stride, HEAD_DIM: tl.constexpr,
                         BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                        INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32):
-    """One program per block of keys of one (batch, key head) and one of `parts` parts of the work:
-    its rows of dK and dV, summed over the GROUP query heads that read them (grouped-query
-    attention's gradient: no atomics). With parts > 1, dk_ptr and dv_ptr are float32 buffers of
-    `parts` partial sums, part_stride elements apart, which the launcher adds up."""
+                        DIM_SPLIT: tl.constexpr, INPUT_PRECISION: tl.constexpr = "tf32",
+                        INDEX_TYPE: tl.constexpr = tl.int32):
+    """One program per block of keys of one (batch, key head), one of `parts` parts of the work and
+    one of DIM_SPLIT slices of the head dim: its rows of dK and dV, summed over the GROUP query
+    heads that read them (grouped-query attention's gradient: no atomics). With parts > 1, dk_ptr
+    and dv_ptr are float32 buffers of `parts` partial sums, part_stride elements apart, which the
+    launcher adds up. With DIM_SPLIT > 1 a program keeps BLOCK_D // DIM_SPLIT columns of dK and dV
+    (below)."""
     num_pid_n = tl.cdiv(seq_k, BLOCK_N)
     pid_n, rest = tl.program_id(0) % num_pid_n, tl.program_id(0) // num_pid_n
+    dim_part, rest = rest % DIM_SPLIT, rest // DIM_SPLIT
     part, bhk = rest % parts, (rest // parts).to(INDEX_TYPE)
     b, hk = bhk // H_KV, bhk % H_KV
     keys = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
@@ -192,8 +196,14 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
     kv_offsets = bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + dims[None, :]
     k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0)
     v = tl.load(v_ptr + kv_offsets, mask=kv_mask, other=0.0)
-    dk = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, BLOCK_D], dtype=tl.float32)
+    # The head dim split (head dim 256): S^T and dP^T sum over every dim, so each program computes
+    # them whole, but it keeps only its slice of dK's and dV's columns, out_dims: two float32
+    # accumulators of BLOCK_N x 256 would not fit in registers (they would spill to memory); half as
+    # wide they do. The price: S^T and dP^T computed once per slice (at DIM_SPLIT = 2, 6 matmuls'
+    # worth of work for 4), and q and dO's slices loaded a second time (from the cache).
+    out_dims = dim_part * (BLOCK_D // DIM_SPLIT) + tl.arange(0, BLOCK_D // DIM_SPLIT)
+    dk = tl.zeros([BLOCK_N, BLOCK_D // DIM_SPLIT], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D // DIM_SPLIT], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)
     qk_scale = sm_scale * LOG2E
     diag = seq_k - seq_q
@@ -215,13 +225,20 @@ def dkdv_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr,
             keep = keep & (keys[:, None] <= rows[None, :] + diag)
         pT = tl.where(keep, tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale
                                     - lse[None, :]), 0.0)
-        dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)
+        q_out, do_out = q, do
+        if DIM_SPLIT > 1:  # this program's columns of q and dO, for dK's and dV's
+            out_offsets, out_mask = row_offsets(bh, rows, out_dims, seq_q, HEAD_DIM)
+            q_out = tl.load(q_ptr + out_offsets, mask=out_mask, other=0.0)
+            do_out = tl.load(do_ptr + out_offsets, mask=out_mask, other=0.0)
+        dv += tl.dot(pT.to(do.dtype), do_out, input_precision=INPUT_PRECISION)
         dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)
         dsT = pT * (dpT - delta[None, :])
-        dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)
-    out_offsets = part.to(INDEX_TYPE) * part_stride + kv_offsets
-    tl.store(dk_ptr + out_offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=kv_mask)
-    tl.store(dv_ptr + out_offsets, dv.to(dv_ptr.dtype.element_ty), mask=kv_mask)
+        dk += tl.dot(dsT.to(q.dtype), q_out, input_precision=INPUT_PRECISION)
+    store_mask = (keys[:, None] < seq_k) & (out_dims[None, :] < HEAD_DIM)
+    store_offsets = (part.to(INDEX_TYPE) * part_stride + bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM
+                     + out_dims[None, :])
+    tl.store(dk_ptr + store_offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=store_mask)
+    tl.store(dv_ptr + store_offsets, dv.to(dv_ptr.dtype.element_ty), mask=store_mask)
 
 
 @triton.jit
@@ -265,24 +282,40 @@ def dq_general_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, s
 # configuration of each list (what small problems run untimed) fits every GPU's shared memory in
 # float32 at head dim 256 (tests/test_gpus.py). The first of dK/dV's and dQ's lists is main.py's
 # best at head dim 128 (its section 15); 32 x 32 over 8 warps gives dK/dV's few keys of small
-# problems more programs (a multi-query head's get parts, dkdv_parts, as well). The autotuner picks
-# per shape; section 16 (RESULTS.md) times the result.
+# problems more programs (a multi-query head's get parts, dkdv_parts, as well). The second of
+# dK/dV's splits the head dim in two (DIM_SPLIT, in the kernel): at head dim 256 only (the prune
+# below); one stage of dQ's 64 x 32 is for head dim 256 too. The autotuner picks per shape;
+# section 16 (RESULTS.md) times the result.
 GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                for bm, bn, w, s in [(128, 64, 8, 2), (64, 64, 4, 2), (16, 16, 4, 1)]]
-GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                    for bm, bn, w, s in [(64, 128, 8, 3), (32, 64, 4, 2), (32, 32, 8, 2),
-                                         (16, 16, 2, 1)]]  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
+GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "DIM_SPLIT": split}, num_warps=w, num_stages=s)
+                    for bm, bn, w, s, split in [(64, 128, 8, 3, 1), (64, 128, 8, 1, 2), (32, 64, 4, 2, 1),
+                                                (32, 32, 8, 2, 1),
+                                                (16, 16, 2, 1, 1)]]  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
 GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                  for bm, bn, w, s in [(128, 64, 8, 3), (64, 32, 4, 2), (32, 32, 4, 2), (16, 16, 4, 1)]]
+                  for bm, bn, w, s in [(128, 64, 8, 3), (64, 32, 4, 2), (64, 32, 4, 1), (32, 32, 4, 2),
+                                       (16, 16, 4, 1)]]
 INTERPRETED = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16})]
-CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED,) * 3 if INTERPRET else (GPU_CONFIGS, GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS))
+INTERPRETED_DKDV = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16, "DIM_SPLIT": 1})]
+CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED, INTERPRETED_DKDV, INTERPRETED) if INTERPRET else
+                                     (GPU_CONFIGS, GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS))
+
+
+def splits_apply(config, BLOCK_D: int) -> bool:
+    """Whether `config` is one for this BLOCK_D: a head-dim split (DIM_SPLIT > 1) at 256 only. Below
+    it the whole dK and dV accumulators fit in registers, and a split only computes S^T and dP^T
+    twice for nothing (at head dim 128 on an H200 it made the backward slower)."""
+    return config.kwargs.get("DIM_SPLIT", 1) == 1 or BLOCK_D >= 256
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
     """As main.py's, counting both lengths: every configuration from 512 x 512 (query, key) pairs
     up, else the last: a chunk of 64 queries against 4096 keys is no small problem, and 16 x 16
-    blocks would leave it several times slower than its tuned blocks."""
-    return configs if named_args["seq_q"] * named_args["seq_k"] >= 512 * 512 else configs[-1:]
+    blocks would leave it several times slower than its tuned blocks. A head-dim split only where
+    it applies (splits_apply)."""
+    if named_args["seq_q"] * named_args["seq_k"] < 512 * 512:
+        return configs[-1:]
+    return [config for config in configs if splits_apply(config, kwargs["BLOCK_D"])]
 
 
 KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
@@ -328,8 +361,9 @@ def dkdv_parts(batch_key_heads: int, seq_k: int, group: int) -> int:
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=preprocess_general_kernel,
-                    dkdv=dkdv_general_kernel_tuned, dq=dq_general_kernel_tuned) -> tuple:
-    """dq, dk, dv: the three kernels in turn, on contiguous copies where the inputs are views."""
+                    dkdv=dkdv_general_kernel_tuned, dq=dq_general_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+    """dq, dk, dv: the three kernels in turn, on contiguous copies where the inputs are views.
+    dkdv_meta, dq_meta: block sizes for plain (not autotuned) kernels, as backward.py's."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
     dq_out, dk_out, dv_out = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
@@ -347,15 +381,15 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
         dk_sums, dv_sums = dk_out, dv_out
     else:  # float32 partial sums, added up below (in a fixed order: the same bits on every run)
         dk_sums, dv_sums = (k.new_empty((parts, *k.shape), dtype=torch.float32) for _ in range(2))
-    dkdv[lambda meta: (cdiv(seq_k, meta["BLOCK_N"]) * parts * B * H_KV,)](
+    dkdv[lambda meta: (cdiv(seq_k, meta["BLOCK_N"]) * meta["DIM_SPLIT"] * parts * B * H_KV,)](
         q, k, v, do, lse, delta, dk_sums, dv_sums, sm_scale, H_KV, group, seq_q, seq_k, parts, k.numel(),
-        CAUSAL=causal, INPUT_PRECISION=precision, **dims)
+        CAUSAL=causal, INPUT_PRECISION=precision, **dims, **(dkdv_meta or {}))
     if parts > 1:
         dk_out.copy_(dk_sums.sum(dim=0))
         dv_out.copy_(dv_sums.sum(dim=0))
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
         q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal,
-        INPUT_PRECISION=precision, **dims)
+        INPUT_PRECISION=precision, **dims, **(dq_meta or {}))
     return dq_out, dk_out, dv_out
 
 

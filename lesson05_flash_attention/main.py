@@ -745,7 +745,8 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 # query, and four) by decode.py's split keys, against SDPA's flash and cuDNN backends given the same
 # shapes (enable_gqa, the causal mask bottom-right). Its kernels walk every key block with one masked
 # loop, where this chapter's skip the masks off the diagonal; their block sizes are main.py's and a
-# few smaller. Decoding reads every key and value once and computes little: its time is memory
+# few smaller, and at head dim 256 the dK/dV kernel splits the head dim between two programs (its
+# float32 accumulators would not fit in registers whole). Decoding reads every key and value once and computes little: its time is memory
 # traffic, and the measure is against cuDNN's, not TFLOP/s. A quick look
 # times two of the shapes (grouped-query causal, and queries against a longer KV cache); --full
 # (RESULTS.md) times them all.

@@ -9,10 +9,10 @@ What varies per kernel (its `Family`): the configurations of its launcher or aut
 a launcher can hand it, every head dim, the epilogues, int32 and int64 offsets, causal or not. Of
 those, the block sizes, the dtype and the head dim decide what a kernel needs (registers, shared
 memory); the flags only change the code. So `pytest --all-configs` compiles, for every GPU, every
-kernel in the product of the first kind, with each flag's values spread over them (4,665
+kernel in the product of the first kind, with each flag's values spread over them (4,749
 compilations; when they were 3,300, that took 34 minutes on 2 cores). The default run, for CI, compiles on every
 GPU each kernel's largest variant that must fit, and covers every value of every dimension on
-some GPU (317 compilations)."""
+some GPU (319 compilations)."""
 import itertools
 import os
 
@@ -60,14 +60,18 @@ class Family:
     sizes, dtype, head dim); light: {dimension: values} spread over them (flags). job(v) -> the
     compile job for a variant v (a dict of one value per dimension); must_fit(v): does the launcher
     run v untimed (so it has to fit)? size(v): a number that grows with what v needs, to compile the
-    largest must-fit variant on every GPU."""
+    largest must-fit variant on every GPU. applies(v): does the launcher ever run v (an autotuner's
+    prune may keep a configuration from some head dims)?"""
 
-    def __init__(self, name, heavy, light, job, must_fit=lambda v: True, size=lambda v: 0):
+    def __init__(self, name, heavy, light, job, must_fit=lambda v: True, size=lambda v: 0, applies=lambda v: True):
         self.name, self.heavy, self.light, self.job, self.must_fit, self.size = name, heavy, light, job, must_fit, size
+        self.applies = applies
 
     def variants(self) -> list[dict]:
-        """The product of the heavy dimensions, with each light dimension's values in turn."""
+        """The product of the heavy dimensions that the launcher runs, with each light dimension's
+        values in turn."""
         out = [dict(zip(self.heavy, values)) for values in itertools.product(*self.heavy.values())]
+        out = [v for v in out if self.applies(v)]
         for i, v in enumerate(out):
             v.update((dim, values[i % len(values)]) for dim, values in self.light.items())
         return out
@@ -270,7 +274,8 @@ def families(arch: int) -> list[Family]:
                             ("dq_general_kernel", general.GPU_DQ_CONFIGS)):
         out.append(Family(kernel, {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS, "config": tuple(configs)},
                           {"causal": (True, False), "index": INDEX}, lambda v, kernel=kernel: general_job(kernel, v),
-                          must_fit=last_of(configs), size=lambda v: v["head_dim"] * itemsize(v)))
+                          must_fit=last_of(configs), size=lambda v: v["head_dim"] * itemsize(v),
+                          applies=lambda v: general.splits_apply(v["config"], general.block_d(v["head_dim"]))))
     out.append(Family("preprocess_general_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS}, {"index": INDEX},
                       lambda v: general_job("preprocess_general_kernel", v), size=lambda v: v["head_dim"] * itemsize(v)))
     out.append(Family("decode_split_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS, "rows": ("fewest", "most"),

@@ -409,16 +409,48 @@ def test_general_dkdv_parts_split_a_multi_query_heads_work(monkeypatch):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
 
 
+@pytest.mark.parametrize("D, split", [(80, 2), (256, 4)])
+def test_general_head_dim_split_gives_one_slices_gradients(D, split):
+    # DIM_SPLIT programs per key block, each keeping a slice of the head dim's columns of dK and dV
+    # (head dim 256: whole accumulators would spill), give the gradients of one program per block.
+    # Head dim 80 computes as 128: its second slice of 64 columns holds 16 real ones and the padding.
+    from lesson05_flash_attention import general
+
+    q, k, v = general_inputs(1, 4, 2, 19, 37, D, torch.float32)
+    o, lse = general.launch(general.attention_general_kernel_tuned, q, k, v, True, 0.3)
+    do = torch.randn_like(o)
+    whole = general.launch_backward(do, q, k, v, o, lse, True, 0.3)
+    sliced = general.launch_backward(do, q, k, v, o, lse, True, 0.3, dkdv=general.dkdv_general_kernel,
+                                     dkdv_meta=dict(BLOCK_M=16, BLOCK_N=16, DIM_SPLIT=split))
+    for a, b in zip(sliced, whole):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
 def test_general_small_problems_count_both_lengths():
     # the autotuner tries every configuration from 512 x 512 (query, key) pairs up: a chunk of 64
     # queries against 4096 keys is tuned, 16 x 16 is not (it runs the last configuration)
     from lesson05_flash_attention import general
 
-    configs = ["a", "b", "last"]
-    assert general.small_problems_untuned(configs, {"seq_q": 64, "seq_k": 4096}) == configs
-    assert general.small_problems_untuned(configs, {"seq_q": 4096, "seq_k": 64}) == configs
-    assert general.small_problems_untuned(configs, {"seq_q": 16, "seq_k": 16}) == ["last"]
-    assert general.small_problems_untuned(configs, {"seq_q": 511, "seq_k": 512}) == ["last"]
+    configs = general.GPU_DKDV_CONFIGS
+    prune = general.small_problems_untuned
+    assert prune(configs, {"seq_q": 64, "seq_k": 4096}, BLOCK_D=256) == configs
+    assert prune(configs, {"seq_q": 4096, "seq_k": 64}, BLOCK_D=256) == configs
+    assert prune(configs, {"seq_q": 16, "seq_k": 16}, BLOCK_D=256) == configs[-1:]
+    assert prune(configs, {"seq_q": 511, "seq_k": 512}, BLOCK_D=256) == configs[-1:]
+
+
+def test_general_head_dim_split_is_tuned_at_head_dim_256_only():
+    # the dK/dV configurations that split the head dim are tried where BLOCK_D is 256, and not below
+    # it (there they only repeat S^T and dP^T); the others everywhere
+    from lesson05_flash_attention import general
+
+    configs = general.GPU_DKDV_CONFIGS
+    split = [c for c in configs if c.kwargs["DIM_SPLIT"] > 1]
+    assert split and configs[-1].kwargs["DIM_SPLIT"] == 1
+    lengths = {"seq_q": 4096, "seq_k": 4096}
+    assert general.small_problems_untuned(configs, lengths, BLOCK_D=256) == configs
+    for block_d in (16, 128):
+        assert general.small_problems_untuned(configs, lengths, BLOCK_D=block_d) == [c for c in configs if c not in split]
 
 
 def test_general_bench_with_a_fake_clock(monkeypatch):
