@@ -22,8 +22,8 @@ P is never stored, then dV, dP, dK, dQ); the dQ pass recomputes S and dP a secon
 tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`delta` in the code).
 
 Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
-fastest in two of the four cases of section 15's table and within 4% of the fastest in the other
-two (RESULTS.md): atomics buy no speed worth giving up the same bits on every run.
+fastest in three of the four cases of section 15's table and within 2% of the fastest in the
+fourth (RESULTS.md): atomics buy no speed worth giving up the same bits on every run.
 atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds
 it with tl.atomic_add into a float32 accumulator (5 tl.dots, no dQ pass). What that saves in
 matmuls it pays in memory traffic: every (key block, query block) pair adds a BLOCK_M x HEAD_DIM
@@ -262,14 +262,20 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x HEAD_DIM
 # fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
 # the BLOCK_N keys, so big key blocks pay at head_dim 128, as long as the registers hold (8 warps
-# for 128 keys; 4 warps spill there). The dQ kernel is the forward's shape. Section 15
-# (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates; the
-# autotuner picks among them per (seq_len, head_dim, causal).
+# for 128 keys; 4 warps spill there). Deeper pipelines (num_stages: how many query blocks are in
+# flight, each a copy of q and dO in shared memory) pay at long sequences: on the H200 at seq 16384
+# the 4-stage 64 x 128 took 7-10% off the 3-stage's dK/dV time at head_dim 128, and the 128 x 128
+# was the fastest at head_dim 64, causal. Neither fits every GPU: the 4 stages need 194 KB of shared
+# memory at head_dim 128 (an A100 has 163: the 3-stage one is its), the 128 x 128 258 KB there (more
+# than Hopper's 227): where a configuration does not fit, the autotuner skips it. The dQ kernel is
+# the forward's shape. Section 15 (bench_configs, RESULTS.md "Backward designs and block sizes")
+# times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
 GPU_FUSED_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # dK, dV and dQ
                      for bm, bn, w, s in [(64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3),
                                           (16, 32, 4, 2)]]
-GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # the last fits a
-                    for bm, bn, w, s in [(64, 128, 8, 3), (64, 64, 4, 3), (32, 64, 4, 2), (16, 32, 4, 2)]]  # T4 in fp32
+GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+                    for bm, bn, w, s in [(64, 128, 8, 4), (64, 128, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
+                                         (32, 64, 4, 2), (16, 32, 4, 2)]]  # the last fits a T4 in fp32
 GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
                   for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
 INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
@@ -439,7 +445,7 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
     """Every candidate block size of both designs' kernels, timed side by side (the autotuner's
     job done by hand; its lists are DKDV_CONFIGS, DQ_CONFIGS and FUSED_CONFIGS). forward(q, k, v, causal, sm_scale):
     main.py's launcher with the autotuned kernel, which gives (o, lse). GPU only."""
-    rows = []
+    rows, left_out = [], set()
     for B, H, D in shapes:
         q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
         for causal in causals:
@@ -453,8 +459,14 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
                     meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
                     varied = (dict(dq=dq_kernel, dq_meta=meta) if kind == "dQ" else
                               dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV", tma_dq="TMA" in kind))
-                    cases[kind, config] = functools.partial(launch_backward, do, q, k, v, o, lse, causal, D ** -0.5,
-                                                            **varied)
+                    case = functools.partial(launch_backward, do, q, k, v, o, lse, causal, D ** -0.5, **varied)
+                    try:
+                        case()  # compiles it: one that needs more shared memory than this GPU has stops here
+                    except triton.runtime.OutOfResources:  # (and the autotuner skips it, as here)
+                        left_out.add(f"{kind} {config.kwargs['BLOCK_M']} x {config.kwargs['BLOCK_N']}, "
+                                     f"{config.num_stages} stages at head_dim {D}")
+                        continue
+                    cases[kind, config] = case
             times = bench.side_by_side(cases)
             best = min(times.values())  # of both designs
             for (kind, config), ms in times.items():
@@ -470,4 +482,5 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
                             "zeroing and final cast included); '+ TMA reduce-add dQ': the same with tma_dq=True, a "
                             "dQ tile per TMA request (Hopper and newer). '% of best': against the fastest row of either design at "
                             f"that head_dim and mask. Kernel time (profiler timestamps, L2 flushed between calls). "
-                            f"{bench.SIDE_BY_SIDE_NOTE}")
+                            f"{bench.SIDE_BY_SIDE_NOTE}"
+                            + "".join(f" Left out, more shared memory than this GPU has: {case}." for case in sorted(left_out)))
