@@ -263,7 +263,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
 # the BLOCK_N keys, so big key blocks pay at head_dim 128, as long as the registers hold (8 warps
 # for 128 keys; 4 warps spill there). Deeper pipelines (num_stages: how many query blocks are in
-# flight, each a copy of q and dO in shared memory) pay at long sequences: on the H200 at seq 16384
+# flight, each a copy of q and dO in shared memory) pay: on the H200 at seq 4096 and 16384
 # the 4-stage 64 x 128 took 7-10% off the 3-stage's dK/dV time at head_dim 128, and the 128 x 128
 # was the fastest at head_dim 64, causal. Neither fits every GPU: the 4 stages need 194 KB of shared
 # memory at head_dim 128 (an A100 has 163: the 3-stage one is its), the 128 x 128 258 KB there (more

@@ -265,10 +265,43 @@ def test_backward_bench_configs_with_a_fake_clock(monkeypatch):
               + [dict(dq=backward.dq_kernel, dq_meta=c.all_kwargs()) for c in dq_configs]
               + [dict(dkdv=backward.dkdv_kernel, dkdv_meta=c.all_kwargs(), atomic_dq=True, tma_dq=False)
                  for c in fused_configs])
-    assert [kernels for _, kernels, _ in calls] == varied and all(causal for causal, _, _ in calls)
+    # each case runs once before the timing (its compilation, which a configuration too large for
+    # the GPU fails), then once more by the clock
+    assert [kernels for _, kernels, _ in calls] == varied * 2 and all(causal for causal, _, _ in calls)
     assert all(err < 1e-4 for _, _, err in calls), calls
     assert table.column("% of best") == pytest.approx([25.0, 50.0, 50.0, 12.5, 100.0])
     assert table.column("whole backward µs") == [2000.0, 1000.0, 1000.0, 4000.0, 500.0]
+    assert "Left out" not in table.note
+
+
+def test_backward_bench_configs_leave_out_what_does_not_fit(monkeypatch):
+    # A configuration needing more shared memory than the GPU has (Triton raises OutOfResources
+    # at its launch) gets no row, and the note names it; the others are timed as usual
+    import functools
+
+    import triton
+
+    from lesson05_flash_attention import backward
+    from lesson05_flash_attention.main import attention_kernel_tuned, launch
+
+    dkdv_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}), triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]
+    monkeypatch.setattr(backward, "DKDV_CONFIGS", dkdv_configs)
+    monkeypatch.setattr(backward, "DQ_CONFIGS", dkdv_configs[:1])
+    monkeypatch.setattr(backward, "FUSED_CONFIGS", dkdv_configs[:1])
+    launch_backward = backward.launch_backward
+
+    def too_large_at_32(*args, **kernels):
+        if kernels.get("dkdv_meta", {}).get("BLOCK_M") == 32:
+            raise triton.runtime.OutOfResources(264192, 232448, "shared memory")
+        return launch_backward(*args, **kernels)
+
+    monkeypatch.setattr(backward, "launch_backward", too_large_at_32)
+    fake_side_by_side(monkeypatch, [2.0, 1.0, 1.0])
+    table = backward.bench_configs(functools.partial(launch, attention_kernel_tuned), 64, shapes=((1, 2, 16),),
+                                   causals=(True,), dtype=torch.float32)
+    assert [(row[2], row[3]) for row in table.rows] == [("dK, dV", "16 x 16"), ("dQ", "16 x 16"),
+                                                        ("dK, dV + atomic dQ", "16 x 16")]
+    assert "Left out, more shared memory than this GPU has: dK, dV 32 x 32, 3 stages at head_dim 16." in table.note
 
 
 def test_offsets_cases_take_the_index_type():
