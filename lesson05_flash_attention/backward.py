@@ -460,9 +460,9 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
                     varied = (dict(dq=dq_kernel, dq_meta=meta) if kind == "dQ" else
                               dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV", tma_dq="TMA" in kind))
                     case = functools.partial(launch_backward, do, q, k, v, o, lse, causal, D ** -0.5, **varied)
-                    try:
-                        case()  # compiles it: one that needs more shared memory than this GPU has stops here
-                    except triton.runtime.OutOfResources:  # (and the autotuner skips it, as here)
+                    try:  # the first call compiles it; a configuration needing more shared memory
+                        case()  # than this GPU has fails here, and is left out as the autotuner leaves it
+                    except triton.runtime.OutOfResources:
                         left_out.add(f"{kind} {config.kwargs['BLOCK_M']} x {config.kwargs['BLOCK_N']}, "
                                      f"{config.num_stages} stages at head_dim {D}")
                         continue
@@ -483,4 +483,5 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
                             "dQ tile per TMA request (Hopper and newer). '% of best': against the fastest row of either design at "
                             f"that head_dim and mask. Kernel time (profiler timestamps, L2 flushed between calls). "
                             f"{bench.SIDE_BY_SIDE_NOTE}"
-                            + "".join(f" Left out, more shared memory than this GPU has: {case}." for case in sorted(left_out)))
+                            + (f" Left out, more shared memory than this GPU has: {'; '.join(sorted(left_out))}."
+                               if left_out else ""))
