@@ -104,7 +104,7 @@ def host_costs(cases: str, processes: int = 3) -> dict:
     several processes: on the H200's host one process can run every call, the floor included, half
     as slow again as the next, as if on a slower core; noise only ever adds time, so the best is the
     cost of the code."""
-    runs = [dict(child.run("common.bench:host_table", dict(cases=cases))[1][0].rows) for _ in range(processes)]
+    runs = [dict(child.run("common.bench:host_table", dict(cases=cases))[1].rows) for _ in range(processes)]
     return {label: min(run[label] for run in runs) for label in runs[0]}
 
 

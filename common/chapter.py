@@ -20,12 +20,13 @@ writes them to RESULTS.md). Three kinds of section are run differently:
 - trace=True: the trace prints from inside the kernel, program after program, which only Triton's
   interpreter does. On a GPU machine this process has triton in compiled mode already (the mode
   is chosen once, before triton is imported: common/device.py), so the trace runs in a child
-  process with TRITON_INTERPRET=1, and its output is printed here.
+  process with TRITON_INTERPRET=1 (one for all the run's traces), and its output is printed here.
 - gpu=True: the section times kernels or asks the profiler which kernels ran, which means nothing
   under the interpreter. Without a GPU, the runner prints the section as RESULTS.md recorded it on
   the H200 instead, with that machine's stamp once per run.
 - fresh=True: the section times what a call costs the host, which a process that has run the
   profiler or torch.compile pays more for: it runs in a fresh process.
+A default run on a GPU so starts two processes at most: the traces' and the host table's.
 """
 import argparse
 import os
@@ -71,14 +72,11 @@ def shape_arg(text: str) -> tuple[int, int]:
 
 
 class Chapter:
-    def __init__(self, lesson: str, doc: str, sections: dict, running: bool, *, processes: int = 1):
+    def __init__(self, lesson: str, doc: str, sections: dict, running: bool):
         """lesson: the package ("lesson01_vector_add"); doc: main.py's docstring; sections: {name:
         heading}, in reading order; running: whether the cells should run (the module is __main__:
-        a script or a notebook), not just define things (an import); processes: how many fresh
-        compiled-mode processes a default run on a GPU uses (the fresh sections, the host-cost
-        table's, the PTX compilation's), all started at once when a script's run starts."""
+        a script or a notebook), not just define things (an import)."""
         self.lesson, self.doc, self.sections, self.running = lesson, doc, sections, running
-        self.processes = processes
         listing = "; ".join(f"{name}: {heading}" for name, heading in sections.items())
         self.parser = argparse.ArgumentParser(description=doc.split("\n")[0], epilog=f"Sections: {listing}.")
         self.parser.add_argument("--sections", nargs="+", default=list(sections), choices=list(sections),
@@ -100,11 +98,6 @@ class Chapter:
         self.args.sections = [s for s in self.args.sections if s not in self.args.skip]
         if self.running:
             print(banner())
-            if not INTERPRET:  # the traces' and the fresh sections' processes, started while this one goes on
-                child.keep_spare(True, (f"{self.lesson}.main",))
-                # a script's sections follow each other at once: all its processes start now; a
-                # notebook's wait for the reader, which leaves one spare the time to start
-                child.keep_spare(None, (f"{self.lesson}.main",), count=self.processes if as_script else 1)
         return self.args
 
     def sizes(self, table: dict):
@@ -124,7 +117,7 @@ class Chapter:
         if gpu and INTERPRET:
             return self.recorded(name)
         if (trace and not INTERPRET) or fresh:
-            result = self.in_child(section, interpret=trace)
+            result = self.in_child(section, trace=trace)
         else:
             result = section()
         tables = result if isinstance(result, (list, tuple)) else [result]
@@ -148,15 +141,15 @@ class Chapter:
             print(f"This section needs a GPU. What it printed there ({where}):\n")
         print("\n".join(line for line in block.splitlines() if not line.startswith("![")))
 
-    def in_child(self, section, interpret: bool) -> list:
-        """Run section() in a child process (under Triton's interpreter if `interpret`); print what
-        it printed; return the tables it returned."""
+    def in_child(self, section, trace: bool) -> list:
+        """Run section() in a child process: a trace under Triton's interpreter, in the process the
+        run's traces share; otherwise in a fresh one. Print what it printed; return its tables."""
         module = section.__module__ if section.__module__ != "__main__" else f"{self.lesson}.main"
         if section.__name__ == "<lambda>":
             raise TypeError("a section run in a child process must be a function of the module, not a lambda")
-        printed, tables = child.run(f"{module}:{section.__name__}", interpret=interpret)
+        printed, returned = child.run(f"{module}:{section.__name__}", interpret=True if trace else None, keep=trace)
         print(printed, end="")
-        return tables
+        return [t for t in (returned if isinstance(returned, list) else [returned]) if isinstance(t, Table)]
 
     def results(self) -> list:
         """[(name, heading, tables)] of the sections that returned tables, in reading order."""

@@ -1,103 +1,164 @@
-"""A function run in a fresh Python process, and the tables it returns brought back.
+"""Child processes: the one place the course starts one.
 
-Three things in the lessons need a process of their own: a trace on a GPU machine (Triton's
-interpreter is chosen once per process, before triton is imported: common/device.py), host
-timings (a process that has run torch.profiler or torch.compile pays more per call on the host,
-PyTorch's own operators included, and a caller's process usually has done neither), and a section
-that measures them. The child imports the function's module by name, so a lesson run as a script
-is never imported a second time into its own process. On a GPU a lesson starts such processes
-ahead of time (`keep_spare`): as many as its run will use, all at once while its first sections
-run, so that no section waits seconds for one to import torch, and none imports while another
-section times the host.
+Three things need a Python process of their own, because of a choice made once per process:
+- a trace on a GPU machine: Triton's interpreter is chosen before triton is imported
+  (common/device.py), so the interpreter's programs, run in order and printing, need a process
+  started with TRITON_INTERPRET=1; and on a CPU, compiling for a GPU (common/ptx.py) needs one
+  started with TRITON_INTERPRET=0;
+- host timings: a process that has run torch.profiler or torch.compile pays more per call on the
+  host, PyTorch's own operators included, and a caller's process usually has done neither;
+- a lesson's whole run for its results page (common/results.py): a crash in one, even a CUDA
+  error, cannot take the others down.
+
+`run(function, kwargs)` calls 'package.module:name' in a new process and brings back what it printed
+and what it returned (JSON, Tables as Tables). The child imports the function's module by name, so
+a lesson run as a script is never imported a second time into its own process. keep=True leaves
+the process running after it answers, to serve this process's next keep=True run in the same mode:
+the traces of a run share one interpreter process, and so do the exercises a test run checks. Each
+Python process with torch costs seconds to start; nothing is started before it is needed.
+`start` is `run` without the wait (several side by side); `script` runs a file as `python FILE ...`
+does, as a learner types it.
 """
 import atexit
 import json
 import os
 import subprocess
 import sys
-import tempfile
 
 from common.device import INTERPRET, ROOT
 from common.table import Table
 
-# The child's program. It imports `preload` first (the lesson: torch, triton, the kernels; seconds
-# on a GPU machine), then waits for one request on stdin: so a process started ahead of time
-# (`keep_spare`) answers at once, and still runs one function only, as a fresh process does.
-SERVE = """
-import importlib, json, sys
-for name in sys.argv[1:]:
-    importlib.import_module(name)
-line = sys.stdin.readline()
-if not line:  # the parent ended without a request for this spare
-    sys.exit(0)
-request = json.loads(line)
-r = getattr(importlib.import_module(request["module"]), request["name"])(**request["kwargs"])
-if not request["raw"]:  # the Tables returned
-    r = r if isinstance(r, (list, tuple)) else [r]
-    r = [t.__dict__ for t in r if hasattr(t, "markdown")]
-with open(request["path"], "w") as f:
-    json.dump(r, f)
+# The child's program: it answers the requests that come on stdin, one JSON line each, with one
+# JSON line each on the file descriptor it is given (its stdout stays the function's, to capture
+# or to pass through).
+PROGRAM = """
+import contextlib, importlib, io, json, os, sys, traceback
+answers = os.fdopen(int(sys.argv[1]), "w")
+
+def plain(value):  # a Table as its fields, lists and tuples as lists, the rest as JSON has it
+    if hasattr(value, "markdown"):
+        return {"__table__": value.__dict__}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return value
+
+for line in sys.stdin:
+    request = json.loads(line)
+    out, err = io.StringIO(), io.StringIO()
+    capture = contextlib.ExitStack()
+    if request["capture"]:
+        capture.enter_context(contextlib.redirect_stdout(out))
+        capture.enter_context(contextlib.redirect_stderr(err))
+    answer = {}
+    with capture:
+        try:
+            module, name = request["function"].split(":")
+            answer["returned"] = plain(getattr(importlib.import_module(module), name)(**request["kwargs"]))
+        except BaseException:
+            answer["error"] = traceback.format_exc()
+    answer.update(printed=out.getvalue(), stderr=err.getvalue())
+    answers.write(json.dumps(answer, default=lambda value: None) + "\\n")  # (what JSON cannot hold: None)
+    answers.flush()
 """
 
-_spares: dict = {}  # interpret -> [(an idle process of that mode, what it preloaded), ...], oldest first
+_kept: dict = {}  # mode -> the process keep=True runs reuse
 
 
-def _start(interpret: bool | None, preload: tuple) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+def _environment(interpret: bool | None, path: tuple) -> dict:
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([ROOT, *path, os.environ.get("PYTHONPATH", "")]))
     if interpret is not None:
         env["TRITON_INTERPRET"] = "1" if interpret else "0"
-    # A child runs one function. The one that calls torch.compile (lesson 1's CUDA-graphs section)
-    # compiles one small kernel; inductor would first start its pool of compile workers, a process
-    # per core each importing torch, which costs more than it saves there. One thread: in-process.
+    # A child runs a few functions. The one that calls torch.compile compiles one small kernel;
+    # inductor would first start its pool of compile workers, a process per core each importing
+    # torch, which costs more than it saves there. One thread: in-process.
     env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
-    return subprocess.Popen([sys.executable, "-c", SERVE, *preload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True)
+    return env
+
+
+class Child:
+    """A Python process that runs functions on request (started by `start`)."""
+
+    def __init__(self, interpret: bool | None, path: tuple = ()):
+        read, write = os.pipe()
+        self.process = subprocess.Popen([sys.executable, "-c", PROGRAM, str(write)], stdin=subprocess.PIPE,
+                                        env=_environment(interpret, path), cwd=ROOT, pass_fds=(write,), text=True)
+        os.close(write)
+        self.answers = os.fdopen(read)
+        self.asked = []
+
+    def ask(self, function: str, kwargs: dict | None = None, capture: bool = True) -> None:
+        self.process.stdin.write(json.dumps(dict(function=function, kwargs=kwargs or {}, capture=capture)) + "\n")
+        self.process.stdin.flush()
+        self.asked.append(function)
+
+    def result(self) -> tuple[str, object]:
+        """(what the function printed, what it returned), for the oldest request not yet answered."""
+        function = self.asked.pop(0)
+        line = self.answers.readline()
+        if not line:
+            self.close()
+            raise RuntimeError(f"{function}: its child process ended with exit code {self.process.returncode}")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(f"{function} failed in its child process:\n{answer['stderr']}{answer['error']}")
+        return answer["printed"], _tables(answer["returned"])
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+        self.answers.close()
+
+
+def _tables(value):
+    if isinstance(value, dict) and "__table__" in value:
+        return Table(**value["__table__"])
+    if isinstance(value, list):
+        return [_tables(v) for v in value]
+    return value
 
 
 def _mode(interpret: bool | None) -> bool | None:
-    """None for this process's own mode, however it is asked for: one spare serves both."""
+    """None for this process's own mode, however it is asked for."""
     return None if interpret is None or interpret == INTERPRET else interpret
 
 
-def keep_spare(interpret: bool | None, preload: tuple = (), count: int = 1) -> None:
-    """Start, now, the processes that will serve the next `count` run()s in this mode: they import
-    `preload` while this process goes on, and then wait, idle, for their request. (Each Python
-    process with torch costs seconds to start; a lesson on a GPU runs several.) After each run()
-    in this mode, one more starts if none is left."""
-    interpret = _mode(interpret)
-    waiting = _spares.setdefault(interpret, [])
-    while len(waiting) < count:
-        waiting.append((_start(interpret, tuple(preload)), tuple(preload)))
+def start(function: str, kwargs: dict | None = None, interpret: bool | None = None, *, path: tuple = (),
+          capture: bool = True) -> Child:
+    """function(**kwargs) in a new process, not waited for: `.result()` waits. interpret: under Triton's
+    interpreter if True, compiled if False, as this process if None; path: more folders to import from;
+    capture=False lets what it prints through as it prints it."""
+    child = Child(_mode(interpret), tuple(path))
+    child.ask(function, kwargs, capture)
+    return child
+
+
+def run(function: str, kwargs: dict | None = None, interpret: bool | None = None, *, keep: bool = False,
+        path: tuple = (), capture: bool = True) -> tuple[str, object]:
+    """function(**kwargs), 'package.module:name', in a new process: (what it printed, what it returned).
+    keep=True: in the process an earlier keep=True run of this mode left running, if any, and left
+    running for the next."""
+    if not keep:
+        child = start(function, kwargs, interpret, path=path, capture=capture)
+        try:
+            return child.result()
+        finally:
+            child.close()
+    key = (_mode(interpret), tuple(path))
+    if key not in _kept or _kept[key].process.poll() is not None:
+        _kept[key] = Child(*key)
+    _kept[key].ask(function, kwargs, capture)
+    return _kept[key].result()
 
 
 @atexit.register
-def _drop_spares() -> None:
-    for waiting in _spares.values():
-        for process, _ in waiting:
-            process.kill()
-            process.communicate()
-    _spares.clear()
+def _close_kept() -> None:
+    for child in _kept.values():
+        child.close()
+    _kept.clear()
 
 
-def run(function: str, kwargs: dict | None = None, interpret: bool | None = None, *,
-        raw: bool = False) -> tuple[str, list]:
-    """function(**kwargs), 'package.module:name', in a new process (under Triton's interpreter if
-    `interpret`, compiled if False, as this process if None): (what it printed, the Tables it
-    returned, a Table or a list of them; with raw=True, what it returned, as JSON gives it back).
-    The process is the spare of that mode if there is one."""
-    module, name = function.split(":")
-    interpret = _mode(interpret)
-    waiting = _spares.get(interpret)
-    spare = waiting.pop(0) if waiting else None
-    process = spare[0] if spare else _start(interpret, ())
-    with tempfile.TemporaryDirectory() as folder:
-        path = os.path.join(folder, "tables.json")
-        request = json.dumps(dict(module=module, name=name, kwargs=kwargs or {}, path=path, raw=raw))
-        out, err = process.communicate(request + "\n")
-        if spare:
-            keep_spare(interpret, spare[1])  # the next one, while this process goes on
-        if process.returncode:
-            raise RuntimeError(f"{function} failed in its child process:\n{err}")
-        with open(path) as f:
-            returned = json.load(f)
-        return out, returned if raw else [Table(**t) for t in returned]
+def script(path: str, *argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
+    """`python path *argv`, as a learner runs it, from `cwd`: its exit code, stdout and stderr."""
+    return subprocess.run([sys.executable, path, *argv], cwd=cwd, env=_environment(None, ()), capture_output=True,
+                          text=True)

@@ -32,7 +32,6 @@ import inspect
 import json
 import math
 import os
-import subprocess
 import sys
 import textwrap
 import traceback
@@ -42,7 +41,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from common import accesses
+from common import accesses, child
 from common.device import DEVICE, INTERPRET, ROOT
 
 PROGRESS = os.path.join(ROOT, ".progress.json")  # passes and hints seen, per exercise (git ignores it)
@@ -228,13 +227,11 @@ class Exercise:
         under the interpreter in a child process, then the compiled kernel's values here."""
         if INTERPRET or self.kind == "predict":
             return self.stages(which)
-        code = (f"import json, {self.module} as m\nr = m.EXERCISE.stages({which!r})\n"
-                "print('@@' + json.dumps([r.stage, r.message, list(r.passed)]))\n")
-        env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
-        done = subprocess.run([sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode or "@@" not in done.stdout:
-            return Result("runs", f"the interpreter's run failed:\n{done.stderr[-2000:]}")
-        stage, message, passed = json.loads(done.stdout.split("@@")[-1])
+        try:  # (one interpreter process checks every exercise this process asks for)
+            _, (stage, message, passed) = child.run("common.exercise:interpreted_stages",
+                                                    dict(module=self.module, which=which), interpret=True, keep=True)
+        except RuntimeError as error:
+            return Result("runs", f"the interpreter's run failed:\n{str(error)[-2000:]}")
         if stage != "passed":
             return Result(stage, message, tuple(passed))
         compiled = self.stages(which, compiled=True)
@@ -529,6 +526,13 @@ def record(key: str, passed: bool) -> None:
     entry["tried"] = True
     entry["passed"] = bool(passed or entry.get("passed"))
     save_progress(progress)
+
+
+def interpreted_stages(module: str, which: str) -> list:
+    """Stages 2-5 of the exercise in `module` under the interpreter: [stage, message, stages passed]
+    (what Exercise.check asks a child process for on a GPU)."""
+    r = importlib.import_module(module).EXERCISE.stages(which)
+    return [r.stage, r.message, list(r.passed)]
 
 
 def all_exercises() -> list:

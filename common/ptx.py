@@ -5,26 +5,27 @@ with a layout: which thread holds which elements) -> LLVM IR -> PTX (NVIDIA's vi
 per thread) -> cubin. `triton.compile` with an explicit target runs the whole pipeline on any
 machine: the compiler (LLVM, ptxas) ships inside the triton wheel; no GPU is needed.
 
-Compilation runs in child processes with TRITON_INTERPRET=0: the interpreter replaces `@triton.jit`
-kernels with Python functions, which cannot be compiled, and a child imports the lesson's module by
-name, so a lesson run as a script is never imported a second time into its own process. One child
-goes through common.child, so on a GPU machine it is the process the lesson keeps started.
+On a GPU machine this process compiles them itself. Under the interpreter (a CPU) compilation
+runs in a child process with TRITON_INTERPRET=0: the interpreter replaces `@triton.jit` kernels
+with Python functions, which cannot be compiled. That child is kept for the run's later
+compilations (common/child.py), and the child imports the lesson's module by name, so a lesson run
+as a script is never imported a second time into its own process.
 """
 import collections
-import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 
 from common import child
-from common.device import ROOT
+from common.device import INTERPRET
 
 
 def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
                    divisible_by_16: tuple = (), arch: int = 90, num_warps: int = 4) -> dict:
-    """Compile `module.kernel` for sm_<arch>; return {"ttir": ..., "ttgir": ..., "ptx": ...}.
+    """Compile `module.kernel` for sm_<arch>; return {"ttir": ..., "ttgir": ..., "ptx": ...}. kernel:
+    the @triton.jit function, or its name in the module (a lesson run as a script is __main__, so its
+    kernels are handed over: a child process imports them by the module's name).
 
     signature: Triton types of the arguments, e.g. {"x_ptr": "*fp32", "N": "i32", "BLOCK_SIZE":
     "constexpr"}. divisible_by_16: the arguments the compiler may assume are multiples of 16 (when
@@ -38,38 +39,31 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
 def compile_kernels(jobs: list, processes: int = 1) -> list:
     """Several compilations at once, each job a dict of compile_kernel's arguments, optionally with
     num_stages, `options` (more of triton.compile's, such as maxnreg) and `asm` (the IRs to return;
-    default ttir, ttgir and ptx). Each result also holds
-    "shared": the bytes of shared memory the kernel needs. They run in `processes` child processes
-    side by side (starting one takes seconds)."""
+    default ttir, ttgir and ptx). Each result also holds "shared": the bytes of shared memory the
+    kernel needs. processes > 1: in that many child processes side by side (the tests' hundreds)."""
     jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
     for job in jobs:
         job["divisible_by_16"], job["asm"] = list(job["divisible_by_16"]), list(job["asm"])
-    if processes == 1:  # through common.child: on a GPU machine a lesson keeps such a process started
-        _, results = child.run("common.ptx:compile_all", {"jobs": jobs}, interpret=False, raw=True)
-        return _raise_failures(jobs, results)
-    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
+    if processes == 1 and not INTERPRET:  # here, on the kernels themselves where a job hands them over
+        return _raise_failures(jobs, compile_all(jobs))
+    for job in jobs:  # a child imports each kernel by its module's name
+        job["kernel"] = getattr(job["kernel"], "__name__", job["kernel"])
+    if processes == 1:
+        return _raise_failures(jobs, child.run("common.ptx:compile_all", {"jobs": jobs}, interpret=False, keep=True)[1])
     shares = [jobs[i::processes] for i in range(processes)]
-    with tempfile.TemporaryDirectory() as tmp:  # each child reads its jobs from a file: all start at once
-        children = []
-        for i, share in enumerate(shares):
-            path = os.path.join(tmp, f"jobs{i}.json")
-            with open(path, "w") as f:
-                json.dump(share, f)
-            children.append(subprocess.Popen([sys.executable, "-m", "common.ptx", path], stdout=subprocess.PIPE,
-                                             stderr=subprocess.PIPE, env=env, cwd=ROOT, text=True))
-        results = [None] * len(jobs)
-        for i, (process, share) in enumerate(zip(children, shares)):
-            out, err = process.communicate()
-            if process.returncode != 0:
-                for other in children:  # the others' results are of no use now
-                    other.kill()
-                raise RuntimeError(f"compiling {', '.join(job['kernel'] for job in share)} failed:\n{err}")
-            results[i::processes] = json.loads(out)
+    children = [child.start("common.ptx:compile_all", {"jobs": share}, interpret=False) for share in shares]
+    results = [None] * len(jobs)
+    try:
+        for i, running in enumerate(children):
+            results[i::processes] = running.result()[1]
+    finally:
+        for running in children:
+            running.close()
     return _raise_failures(jobs, results)
 
 
 def _raise_failures(jobs: list, results: list) -> list:
-    failed = [f"{job['kernel']} for sm_{job['arch']}: {result['error']}" for job, result in zip(jobs, results)
+    failed = [f"{getattr(job['kernel'], '__name__', job['kernel'])} for sm_{job['arch']}: {result['error']}" for job, result in zip(jobs, results)
               if "error" in result]
     if failed:
         raise RuntimeError("compilation failed:\n" + "\n".join(failed))
@@ -88,7 +82,9 @@ def _compile(job: dict) -> dict:
     import triton.language as tl
     from triton.backends.compiler import GPUTarget
 
-    fn = getattr(importlib.import_module(job["module"]), job["kernel"])
+    fn = job["kernel"]  # the kernel, or its name in job["module"]
+    if isinstance(fn, str):
+        fn = getattr(importlib.import_module(job["module"]), fn)
     signature, constexprs = {}, {}
     for param in fn.params:  # constexprs not given take their defaults; a dtype travels as its name
         name = param.name
@@ -144,7 +140,3 @@ def _compile_or_error(job: dict) -> dict:
     except Exception as error:  # noqa: BLE001  (reported per job by the parent)
         return {"error": f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[-1][:500]}"}
 
-
-if __name__ == "__main__":  # a child process of compile_kernels: python -m common.ptx JOBS.json
-    with open(sys.argv[1]) as f:
-        print(json.dumps(compile_all(json.load(f))))

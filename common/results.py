@@ -4,8 +4,8 @@
     python -m common.results lesson02_softmax                  # just one
     python -m common.results lesson02_softmax --sections host  # refresh these sections (lessons first)
 
-Each lesson runs in a child process of its own (a crash in one, even a CUDA error, cannot take the
-others down); a failure is reported at the end and the other lessons still get written. The child
+Each lesson runs in a child process of its own (common/child.py: a crash in one, even a CUDA
+error, cannot take the others down); a failure is reported at the end and the other lessons still get written. The child
 runs the lesson's own command line with `--full --skip trace`, so a results page holds exactly the
 tables a learner can print with --full, section by section under the chapter's own headings: a
 stamp (GPU, driver, CUDA, torch, triton, date, the two measured ceilings), then each section's
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from common import bench, roofline
+from common import bench, child, roofline
 from common.device import INTERPRET, ROOT
 from common.table import Table
 
@@ -240,9 +240,6 @@ def main(argv: list) -> int:
         if not sections or any(name in LESSONS for name in sections):
             print("usage: python -m common.results [lesson ...] --sections section [section ...] (lessons first)")
             return 2
-    if len(argv) == 2 and argv[0] == "--one":
-        run_lesson(argv[1], sections)
-        return 0
     if INTERPRET:
         print("common.results needs a CUDA GPU: the results pages hold real GPU numbers.")
         return 2
@@ -255,12 +252,13 @@ def main(argv: list) -> int:
     for i, name in enumerate(lessons, 1):
         print(f"[{i}/{len(lessons)}] {name} ...", flush=True)
         start = time.time()
-        done = subprocess.run([sys.executable, "-m", "common.results", "--one", name]
-                              + (["--sections", *sections] if sections else []), cwd=ROOT)
-        status = "ok" if done.returncode == 0 else f"FAILED (exit {done.returncode})"
-        print(f"[{i}/{len(lessons)}] {name}: {status}, {time.time() - start:.0f} s", flush=True)
-        if done.returncode:
+        try:  # its output printed as it goes
+            child.run("common.results:run_lesson", dict(name=name, sections=sections), capture=False)
+            status = "ok"
+        except (RuntimeError, SystemExit) as error:
+            status = f"FAILED ({str(error).strip().splitlines()[-1]})"
             failed.append(name)
+        print(f"[{i}/{len(lessons)}] {name}: {status}, {time.time() - start:.0f} s", flush=True)
     if not sections and draw_roofline():
         print("Roofline of every lesson's kernels: roofline.png")
     if failed:

@@ -66,3 +66,16 @@ class Show:
 
 show = tl.constexpr(Show())
 
+
+
+def logged(module: str, function: str = "trace") -> dict:
+    """Run `module.function()` (a trace, under the interpreter); return every value it showed, by
+    label, in order, as lists of plain numbers (what the tests check a trace by)."""
+    import importlib
+
+    LOG.clear()
+    getattr(importlib.import_module(module), function)()
+    log = {}
+    for label, value in LOG:
+        log.setdefault(label, []).append(np.asarray(value).tolist())
+    return log

@@ -50,9 +50,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 SIZES = {"quick": [2**12, 2**20, 2**24, 2**26], "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}  # section 10's N
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# On a GPU four sections run in fresh processes (section 8 compiles in one; 11, 12 and 13 time the
-# host, which a process that has run the profiler pays more for): all four start as the script does.
-chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__", processes=4)
+chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                             help=f"section 10's sizes (default {SIZES['quick']}, {SIZES['full']} with --full)")
 chapter.parser.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],
@@ -515,7 +513,6 @@ chapter.run("bench", timing_section, gpu=True)
 # ## 11. How to time a GPU call, and how not to (timing.py)
 # A host clock around a call measures the queueing, not the work, unless it waits for the GPU; the
 # first call also compiles. One call of add, timed seven ways, and which question each answers.
-# The sections that time the host run in a fresh process: one that has run the profiler pays more.
 
 
 # %%
@@ -524,7 +521,7 @@ def pitfalls():
 
 
 # %%
-chapter.run("pitfalls", pitfalls, gpu=True, fresh=True)
+chapter.run("pitfalls", pitfalls, gpu=True)
 
 # %% [markdown]
 # ## 12. What a call costs the host (timing.py)
@@ -553,7 +550,7 @@ def graphs():
 
 
 # %%
-chapter.run("graphs", graphs, gpu=True, fresh=True)
+chapter.run("graphs", graphs, gpu=True)
 
 # %% [markdown]
 # ## 14. BLOCK_SIZE against num_warps (timing.py)

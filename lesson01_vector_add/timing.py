@@ -70,8 +70,8 @@ def host_clock_ms(fn, synchronize: bool, repeat: int = 5) -> float:
 
 # %%
 def pitfalls(add, add_kernel, launch, n: int = 1 << 24):
-    """The table (main.py runs it in a fresh process: a process that has run the profiler pays more
-    per call on the host)."""
+    """The table, in the lesson's own process (which has run the profiler by the time section 11
+    runs: its host rows may read a little high; section 12 measures the host in a fresh process)."""
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
 
     def first_call(cache_dir=None):
@@ -99,8 +99,9 @@ def pitfalls(add, add_kernel, launch, n: int = 1 << 24):
     return print_table([(how, ms * 1e3, answers) for how, ms, answers in rows],
                        ["how add(x, y) was timed", "µs", "what it measures"],
                        title="Timing pitfalls: one call of add, seven ways",
-                       note=f"N = 2^{int(math.log2(n))} float32, in a fresh process. The one-call rows are single calls "
-                            "(median of 5); the host's cost per call in a loop is the 'Host cost per call' table's.")
+                       note=f"N = 2^{int(math.log2(n))} float32. The one-call rows are single calls (median of 5), in the "
+                            "lesson's own process; the host's cost per call in a loop, measured in a fresh process, is "
+                            "the 'Host cost per call' table's.")
 
 
 # %% [markdown]
@@ -211,7 +212,7 @@ def capture(fn):
 
 def graphs(add, n: int = 4096, chain: int = 10):
     """`chain` adds in a row (z = z + y) on n floats: eager against one CUDA graph replay, per add
-    (main.py runs it in a fresh process)."""
+    (the host's speed varies between processes, so take its ratios, not its microseconds, from here)."""
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
 
     def chain_of(add_fn):
@@ -239,9 +240,9 @@ def graphs(add, n: int = 4096, chain: int = 10):
                      bench.call_time_ms(lambda: compiled(x, y)) * 1e3 / chain, ok))
     return print_table(rows, ["add", "how the chain runs", "µs per add", "correct"],
                        title=f"CUDA graphs: {chain} adds of {n} floats in a row",
-                       note=f"Time per add = time per chain (calls back to back, bench.call_time_ms) / {chain}, in one "
-                            f"fresh process (a process's host can be up to 1.5x slower than another's; the 'Host cost "
-                            f"per call' table keeps the best of three). torch.compile fuses the {chain} adds into one "
+                       note=f"Time per add = time per chain (calls back to back, bench.call_time_ms) / {chain}, in the "
+                            f"lesson's own process (a process's host can be up to 1.5x slower than another's; the 'Host "
+                            f"cost per call' table keeps the best of three fresh ones). torch.compile fuses the {chain} adds into one "
                             "kernel before recording it: both cures at once.")
 
 

@@ -48,9 +48,7 @@ SIZES = {"quick": (4096, [256, 1024, 4096, 16384, 131072]),  # section 10's M, t
          "full": (4096, [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072])}
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# On a GPU two sections use a fresh process (the PTX's compilation, the host-cost table): both
-# start as the script does.
-chapter = Chapter("lesson02_softmax", __doc__, SECTIONS, running=__name__ == "__main__", processes=2)
+chapter = Chapter("lesson02_softmax", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--rows", type=positive_int, metavar="M",
                             help=f"section 10's M (default {SIZES['quick'][0]})")
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",

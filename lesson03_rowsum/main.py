@@ -56,9 +56,7 @@ SIZES = {"quick": [(4096, 16384), (1 << 20, 32), (4, 1 << 24)],  # section 12's 
 WAVES_SHAPES = [(4096, 16384), (4, 1 << 24), (160, 65536)]  # sections 3 and 5
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
-# On a GPU two sections use a fresh process (the PTX's compilation, the host-cost table): both
-# start as the script does.
-chapter = Chapter("lesson03_rowsum", __doc__, SECTIONS, running=__name__ == "__main__", processes=2)
+chapter = Chapter("lesson03_rowsum", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",
                             help="section 12's shapes, e.g. 4096x16384 (default: wide, tall and 4-row shapes)")
 chapter.parser.add_argument("--dtype", default="float32", choices=[dtype_name(d) for d in DTYPES],

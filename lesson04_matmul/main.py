@@ -58,9 +58,7 @@ SIZES = {"quick": [(4096, 4096, 4096)],  # section 10's (M, N, K); the last two 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATIONS = (None, "relu", "gelu")
 
-# On a GPU two sections use a fresh process (the PTX's compilation, the host-cost table): both
-# start as the script does.
-chapter = Chapter("lesson04_matmul", __doc__, SECTIONS, running=__name__ == "__main__", processes=2)
+chapter = Chapter("lesson04_matmul", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
                             help="section 10's sizes, M = N = K (default 4096^3; with --full, the shapes of "
                                  "RESULTS.md, 512^3 to 8192^3 and a Llama-7B MLP's)")

@@ -80,9 +80,7 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 HEAD_DIMS = (16, 32, 64, 128)
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 
-# On a GPU two sections use a fresh process (the PTX's compilation, the host-cost table): both
-# start as the script does.
-chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__", processes=2)
+chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
                             help=f"the sequence lengths of sections 8 and 14 (default {SIZES['quick']['seqs']}; with "
                                  f"--full {SIZES['full']['seqs']} and {SIZES['full']['backward']})")

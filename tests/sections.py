@@ -18,3 +18,7 @@ def whose_process():
 
     print(os.getpid(), f"{time.time() - IMPORTED_AT:.3f}")
     return []
+
+
+def fails():
+    return 1 / 0

@@ -58,23 +58,19 @@ def test_command_line_types():
         shape_arg("4096")
 
 
-def test_a_script_on_a_gpu_starts_all_its_processes_a_notebook_one(monkeypatch):
-    # on a GPU a script's sections run back to back, so every fresh process it will use starts with
-    # it; a notebook's cells wait for the reader, so one spare of each mode is enough
+def test_a_chapter_starts_no_process_until_a_section_needs_one(monkeypatch):
+    # no spare processes: starting a chapter, as a script or a notebook, on a GPU or not, starts none
     from common import chapter as chapter_module
 
     started = []
-    monkeypatch.setattr(chapter_module, "INTERPRET", False)
+    monkeypatch.setattr(chapter_module.child, "Child", lambda *a, **k: started.append(a))
     monkeypatch.setattr(chapter_module, "banner", lambda: "Mode: a GPU")
-    monkeypatch.setattr(chapter_module.child, "keep_spare", lambda mode, preload, count=1: started.append((mode, count)))
     script = os.path.join(ROOT, "lesson01_vector_add", "main.py")
-    for argv, expected in (([script], [(True, 1), (None, 4)]), (["ipykernel_launcher.py", "-f", "k.json"], [(True, 1), (None, 1)])):
-        monkeypatch.setattr(sys, "argv", argv)
-        started.clear()
-        Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True, processes=4).start()
-        assert started == expected, argv
-    started.clear()
-    Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=False, processes=4).start()  # an import starts none
+    for interpret in (False, True):
+        monkeypatch.setattr(chapter_module, "INTERPRET", interpret)
+        for argv in ([script], ["ipykernel_launcher.py", "-f", "k.json"]):
+            monkeypatch.setattr(sys, "argv", argv)
+            Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True).start()
     assert started == []
 
 
@@ -136,74 +132,60 @@ def test_a_section_runs_in_a_child_process_and_its_tables_come_back(monkeypatch,
 
     monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
     chapter = Chapter("lesson01_vector_add", "Doc.", {"t": "1. T"}, running=True)
-    tables = chapter.in_child(sections.a_table, interpret=True)
+    tables = chapter.in_child(sections.a_table, trace=True)
     assert "printed in the child" in capsys.readouterr().out
     assert [(t.title, t.rows, t.note) for t in tables] == [("From the child", [["a", 1.5]], "A note.")]
     with pytest.raises(TypeError, match="not a lambda"):
-        chapter.in_child(lambda: None, interpret=False)
+        chapter.in_child(lambda: None, trace=False)
 
 
-def test_a_spare_process_serves_one_run_and_the_next_one_starts(monkeypatch):
-    # a spare is started ahead of time with the lesson imported; it serves one run only (a fresh
-    # process each time, as host timings need) and the next spare is started behind it
-    import time
-
+def test_kept_processes_serve_their_mode_and_fresh_ones_serve_once(monkeypatch):
+    # keep=True: one process per mode, started at the first request and serving the next ones (a
+    # run's traces, the exercises a test run checks); without: a new process each time (host timings)
     from common import child
 
     monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
-    monkeypatch.setattr(child, "_spares", {})
-    child.keep_spare(True, ("sections",))
-    first = child._spares[child._mode(True)][0][0]
-    time.sleep(1.0)
-    pid, waited = child.run("sections:whose_process", interpret=True)[0].split()
-    assert int(pid) == first.pid and float(waited) > 0.5  # imported a second before it was asked
-    second = child._spares[child._mode(True)][0][0]
-    # this process's own mode, asked for by name or as None, is one mode: the same spare serves it
-    pid, _ = child.run("sections:whose_process", interpret=None if INTERPRET else True)[0].split()
-    assert int(pid) == second.pid != first.pid and first.returncode == 0
-    pid, waited = child.run("sections:whose_process", interpret=False)[0].split()  # no spare of that mode
-    assert int(pid) not in (first.pid, second.pid) and float(waited) < 0.5  # imported on request
-    child._drop_spares()
-    assert child._spares == {}
+    monkeypatch.setattr(child, "_kept", {})
+    kept = {int(child.run("sections:whose_process", interpret=True, keep=True)[0].split()[0]) for _ in range(3)}
+    # this process's own mode, asked for by name or as None, is one mode: one process serves it
+    own = {int(child.run("sections:whose_process", interpret=mode, keep=True)[0].split()[0])
+           for mode in (None, INTERPRET)}
+    fresh = {int(child.run("sections:whose_process", interpret=True)[0].split()[0]) for _ in range(2)}
+    assert len(kept) == 1 and len(own) == 1 and len(fresh) == 2 and not (kept | own) & fresh
+    assert (kept == own) == INTERPRET  # the interpreter is this process's mode only on a CPU
+    processes = list(child._kept.values())
+    child._close_kept()
+    assert child._kept == {} and all(p.process.returncode == 0 for p in processes)
 
 
-def test_spares_started_together_serve_runs_in_turn(monkeypatch):
-    # a lesson that will use three fresh processes starts them at once: each run takes the oldest,
-    # already imported; only when none is left does a run start the next
-    import time
-
+def test_a_childs_error_comes_back_with_its_traceback_and_a_kept_process_goes_on(monkeypatch):
     from common import child
 
     monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
-    monkeypatch.setattr(child, "_spares", {})
-    child.keep_spare(True, ("sections",), count=3)
-    started = [process for process, _ in child._spares[child._mode(True)]]
-    assert len(started) == 3 and len({p.pid for p in started}) == 3
-    time.sleep(1.0)
-    for expected in started:
-        pid, waited = child.run("sections:whose_process", interpret=True)[0].split()
-        assert int(pid) == expected.pid and float(waited) > 0.5
-    (after,) = child._spares[child._mode(True)]  # the pool ran dry: one more, started behind the last run
-    assert after[0].pid not in {p.pid for p in started}
-    child._drop_spares()
-    assert child._spares == {} and all(p.returncode == 0 for p in started)
+    monkeypatch.setattr(child, "_kept", {})
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        child.run("sections:fails", interpret=True, keep=True)
+    assert child.run("sections:a_table", interpret=True, keep=True)[1][0].title == "From the child"
+    with pytest.raises(RuntimeError, match="No module named"):
+        child.run("no_such_module:f")
+    child._close_kept()
 
 
-def test_compiling_for_a_gpu_takes_the_spare_compiling_process(monkeypatch):
-    # one compilation goes to the compiled-mode process kept started (a lesson on a GPU keeps one),
-    # and another is started behind it
+def test_compiling_for_a_gpu_without_one_takes_a_kept_compiled_mode_process(monkeypatch):
+    # under the interpreter a compilation goes to a compiled-mode child, kept for the next; on a GPU
+    # this process compiles, the kernel handed over as itself
     from common import child, ptx
+    from lesson01_vector_add.main import add_kernel
 
-    monkeypatch.setattr(child, "_spares", {})
-    child.keep_spare(False, ("common.ptx",))
-    spare = child._spares[child._mode(False)][0][0]
-    job = dict(module="lesson01_vector_add.main", kernel="add_kernel", signature={
+    monkeypatch.setattr(child, "_kept", {})
+    job = dict(module="lesson01_vector_add.main", kernel=add_kernel, signature={
         "x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "N": "i32"}, constexprs={"BLOCK_SIZE": 64},
         asm=("ptx",))
-    (result,) = ptx.compile_kernels([job])
-    assert "ld.global" in result["ptx"] and spare.returncode == 0  # it served and ended
-    assert child._spares[child._mode(False)][0][0].pid != spare.pid
-    child._drop_spares()
+    for _ in range(2):
+        (result,) = ptx.compile_kernels([job])
+        assert "ld.global" in result["ptx"]
+    assert len(child._kept) == (1 if INTERPRET else 0)
+    child._close_kept()
 
 
 def test_ptx_parsing():

@@ -4,13 +4,11 @@ make) fails at the stage, and with the phrase, that it names; stub and solution 
 arguments. Then the checker's command line: hints one at a time, the progress table."""
 import inspect
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import CHILD_ENV, INTERPRET, ROOT
-from common import accesses, exercise as checker
+from conftest import INTERPRET, ROOT  # noqa: F401  (common.device before triton)
+from common import accesses, child, exercise as checker
 
 EXERCISES = checker.all_exercises()
 IDS = [f"{lesson[:8]}/{name}" for lesson, name, _ in EXERCISES]
@@ -104,8 +102,7 @@ def test_hints_one_at_a_time_and_the_progress_table(tmp_path, monkeypatch, capsy
 def test_an_exercise_file_runs_as_a_script():
     lesson, name, _ = EXERCISES[0]
     path = os.path.join(ROOT, lesson, "exercises", f"{name}.py")
-    stub = subprocess.run([sys.executable, path], cwd=ROOT, env=CHILD_ENV, capture_output=True, text=True)
+    stub = child.script(path)
     assert stub.returncode == 1 and "not started" in stub.stdout
-    solution = subprocess.run([sys.executable, path, "--solution"], cwd=ROOT, env=CHILD_ENV, capture_output=True,
-                              text=True)
+    solution = child.script(path, "--solution")
     assert solution.returncode == 0 and "PASSED" in solution.stdout, solution.stdout + solution.stderr

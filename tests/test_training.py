@@ -8,7 +8,8 @@ import re
 import pytest
 import torch
 
-from conftest import DEVICE, INTERPRET
+from conftest import DEVICE, INTERPRET, TESTS
+from common import child
 from common.checks import grad_errors, grad_ok, rel_error
 from lesson01_vector_add.main import add, gelu, grad_check as grad_check01
 from lesson02_softmax.backward import softmax_backward
@@ -279,43 +280,6 @@ def test_lse_is_not_differentiable():
 # kernel did, on the H200, when its store went through a helper's result. That test needs a GPU;
 # the analysis itself only needs Triton's compiler, so this one runs it on the CPU too, in a child
 # process (Triton compiles there, for an H200, as common.ptx does), on the launches recorded here.
-ANALYSIS = r'''
-import json, sys
-import torch, triton
-import triton.language as tl
-from triton.backends.compiler import GPUTarget
-
-
-class H200:  # the analysis compiles to Triton's IR for the active GPU
-    def get_current_target(self):
-        return GPUTarget("cuda", 90, 32)
-
-
-triton.runtime.driver.set_active(H200())
-from torch._higher_order_ops import triton_kernel_wrap as wrap
-import importlib
-
-out = []
-for module, name, args in json.load(sys.stdin):
-    kernel = getattr(importlib.import_module(module), name)
-    kwargs = {}
-    for arg, value in args.items():
-        if isinstance(value, dict) and "tensor" in value:
-            kwargs[arg] = torch.empty(value["shape"], dtype=getattr(torch, value["tensor"]))
-        elif isinstance(value, dict):
-            kwargs[arg] = getattr(tl, value["dtype"])
-        else:
-            kwargs[arg] = value
-    if hasattr(wrap, "identify_accessed_tensors"):  # torch >= 2.12
-        writes = sorted(dep.name for dep in wrap.identify_accessed_tensors(kernel, kwargs, {}).read_writes.writes)
-    else:  # older: the names it writes
-        try:
-            writes = sorted(wrap.identify_mutated_tensors(kernel, kwargs, {}))
-        except TypeError:  # before TMA descriptors came into its signature
-            writes = sorted(wrap.identify_mutated_tensors(kernel, kwargs))
-    out.append(writes)
-print(json.dumps(out))
-'''
 
 
 def recorded_launches(monkeypatch, fn, leaves) -> list:
@@ -359,12 +323,6 @@ def recorded_launches(monkeypatch, fn, leaves) -> list:
 
 def test_torch_compiles_analysis_sees_no_kernel_write_an_input(monkeypatch):
     # every op of OPS, forward and backward, analysed in one child process (each costs seconds to start)
-    import json
-    import subprocess
-    import sys
-
-    from common.device import ROOT
-
     launches = []
     for op in OPS:
         leaves = [torch.randn(64, 96, device=DEVICE, requires_grad=True),
@@ -373,13 +331,14 @@ def test_torch_compiles_analysis_sees_no_kernel_write_an_input(monkeypatch):
         assert recorded, op
         launches += recorded
         monkeypatch.undo()
-    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=ROOT)
-    child = subprocess.run([sys.executable, "-c", ANALYSIS], input=json.dumps(launches), capture_output=True,
-                           text=True, env=env, cwd=ROOT, timeout=600)
-    if child.returncode and "has no attribute 'identify_mutated_tensors'" in child.stderr:
-        pytest.skip("this torch has neither analysis function")
-    assert child.returncode == 0, child.stderr[-3000:]
-    assert "Encountered an exception" not in child.stderr, child.stderr[-3000:]  # its fallback: every input written
-    written = {f"{module}.{name}": inputs for (module, name, args), writes in zip(launches, json.loads(child.stdout))
+    try:  # the analysis compiles each kernel for an H200: in a compiled-mode process (tests/analysis.py)
+        _, (writes, warned) = child.run("analysis:kernel_writes", dict(launches=launches), interpret=False,
+                                        path=(TESTS,))
+    except RuntimeError as error:
+        if "has no attribute 'identify_mutated_tensors'" in str(error):
+            pytest.skip("this torch has neither analysis function")
+        raise
+    assert "Encountered an exception" not in warned, warned  # its fallback: every input written
+    written = {f"{module}.{name}": inputs for (module, name, args), writes in zip(launches, writes)
                if (inputs := [arg for arg in writes if isinstance(args[arg], dict) and args[arg].get("input")])}
     assert not written, f"torch.compile would take these kernels to write inputs of their op: {written}"
