@@ -426,7 +426,7 @@ def look_at_ptx(ir: str | None = None) -> dict:
     consts = {"BLOCK_SIZE": 1024, "TRACE": False}
     pointers = ("x_ptr", "y_ptr", "output_ptr")  # torch allocations are 16-byte aligned
     cases = {"N a multiple of 16": pointers + ("N",), "N not a multiple of 16": pointers}
-    compiled_asm = ptx.compile_kernels([dict(module="lesson01_vector_add.main", kernel="add_kernel", signature=sig,
+    compiled_asm = ptx.compile_kernels([dict(module="lesson01_vector_add.main", kernel=add_kernel, signature=sig,
                                              constexprs=consts, divisible_by_16=div) for div in cases.values()])
     rows, found = [], {}
     for label, asm in zip(cases, compiled_asm):

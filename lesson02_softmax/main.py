@@ -371,7 +371,7 @@ def tree(N: int = 4096) -> dict:
           f"1024 numbers: {len(tree_rounds([0] * 1024)) - 1} rounds.")
     BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "stride_ym"), "i32")}
-    code = ptx.compile_kernel("lesson02_softmax.main", "softmax_kernel", sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
+    code = ptx.compile_kernel("lesson02_softmax.main", softmax_kernel, sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
                               num_warps=num_warps)["ptx"]
     counts = {op: code.count(op) for op in ("shfl.sync", "bar.sync", "st.shared", "ld.shared")}
     print(f"\nsoftmax_kernel for rows of {N} (BLOCK_N = {BLOCK_N}, {num_warps} warps = {32 * num_warps} threads, "

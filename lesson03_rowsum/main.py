@@ -507,7 +507,7 @@ def occupancy_table(configs=OCCUPANCY_CONFIGS):
           f"65,536 // 20,480 = {seed['registers']} programs per SM = {seed['programs'] * 4} warps: "
           f"occupancy {seed['programs'] * 4} / 64 = {seed['occupancy']:.2%}.\n")
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn"), "i32")}
-    compiled = ptx.compile_kernels([dict(module="lesson03_rowsum.main", kernel="row_sum_kernel", signature=sig,
+    compiled = ptx.compile_kernels([dict(module="lesson03_rowsum.main", kernel=row_sum_kernel, signature=sig,
                                          asm=["ptx"], num_warps=w, constexprs={"BLOCK_M": bm, "BLOCK_N": bn})
                                     for bm, bn, w in configs])
     rows = []

@@ -171,19 +171,18 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None) -> to
 
 
 # %% Under the hood: which instructions move the tiles (runs everywhere: compiled for sm_90 in a child process)
-def copy_instructions(pointer_module: str, BLOCK=(128, 128, 64)) -> dict:
+def copy_instructions(pointer_kernel, BLOCK=(128, 128, 64)) -> dict:
     """Compile both kernels for sm_90 (no GPU needed: common/ptx.py) and count, in the PTX, the
     instructions that move tiles (cp.async: per-thread asynchronous copies; cp.async.bulk.tensor:
     TMA) and Hopper's tensor-core instruction (wgmma.mma_async: a warpgroup, 4 warps, multiplies
-    tiles read straight from shared memory, asynchronously). pointer_module: the module that holds
-    main.py's matmul_kernel, by name ("lesson04_matmul.main"), for the child process to import."""
+    tiles read straight from shared memory, asynchronously). pointer_kernel: main.py's matmul_kernel."""
     BM, BN, BK = BLOCK
     print(f"The PTX of both kernels for an H100/H200 (sm_90), {BM} x {BN} x {BK} tiles:")
     tile = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8, ACTIVATION="")
     sizes = {"M": "i32", "N": "i32", "K": "i32"}
     jobs = {
         "matmul_kernel (main.py, pointer loads)": dict(
-            module=pointer_module, kernel="matmul_kernel",
+            module="lesson04_matmul.main", kernel=pointer_kernel,
             signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
                        "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr", "stride_cm": "i32",
                        "stride_cn": "constexpr", **dict.fromkeys(tile, "constexpr"),

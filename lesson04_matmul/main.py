@@ -641,7 +641,7 @@ chapter.run("library", lambda: library.kernels_by_shape(
 
 
 # %%
-chapter.run("ptx", lambda: hopper.copy_instructions("lesson04_matmul.main"))
+chapter.run("ptx", lambda: hopper.copy_instructions(matmul_kernel))
 
 # %% [markdown]
 # ## 17. Hopper: TMA and a persistent grid, step by step (hopper.py)

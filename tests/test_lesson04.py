@@ -213,7 +213,7 @@ def test_tma_refuses_what_it_cannot_address():
 def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
     # hopper.py's claim, checked in the compiled code for sm_90: Triton pipelines the pointer loads
     # with per-thread asynchronous copies; the descriptor loads become TMA bulk copies.
-    pointers, descriptors = copy_instructions("lesson04_matmul.main").values()
+    pointers, descriptors = copy_instructions(matmul_kernel).values()
     assert pointers["cp.async"] > 0 and pointers["cp.async.bulk.tensor"] == 0
     assert descriptors["cp.async.bulk.tensor"] > 0 and descriptors["cp.async"] == 0
     assert pointers["wgmma.mma_async"] > 0 and descriptors["wgmma.mma_async"] > 0
