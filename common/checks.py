@@ -12,7 +12,7 @@ import operator
 import numpy as np
 import torch
 
-from common.device import DEVICE, INTERPRET  # first: it decides how triton is imported
+from common.device import DEVICE, INTERPRET, gpu_count  # first: it decides how triton is imported
 import triton.language as tl  # noqa: E402
 
 ON_GPU = DEVICE == "cuda"
@@ -73,6 +73,9 @@ def whole(name: str, value, *, least: int = 1, power_of_two_to: int | None = Non
     """value as a Python int: any integral scalar (int, numpy's, a one-element integer tensor:
     whatever `operator.index` takes, never a bool), at least `least`, and, where `power_of_two_to`
     is given, a power of two up to it. Anything else is refused, naming the parameter."""
+    if value.__class__ is int and value >= least and (power_of_two_to is None or (
+            value <= power_of_two_to and not value & (value - 1))):
+        return value  # the common case, decided in a few comparisons
     wanted = (f"a power of two from {least} to {power_of_two_to}" if power_of_two_to
               else f"a whole number >= {least}")
     try:
@@ -106,9 +109,10 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
     order, as the kernel can read them (a negative-bit view resolved).
 
     It runs on every call, before every launch, so it is written to be cheap where the input is
-    good (about a microsecond a tensor: lesson 1, "What a call costs the host"): each test reads a field
-    once, and the messages are built only when one fails."""
-    first = None
+    good (a fraction of a microsecond a tensor: lesson 1, "What a call costs the host"): each test
+    reads a field once, the device's number is asked of CUDA only where several GPUs make it a
+    question, and the messages are built only when one fails."""
+    first = first_index = None
     for name, x in tensors.items():
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -118,11 +122,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
             where = "the CPU (Triton interpreter)" if INTERPRET else "the GPU"
             raise ValueError(f"{name} is on {x.device}, but kernels here run on {where}: "
                              f"move it with {name}.to('{DEVICE}')")
-        index = x.get_device()  # the CUDA device's number; -1 on the CPU
-        if first is None and index >= 0 and index != torch.cuda.current_device():
-            raise ValueError(f"{name} is on {x.device}, but kernels launch on the current device, "
-                             f"cuda:{torch.cuda.current_device()}: wrap the call in `with torch.cuda.device({name}.device):`")
-        if x.layout != torch.strided or x.is_nested:
+        if x.layout is not torch.strided or x.is_nested:
             kind = "nested" if x.is_nested else str(x.layout).removeprefix("torch.")
             raise ValueError(f"{name} is a {kind} tensor; the kernels read dense tensors: use {name}.to_dense()")
         if x.dtype not in dtypes:
@@ -131,12 +131,19 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
         shape = x.shape
         if ndim is not None and len(shape) != ndim:
             raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(shape)}")
-        if shape and max(shape) >= NEAR_2_31 and any(NEAR_2_31 <= n < 2**31 for n in shape):
+        n = x.numel()  # below NEAR_2_31 elements (and not empty) no dimension can be near 2**31
+        if (n >= NEAR_2_31 or n == 0) and any(NEAR_2_31 <= d < 2**31 for d in shape):
             # see index_type: indices run a block past n
             raise ValueError(f"{name} has shape {tuple(shape)}: a dimension within 2**16 of 2**31, where the "
                              "kernels' 32-bit loop bounds and indices would wrap; pad or split it")
+        index = x.get_device()  # the CUDA device's number; -1 on the CPU
         if first is None:
             first, first_index = x, index
+            if index > 0 or (index == 0 and gpu_count() > 1):  # with one GPU, its tensors are on the current one
+                if index != torch.cuda.current_device():
+                    raise ValueError(f"{name} is on {x.device}, but kernels launch on the current device, "
+                                     f"cuda:{torch.cuda.current_device()}: wrap the call in "
+                                     f"`with torch.cuda.device({name}.device):`")
         elif index != first_index or x.dtype != first.dtype or (same_shape and shape != first.shape):
             _mismatch(tensors)
     if torch.compiler.is_compiling():  # Dynamo cannot trace is_neg(): torch.compile's tensors pass as they are

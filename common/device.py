@@ -48,6 +48,12 @@ GPUS = {75: ("T4, RTX 20xx", 64 << 10), 80: ("A100", 163 << 10), 86: ("RTX 30xx,
 
 
 @functools.cache
+def gpu_count() -> int:
+    """How many CUDA GPUs this process sees (0 under the interpreter)."""
+    return 0 if INTERPRET else torch.cuda.device_count()
+
+
+@functools.cache
 def capability() -> int:
     """This GPU's compute capability as one number (90 for 9.0); an H200's under the interpreter."""
     if INTERPRET:

@@ -35,6 +35,12 @@ def next_power_of_2(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
+def dot_block(n: int) -> int:
+    """n padded to a power of two, at least 16: a block's width along a dimension that tl.dot
+    multiplies over (a head dim of 80 computes as 128, its padding masked)."""
+    return max(16, next_power_of_2(n))
+
+
 def splits_to_fill(programs: int, most: int) -> int:
     """Into how many parts to split each program's work so that the grid holds at least 4 programs
     per SM (lesson 3's rule of thumb): 1 where `programs` are enough already, never more than `most`."""

@@ -37,8 +37,13 @@ atomics take an instruction per element from every thread. tma_dq=True does that
 newer; Triton's interpreter has no copy engine). Section 15 times the designs side by side
 (RESULTS.md, "Backward designs and block sizes").
 
-Causal: key j gets gradient only from queries i >= j, so a key block's walk starts at its own
-diagonal; as in the forward, only the diagonal block (and the ragged last block) pays for masks.
+Causal: key j gets gradient only from the queries that see it, i >= j - (seq_k - seq_q) (the mask
+aligned bottom-right, as the forward's), so a key block's walk starts at its own diagonal; as in the
+forward, only the diagonal band (and the ragged last block) pays for masks. Every shape the forward
+takes, the backward takes: grouped-query heads (a key block's program walks each of the GROUP query
+heads that read it, so dK and dV are summed without atomics; where the key heads give too few
+programs, several share a key block's heads, `parts`), two lengths, head dims to 256 (padded, and at
+256 the dK/dV work split by columns between two programs).
 
 main.py imports this file and hands it what it needs of the forward (the launcher, the public
 function, the reference) as arguments: sections 12-15 of the chapter run the functions below.
@@ -53,7 +58,7 @@ import triton.language as tl
 
 from common import bench
 from common.checks import dtype_name, flag, index_type
-from common.launch import cdiv, traceable
+from common.launch import cdiv, dot_block, splits_to_fill, traceable
 from common.table import print_table
 from common.trace import show
 from lesson04_matmul.hopper import scratch  # the memory device-side TMA descriptors live in (tma_dq=True)
@@ -62,65 +67,78 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_len, HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr,
-                      INDEX_TYPE: tl.constexpr = tl.int32):
-    """Delta = rowsum(dO * O), one number per query row, in fp32."""
-    num_pid_m = tl.cdiv(seq_len, BLOCK_M)  # one grid axis, as the forward's: blocks of head 0, then head 1, ...
+def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                      BLOCK_M: tl.constexpr, INDEX_TYPE: tl.constexpr = tl.int32):
+    """Delta = rowsum(dO * O), one number per query row, in fp32; o and do contiguous (B, H, seq_q, HEAD_DIM)."""
+    num_pid_m = tl.cdiv(seq_q, BLOCK_M)  # one grid axis, as the forward's: blocks of head 0, then head 1, ...
     rows = ((tl.program_id(0) % num_pid_m) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     bh = (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
-    dims = tl.arange(0, HEAD_DIM)
-    offsets = bh * seq_len * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]  # contiguous (B, H, seq, D)
-    o = tl.load(o_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + bh * seq_len + rows, tl.sum(o * do, axis=1), mask=rows < seq_len)
+    dims = tl.arange(0, BLOCK_D)
+    mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
+    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    o = tl.load(o_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + bh * seq_q + rows, tl.sum(o * do, axis=1), mask=rows < seq_q)
 
 
 @triton.jit
-def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale, lo, hi,
-                BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr, TMA_DQ: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-                INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
-    """Add query blocks lo..hi into one key block's dk, dv ([BLOCK_N, HEAD_DIM], fp32), and with
-    ATOMIC_DQ each query block's share of dQ into the float32 dq accumulator in memory, dq_sum (a
-    pointer, or with TMA_DQ a tensor descriptor). The pointers address row 0 of this (batch, head);
-    everything is computed transposed, keys down."""
-    dims = tl.arange(0, HEAD_DIM)
+def real_dims(lo, WIDTH: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The dims lo .. lo + WIDTH of a head dim padded to BLOCK_D, and which of them are real: all,
+    where the head dim is a power of two (a mask the compiler drops), else those below HEAD_DIM."""
+    dims = lo + tl.arange(0, WIDTH)
+    if BLOCK_D == HEAD_DIM:
+        return dims, tl.full([WIDTH], 1, tl.int1)
+    return dims, dims < HEAD_DIM
+
+
+@triton.jit
+def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, dims, dim_ok, out_dims, out_ok,
+                seq_q, diag, sm_scale, qk_scale, lo, hi, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
+                SPLIT: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
+                TMA_DQ: tl.constexpr, INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
+    """Add query blocks lo..hi of one query head into one key block's dk, dv ([BLOCK_N, out dims],
+    fp32), and with ATOMIC_DQ each query block's share of dQ into the float32 dq accumulator in
+    memory, dq_sum (a pointer, or with TMA_DQ a tensor descriptor). The pointers address row 0 of
+    the query head; everything is computed transposed, keys down. SPLIT: dk and dv hold only the
+    columns out_dims (the head dim split between programs)."""
     for start_m in range(lo, hi, BLOCK_M):
         rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)  # the query rows of this block
         if MASKED:  # rows past the end: q = dO = 0, and P^T is zeroed below
-            q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
-            do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq_len, other=0.0)
-            lse = tl.load(lse_ptr + rows, mask=rows < seq_len, other=0.0)
-            delta = tl.load(delta_ptr + rows, mask=rows < seq_len, other=0.0)
+            row_ok = rows < seq_q
         else:
-            q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :])
-            do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :])
-            lse = tl.load(lse_ptr + rows)
-            delta = tl.load(delta_ptr + rows)
+            row_ok = tl.full([BLOCK_M], 1, tl.int1)
+        q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+        do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :],
+                     other=0.0)
+        lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
+        delta = tl.load(delta_ptr + rows, mask=row_ok, other=0.0)
         # P^T, recomputed: [BLOCK_N, BLOCK_M], the forward's probabilities (lse folds in m and l)
         pT = tl.exp2(tl.dot(k, tl.trans(q), input_precision=INPUT_PRECISION) * qk_scale - lse[None, :])
         if MASKED:
-            keep = rows[None, :] < seq_len
+            keep = row_ok[None, :]
             if CAUSAL:
-                keep = keep & (keys[:, None] <= rows[None, :])  # query i sees keys j <= i
-            pT = tl.where(keep, pT, 0.0)
-        dv += tl.dot(pT.to(do.dtype), do, input_precision=INPUT_PRECISION)            # dV += P^T dO
+                keep = keep & (keys[:, None] <= rows[None, :] + diag)  # query i sees keys j <= i + diag
+            pT = tl.where(keep, pT, 0.0)  # (a row that sees no key has lse = -inf: exp2 gives inf, dropped here)
+        q_out, do_out = q, do
+        if SPLIT:  # this program's columns of q and dO, for dK's and dV's
+            q_out = tl.load(q_ptr + rows[:, None] * HEAD_DIM + out_dims[None, :],
+                            mask=row_ok[:, None] & out_ok[None, :], other=0.0)
+            do_out = tl.load(do_ptr + rows[:, None] * HEAD_DIM + out_dims[None, :],
+                             mask=row_ok[:, None] & out_ok[None, :], other=0.0)
+        dv += tl.dot(pT.to(do.dtype), do_out, input_precision=INPUT_PRECISION)        # dV += P^T dO
         dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)                # dP^T = V dO^T
         dsT = pT * (dpT - delta[None, :])                                             # dS^T
-        dk += tl.dot(dsT.to(q.dtype), q, input_precision=INPUT_PRECISION)            # dK += dS^T Q (scaled later)
+        dk += tl.dot(dsT.to(q.dtype), q_out, input_precision=INPUT_PRECISION)        # dK += dS^T Q (scaled later)
         if ATOMIC_DQ:  # this key block's share of these rows' dQ = dS K * sm_scale, added in memory
             dq = tl.dot(tl.trans(dsT.to(k.dtype)), k, input_precision=INPUT_PRECISION) * sm_scale
             if TMA_DQ:  # Hopper: the tile goes to shared memory, then one request to the copy engine
                 # adds all of it in memory (cp.reduce.async.bulk.tensor); rows past the end are clipped
                 dq_sum.atomic_add([start_m, 0], dq)
             else:
-                dq_sum_ptrs = dq_sum + rows[:, None] * HEAD_DIM + dims[None, :]
                 # sem="relaxed": no ordering with other memory operations (nothing reads dq_sum until
                 # the kernel is over), the cheapest kind; lesson 3's atomics take the default, acq_rel
-                if MASKED:
-                    tl.atomic_add(dq_sum_ptrs, dq, mask=rows[:, None] < seq_len, sem="relaxed")
-                else:
-                    tl.atomic_add(dq_sum_ptrs, dq, sem="relaxed")
+                tl.atomic_add(dq_sum + rows[:, None] * HEAD_DIM + dims[None, :], dq,
+                              mask=row_ok[:, None] & dim_ok[None, :], sem="relaxed")
         if TRACE:
             show("query block", start_m // BLOCK_M, indent=2)
             show("P^T (keys down, queries across)", pT)
@@ -133,89 +151,114 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, s
 
 
 @triton.jit
-def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_sum_ptr, sm_scale, seq_len,
-                HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                ATOMIC_DQ: tl.constexpr = False, TMA_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
+def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_sum_ptr, sm_scale,
+                H_KV, GROUP, seq_q, seq_k, parts, part_stride,
+                HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                CAUSAL: tl.constexpr, DIM_SPLIT: tl.constexpr = 1, ATOMIC_DQ: tl.constexpr = False,
+                TMA_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
                 INDEX_TYPE: tl.constexpr = tl.int32, TRACE: tl.constexpr = False):
-    """One program per block of BLOCK_N keys of one (batch, head): its rows of dK and dV, and with
-    ATOMIC_DQ their share of every dQ row, added into dq_sum_ptr (float32, zeroed) with atomics,
-    with TMA_DQ (Hopper) a tile at a time by TMA's reduce-add."""
-    tl.static_assert(BLOCK_N % BLOCK_M == 0)  # so the causal diagonal ends on a query-block boundary
+    """One program per block of BLOCK_N keys of one (batch, key head), one of `parts` parts of its
+    work and one of DIM_SPLIT slices of the head dim: its rows of dK and dV, summed over the GROUP
+    query heads that read them (grouped-query attention's gradient: no atomics). With ATOMIC_DQ their
+    share of every dQ row too, added into dq_sum_ptr (float32, zeroed) with atomics, with TMA_DQ
+    (Hopper) a tile at a time by TMA's reduce-add. Every tensor is contiguous: q, do (B, H_KV *
+    GROUP, seq_q, HEAD_DIM), k, v (B, H_KV, seq_k, HEAD_DIM). With parts > 1, dk_ptr and dv_ptr are
+    float32 buffers of `parts` partial sums, part_stride elements apart, which the launcher adds up."""
+    tl.static_assert(not (ATOMIC_DQ and DIM_SPLIT > 1), "a head-dim split would add each dQ share twice")
     # One grid axis, as the forward's (axes 1 and 2 stop at 65535 programs; B x H can pass that)
-    num_pid_n = tl.cdiv(seq_len, BLOCK_N)
-    pid_n, bh = tl.program_id(0) % num_pid_n, (tl.program_id(0) // num_pid_n).to(INDEX_TYPE)
+    num_pid_n = tl.cdiv(seq_k, BLOCK_N)
+    pid_n, rest = tl.program_id(0) % num_pid_n, tl.program_id(0) // num_pid_n
+    dim_part, rest = rest % DIM_SPLIT, rest // DIM_SPLIT
+    part, bhk = rest % parts, (rest // parts).to(INDEX_TYPE)
     start_n = pid_n * BLOCK_N
-    base = bh * seq_len * HEAD_DIM                         # every tensor is contiguous (B, H, seq, D)
-    q_ptr, k_ptr, v_ptr, do_ptr, dq_sum_ptr = q_ptr + base, k_ptr + base, v_ptr + base, do_ptr + base, dq_sum_ptr + base
-    lse_ptr, delta_ptr = lse_ptr + bh * seq_len, delta_ptr + bh * seq_len
-    if TMA_DQ:  # this head's dQ as a [seq_len, HEAD_DIM] matrix, in tiles of BLOCK_M rows (lesson 4's hopper.py)
-        dq_sum = tl.make_tensor_descriptor(dq_sum_ptr, shape=[seq_len, HEAD_DIM], strides=[HEAD_DIM, 1],
-                                           block_shape=[BLOCK_M, HEAD_DIM])
-    else:
-        dq_sum = dq_sum_ptr
     keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
-    dims = tl.arange(0, HEAD_DIM)
+    dims, dim_ok = real_dims(0, BLOCK_D, BLOCK_D, HEAD_DIM)
     # Keys past the end load as 0; their rows of dk, dv are never stored. (Their P^T is not masked
     # when not causal, so with ATOMIC_DQ they add dS^T-rows times k = 0 to dQ: nothing.)
-    k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
-    v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
-    dk = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
-    dv = tl.zeros([BLOCK_N, HEAD_DIM], dtype=tl.float32)
+    kv_offsets = bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + dims[None, :]
+    kv_mask = (keys[:, None] < seq_k) & dim_ok[None, :]
+    k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + kv_offsets, mask=kv_mask, other=0.0)
+    # The head dim split (head dim 256): S^T and dP^T sum over every dim, so each program computes
+    # them whole, but it keeps only its slice of dK's and dV's columns, out_dims: two float32
+    # accumulators of BLOCK_N x 256 would not fit in registers (they would spill to memory); half as
+    # wide they do. The price: S^T and dP^T computed once per slice (at DIM_SPLIT = 2, 6 matmuls'
+    # worth of work for 4), and q and dO's slices loaded a second time (from the cache).
+    out_dims, out_ok = real_dims(dim_part * (BLOCK_D // DIM_SPLIT), BLOCK_D // DIM_SPLIT, BLOCK_D, HEAD_DIM)
+    dk = tl.zeros([BLOCK_N, BLOCK_D // DIM_SPLIT], dtype=tl.float32)
+    dv = tl.zeros([BLOCK_N, BLOCK_D // DIM_SPLIT], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
     qk_scale = sm_scale * LOG2E
-    # Stages, in query rows (lo, mid, ... are row offsets, stepped by BLOCK_M). Causal: the
-    # diagonal block, rows start_n .. start_n + BLOCK_N (masked); the whole query blocks after it
+    # Stages, in query rows (lo, mid, ... are row offsets, stepped by BLOCK_M). Causal (query i sees
+    # keys j <= i + diag): the rows before lo see none of these keys, skipped; the diagonal band,
+    # lo .. mid, whose rows see some (masked); the whole query blocks after it, which see them all
     # (no mask); the ragged last block (masked). Not causal: no diagonal (its call is an empty loop,
     # lo = mid), and the walk starts at the key block's own row, start_n (never past full_end), then
     # wraps round to rows 0 .. start_n. So the programs of one head, running side by side, start on
     # different query rows: with ATOMIC_DQ they add into different rows of dQ at any moment (atomics
     # on one address wait for each other). The causal walks start on different diagonals anyway.
-    # Both designs walk this way, one code path; without atomics the order only changes which rows
-    # a program reads first.
-    full_end = (seq_len // BLOCK_M) * BLOCK_M
+    diag = seq_k - seq_q
+    full_end = (seq_q // BLOCK_M) * BLOCK_M
+    q_end = tl.cdiv(seq_q, BLOCK_M) * BLOCK_M
     if CAUSAL:
-        lo, mid = start_n, start_n + BLOCK_N
+        lo = tl.minimum(tl.maximum(start_n - diag, 0) // BLOCK_M * BLOCK_M, q_end)
+        mid = tl.minimum(tl.cdiv(tl.maximum(start_n + BLOCK_N - 1 - diag, 0), BLOCK_M) * BLOCK_M, q_end)
     else:
-        lo, mid = start_n, start_n
+        lo = tl.minimum(start_n, full_end)
+        mid = lo
+    # One pass per query head that reads key head hk; with parts > 1 (a multi-query head's few key
+    # blocks, too few programs to fill the GPU) this program takes one part of the GROUP heads.
+    per_part = tl.cdiv(GROUP, parts)
+    b, hk = bhk // H_KV, bhk % H_KV
     if TRACE:
-        show("dK, dV program (key block, batch x head)", (pid_n, bh), indent=0)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
-                         lo, mid, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE,
-                         TRACE)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
-                         mid, full_end, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION,
-                         INDEX_TYPE, TRACE)
-    dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale, qk_scale,
-                         tl.maximum(full_end, mid), seq_len, BLOCK_M, HEAD_DIM, True, CAUSAL, ATOMIC_DQ, TMA_DQ,
-                         INPUT_PRECISION, INDEX_TYPE, TRACE)
-    if not CAUSAL:  # the wrap: whole blocks 0 .. lo (none when lo = 0)
-        dk, dv = dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, seq_len, sm_scale,
-                             qk_scale, 0, lo, BLOCK_M, HEAD_DIM, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION,
-                             INDEX_TYPE, TRACE)
-    offsets = base + keys[:, None] * HEAD_DIM + dims[None, :]
-    tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
-    tl.store(dv_ptr + offsets, dv.to(dv_ptr.dtype.element_ty), mask=keys[:, None] < seq_len)
+        show("dK, dV program (key block, batch x head)", (pid_n, bhk), indent=0)
+    for g in range(part * per_part, tl.minimum(GROUP, (part + 1) * per_part)):
+        bh = b * (H_KV * GROUP) + hk * GROUP + g        # a query head that reads key head hk
+        q_head, do_head = q_ptr + bh * seq_q * HEAD_DIM, do_ptr + bh * seq_q * HEAD_DIM
+        lse_head, delta_head = lse_ptr + bh * seq_q, delta_ptr + bh * seq_q
+        dq_head = dq_sum_ptr + bh * seq_q * HEAD_DIM
+        if TMA_DQ:  # this head's dQ as a [seq_q, HEAD_DIM] matrix, in tiles of BLOCK_M rows (lesson 4's hopper.py)
+            dq_sum = tl.make_tensor_descriptor(dq_head, shape=[seq_q, HEAD_DIM], strides=[HEAD_DIM, 1],
+                                               block_shape=[BLOCK_M, HEAD_DIM])
+        else:
+            dq_sum = dq_head
+        dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok, out_dims,
+                             out_ok, seq_q, diag, sm_scale, qk_scale, lo, mid, BLOCK_M, HEAD_DIM, DIM_SPLIT > 1, True,
+                             CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+        dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok, out_dims,
+                             out_ok, seq_q, diag, sm_scale, qk_scale, mid, full_end, BLOCK_M, HEAD_DIM, DIM_SPLIT > 1,
+                             False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+        dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok, out_dims,
+                             out_ok, seq_q, diag, sm_scale, qk_scale, tl.maximum(full_end, mid), seq_q, BLOCK_M, HEAD_DIM,
+                             DIM_SPLIT > 1, True, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+        if not CAUSAL:  # the wrap: whole blocks 0 .. lo (none when lo = 0)
+            dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok,
+                                 out_dims, out_ok, seq_q, diag, sm_scale, qk_scale, 0, lo, BLOCK_M, HEAD_DIM,
+                                 DIM_SPLIT > 1, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
+    offsets = part.to(INDEX_TYPE) * part_stride + bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + out_dims[None, :]
+    mask = (keys[:, None] < seq_k) & out_ok[None, :]
+    tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=mask)
+    tl.store(dv_ptr + offsets, dv.to(dv_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, seq_len, qk_scale, lo, hi, BLOCK_N: tl.constexpr,
-              HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr,
-              INDEX_TYPE: tl.constexpr):
-    """Add key blocks lo..hi into one query block's dq ([BLOCK_M, HEAD_DIM], fp32)."""
-    dims = tl.arange(0, HEAD_DIM)
+def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, dims, dim_ok, seq_k, diag, qk_scale, lo, hi,
+              BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+              INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr):
+    """Add key blocks lo..hi of one key head into one query block's dq ([BLOCK_M, BLOCK_D], fp32)."""
     for start_n in range(lo, hi, BLOCK_N):
         keys = (start_n + tl.arange(0, BLOCK_N)).to(INDEX_TYPE)
         if MASKED:
-            k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
-            v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=keys[:, None] < seq_len, other=0.0)
+            key_ok = keys < seq_k
         else:
-            k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :])
-            v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :])
+            key_ok = tl.full([BLOCK_N], 1, tl.int1)
+        k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
+        v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
         p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale - lse[:, None])
         if MASKED:
-            keep = keys[None, :] < seq_len
+            keep = key_ok[None, :]
             if CAUSAL:
-                keep = keep & (keys[None, :] <= rows[:, None])
+                keep = keep & (keys[None, :] <= rows[:, None] + diag)
             p = tl.where(keep, p, 0.0)
         dp = tl.dot(do, tl.trans(v), input_precision=INPUT_PRECISION)                 # dP = dO V^T
         ds = p * (dp - delta[:, None])
@@ -224,42 +267,47 @@ def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, seq_len, qk_scale, lo, 
 
 
 @triton.jit
-def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale, seq_len,
-              HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-              INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
+def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale, H, GROUP, seq_q, seq_k,
+              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
               TRACE: tl.constexpr = False):
-    """One program per block of BLOCK_M queries of one (batch, head): its rows of dQ. The stages
-    are the forward's: whole key blocks below the diagonal (or all whole ones), then the rest, masked."""
-    tl.static_assert(BLOCK_M % BLOCK_N == 0)
-    num_pid_m = tl.cdiv(seq_len, BLOCK_M)  # one grid axis, as dkdv_kernel's
+    """One program per block of BLOCK_M queries of one (batch, query head): its rows of dQ. The
+    stages are the forward's: whole key blocks every row sees (no mask), then the rest, masked."""
+    num_pid_m = tl.cdiv(seq_q, BLOCK_M)  # one grid axis, as dkdv_kernel's
     pid_m, bh = tl.program_id(0) % num_pid_m, (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
+    bhk = (bh // H) * (H // GROUP) + (bh % H) // GROUP   # its (batch, key head)
     start_m = pid_m * BLOCK_M
-    base = bh * seq_len * HEAD_DIM
     rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
-    dims = tl.arange(0, HEAD_DIM)
-    offsets = base + rows[:, None] * HEAD_DIM + dims[None, :]
-    q = tl.load(q_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)
-    do = tl.load(do_ptr + offsets, mask=rows[:, None] < seq_len, other=0.0)
-    lse = tl.load(lse_ptr + bh * seq_len + rows, mask=rows < seq_len, other=0.0)
-    delta = tl.load(delta_ptr + bh * seq_len + rows, mask=rows < seq_len, other=0.0)
-    dq = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    dims, dim_ok = real_dims(0, BLOCK_D, BLOCK_D, HEAD_DIM)
+    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
+    mask = (rows[:, None] < seq_q) & dim_ok[None, :]
+    q = tl.load(q_ptr + offsets, mask=mask, other=0.0)
+    do = tl.load(do_ptr + offsets, mask=mask, other=0.0)
+    lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
+    dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
     qk_scale = sm_scale * LOG2E
+    diag = seq_k - seq_q
     if CAUSAL:
-        full_end, masked_end = start_m, tl.minimum(start_m + BLOCK_M, seq_len)
+        hi = tl.minimum(seq_k, start_m + BLOCK_M + diag)
+        every_row_sees = tl.minimum(seq_k, start_m + 1 + diag)
     else:
-        full_end, masked_end = (seq_len // BLOCK_N) * BLOCK_N, seq_len
-    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, 0, full_end,
-                   BLOCK_N, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
-    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + base, v_ptr + base, rows, seq_len, qk_scale, full_end, masked_end,
-                   BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
+        hi = seq_k
+        every_row_sees = seq_k
+    full_end = tl.maximum(every_row_sees, 0) // BLOCK_N * BLOCK_N
+    kv = bhk * seq_k * HEAD_DIM
+    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + kv, v_ptr + kv, rows, dims, dim_ok, seq_k, diag, qk_scale, 0,
+                   full_end, BLOCK_N, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
+    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + kv, v_ptr + kv, rows, dims, dim_ok, seq_k, diag, qk_scale,
+                   full_end, hi, BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     if TRACE:
         show("dQ program (query block, batch x head)", (pid_m, bh), indent=0)
         show("dQ", dq * sm_scale)
-    tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
+    tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=mask)
 
 
-# Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x HEAD_DIM
+# Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x BLOCK_D
 # fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
 # the BLOCK_N keys, so big key blocks pay at head_dim 128, as long as the registers hold (8 warps
 # for 128 keys; 4 warps spill there). Deeper pipelines (num_stages: how many query blocks are in
@@ -267,81 +315,116 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # the 4-stage 64 x 128 took 7-10% off the 3-stage's dK/dV time at head_dim 128, and the 128 x 128
 # was the fastest at head_dim 64, causal. Neither fits every GPU: the 4 stages need 194 KB of shared
 # memory at head_dim 128 (an A100 has 163: the 3-stage one is its), the 128 x 128 258 KB there (more
-# than Hopper's 227): where a configuration does not fit, the autotuner skips it. The dQ kernel is
-# the forward's shape. Section 15 (bench_configs, RESULTS.md "Backward designs and block sizes")
-# times the candidates; the autotuner picks among them per (seq_len, head_dim, causal).
-GPU_FUSED_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)  # dK, dV and dQ
-                     for bm, bn, w, s in [(64, 128, 8, 3), (32, 128, 8, 3), (32, 128, 4, 3), (64, 64, 4, 3),
-                                          (16, 32, 4, 2)]]
-GPU_DKDV_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                    for bm, bn, w, s in [(64, 128, 8, 4), (64, 128, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3),
-                                         (32, 64, 4, 2), (16, 32, 4, 2)]]  # the last fits a T4 in fp32
-GPU_DQ_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-                  for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (128, 32, 4, 3), (32, 16, 4, 1)]]
+# than Hopper's 227): where a configuration does not fit, the autotuner skips it. At head dim 256
+# (twice the registers and shared memory per row) smaller tiles, and the head dim split in two
+# (DIM_SPLIT, in dkdv_kernel). The last of each list is what small problems run untimed: it fits
+# every GPU's shared memory in float32 (tests/test_gpus.py). The dQ kernel is the forward's shape.
+# Section 15 (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates;
+# the autotuner picks among them per (lengths, head dim, causal), and keeps its pick on disk.
+def configs(rows):
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **({"DIM_SPLIT": split} if split > 1 else {})},
+                          num_warps=w, num_stages=s) for bm, bn, w, s, split in rows]
+
+
+NARROW_DKDV = configs([(64, 128, 8, 4, 1), (64, 128, 8, 3, 1), (128, 128, 8, 3, 1), (64, 64, 4, 3, 1),
+                       (32, 64, 4, 2, 1), (16, 32, 4, 2, 1)])
+WIDE_DKDV = configs([(64, 128, 8, 3, 1), (64, 128, 8, 1, 2), (32, 64, 4, 2, 1), (32, 32, 8, 2, 1),
+                     (16, 16, 2, 1, 1)])  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
+NARROW_FUSED = configs([(64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (32, 128, 4, 3, 1), (64, 64, 4, 3, 1),
+                        (16, 32, 4, 2, 1)])  # dK, dV and dQ by atomics (atomic_dq=True)
+WIDE_FUSED = configs([(32, 64, 4, 2, 1), (16, 16, 2, 1, 1)])
+NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)])
+WIDE_DQ = configs([(128, 64, 8, 3, 1), (64, 32, 4, 2, 1), (64, 32, 4, 1, 1), (32, 32, 4, 2, 1), (16, 16, 4, 1, 1)])
 INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
-FUSED_CONFIGS, DKDV_CONFIGS, DQ_CONFIGS = ((INTERPRETED,) * 3 if INTERPRET else
-                                           (GPU_FUSED_CONFIGS, GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS))
+LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, WIDE_FUSED), "dq": (NARROW_DQ, WIDE_DQ)}
 
 
-def small_problems_untuned(configs, named_args, **kwargs):
-    """As the forward's: every configuration from seq_len 512 up, else the last. float32 inputs get
-    the last too: their products run on the CUDA cores (ieee, no tensor cores), and the larger
-    configurations each take 30 to 90 s to compile there (sm_90, head_dim 64 and 128), for a dtype
-    that checks the others rather than trains. (The autotuner's key holds the tensors' dtypes.)"""
-    small = named_args["seq_len"] < 512 or named_args["q_ptr"].dtype == torch.float32
-    return configs[-1:] if small else configs
+def configs_for(kernel: str):
+    """Autotune's early prune for one kernel's list: the configurations for this head dim, all of
+    them from 512 x 512 (query, key) pairs up, else the last. float32 inputs get the last too: their
+    products run on the CUDA cores (ieee, no tensor cores), and the larger configurations each take
+    30 to 90 s to compile there (sm_90, head_dim 64 and 128), for a dtype that checks the others
+    rather than trains. (The autotuner's key holds the tensors' dtypes.)"""
+    narrow, wide = LISTS[kernel]
+
+    def prune(all_configs, named_args, **kwargs):
+        chosen = [c for c in (narrow if kwargs["BLOCK_D"] <= 128 else wide) if c in all_configs] or all_configs
+        small = named_args["seq_q"] * named_args["seq_k"] < 512 * 512 or named_args["q_ptr"].dtype == torch.float32
+        return chosen[-1:] if small else chosen
+    return {"early_config_prune": prune}
 
 
-PRUNE = {"early_config_prune": small_problems_untuned}
-KEY = ["seq_len", "HEAD_DIM", "CAUSAL"]
+KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
+
+
+def tuned(kernel, name: str, key: list, **kwargs):
+    narrow, wide = LISTS[name]
+    return triton.autotune(INTERPRETED if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
+                           cache_results=True, **kwargs)(kernel)
+
+
 # The autotuner runs each candidate several times: the atomics' accumulator is zeroed before each run.
-fused_kernel_tuned = triton.autotune(FUSED_CONFIGS, key=[*KEY, "TMA_DQ"], prune_configs_by=PRUNE,
-                                   reset_to_zero=["dq_sum_ptr"])(dkdv_kernel)
-dkdv_kernel_tuned = triton.autotune(DKDV_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dkdv_kernel)
-dq_kernel_tuned = triton.autotune(DQ_CONFIGS, key=KEY, prune_configs_by=PRUNE)(dq_kernel)
+fused_kernel_tuned = tuned(dkdv_kernel, "fused", [*KEY, "parts", "TMA_DQ"], reset_to_zero=["dq_sum_ptr"])
+dkdv_kernel_tuned = tuned(dkdv_kernel, "dkdv", [*KEY, "parts"])
+dq_kernel_tuned = tuned(dq_kernel, "dq", KEY)
+
+
+def dkdv_parts(batch_key_heads: int, seq_k: int, group: int) -> int:
+    """How many programs share a key block's work in the dK/dV kernel: 1, unless the B x H_KV key
+    heads' blocks of 128 keys (its largest BLOCK_N) give fewer than 4 programs per SM (multi-query
+    attention: one key head for 32 query heads); then enough parts for that, each taking some of the
+    GROUP query heads, at most GROUP."""
+    return splits_to_fill(cdiv(seq_k, 128) * batch_key_heads, group)
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomic_dq: bool = False,
-                    tma_dq: bool = False, preprocess=preprocess_kernel, dkdv=None, dq=dq_kernel_tuned,
-                    dkdv_meta=None, dq_meta=None) -> tuple:
-    """dq, dk, dv for attention's output o (with its lse) and the gradient do.
+                    tma_dq: bool = False, parts: int | None = None, preprocess=preprocess_kernel, dkdv=None,
+                    dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+    """dq, dk, dv for attention's output o (with its lse) and the gradient do, for every shape the
+    forward takes: q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D).
 
-    By default three kernels: Delta; dK and dV, a program per key block; dQ, a program per query
-    block. Deterministic: the same bits on every run. atomic_dq=True: FlashAttention-2's way, two
-    kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
+    By default three kernels: Delta; dK and dV, a program per key block (and per part of a key head's
+    query heads, dkdv_parts, or `parts`), summed over the query heads that read it; dQ, a program per
+    query block. Deterministic: the same bits on every run. atomic_dq=True: FlashAttention-2's way,
+    two kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
     accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
     the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
-    tma_dq=True (with atomic_dq, on Hopper or newer): FlashAttention-3's way of adding, a whole
-    dQ tile per TMA reduce-add instead of an atomic per element (Triton's interpreter has no such
-    copy engine: GPU only). atomic_dq and tma_dq are this function's only: attention() and its
-    operator run the default. Section 15 times all three (RESULTS.md).
+    tma_dq=True (with atomic_dq, on Hopper or newer, a head dim that is a power of two):
+    FlashAttention-3's way of adding, a whole dQ tile per TMA reduce-add instead of an atomic per
+    element (Triton's interpreter has no such copy engine: GPU only). atomic_dq and tma_dq are this
+    function's only: attention() and its operator run the default. Section 15 times all three
+    (RESULTS.md).
     preprocess, dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned
     for the dK/dV pass; the operator hands in their traceable forms; the trace and the block-size
     sweep plain ones, with their block sizes in dkdv_meta, dq_meta). The kernels read contiguous
     tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
-    B, H, seq_len, D = q.shape
+    B, H, seq_q, D = q.shape
+    H_KV, seq_k = k.shape[1], k.shape[2]
     if flag("tma_dq", tma_dq) and not flag("atomic_dq", atomic_dq):
         raise ValueError("tma_dq=True is a way of adding dQ for atomic_dq=True; it needs atomic_dq=True too")
     if tma_dq and (INTERPRET or capability() < 90):
         raise ValueError("tma_dq=True needs TMA's reduce-add: a GPU of compute capability 9.0 or newer (Hopper); "
                          + ("Triton's interpreter has none" if INTERPRET else f"this one is {gpu_name()}"))
+    if tma_dq and dot_block(D) != D:
+        raise ValueError(f"tma_dq=True needs a head dim that is a power of two from 16 (a TMA tile's width), got {D}")
     atomic_dq = flag("atomic_dq", atomic_dq) and not torch.are_deterministic_algorithms_enabled()
     tma_dq = tma_dq and atomic_dq
-    dq_out, dk_out, dv_out = (q.new_empty(q.shape) for _ in range(3))  # contiguous, in q's dtype
-    if q.numel() == 0:
-        return dq_out, dk_out, dv_out
+    dq_out, dk_out, dv_out = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous
+    if q.numel() == 0 or k.numel() == 0:  # no query, or no key: nothing flows (every output was 0)
+        return dq_out.zero_(), dk_out.zero_(), dv_out.zero_()
     q, k, v, do, o = (interpretable(t.contiguous()) for t in (q, k, v, do, o))  # (bf16 as fp32 under the interpreter)
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"  # as the forward's launcher says
-    preprocess[(cdiv(seq_len, 64) * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_M=64, INDEX_TYPE=index)
-
-    def key_blocks(meta):  # one program per block of keys per (batch, head), for dK and dV
-        return (cdiv(seq_len, meta["BLOCK_N"]) * B * H,)
-
-    def query_blocks(meta):  # one program per block of queries per (batch, head), for dQ
-        return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
-
+    dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
+    rows = 64 if D <= 128 else 16
+    preprocess[(cdiv(seq_q, rows) * B * H,)](o, do, delta, seq_q, BLOCK_M=rows, **dims)
+    group = H // H_KV
+    parts = dkdv_parts(B * H_KV, seq_k, group) if parts is None else parts
+    if parts == 1:
+        dk_sums, dv_sums = dk_out, dv_out
+    else:  # float32 partial sums, added up below (in a fixed order: the same bits on every run)
+        dk_sums, dv_sums = (k.new_empty((parts, *k.shape), dtype=torch.float32) for _ in range(2))
     if dkdv is None:
         dkdv = fused_kernel_tuned if atomic_dq else dkdv_kernel_tuned
     if atomic_dq and "dq_sum_ptr" not in getattr(getattr(dkdv, "kernel", dkdv), "reset_to_zero", ["dq_sum_ptr"]):
@@ -349,29 +432,40 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         raise ValueError("atomic_dq=True takes a dK/dV kernel whose autotuner zeroes dq_sum_ptr between its trial "
                          "runs (fused_kernel_tuned), or a plain one (dkdv_kernel)")
     dq_sum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else dq_out  # (unused without)
-    if tma_dq:  # each program builds its descriptor in memory Triton asks for at each launch (lesson 4's hopper.py)
+    if tma_dq:  # each program builds its descriptors in memory Triton asks for at each launch (lesson 4's hopper.py)
         triton.set_allocator(scratch)
-    dkdv[key_blocks](q, k, v, do, lse, delta, dk_out, dv_out, dq_sum, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
-                     ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision, INDEX_TYPE=index,
-                     **(dkdv_meta or {}))
+
+    def key_blocks(meta):  # a program per key block, head-dim slice and part of each (batch, key head)
+        return (cdiv(seq_k, meta["BLOCK_N"]) * meta.get("DIM_SPLIT", 1) * parts * B * H_KV,)
+
+    dkdv[key_blocks](q, k, v, do, lse, delta, dk_sums, dv_sums, dq_sum, sm_scale, H_KV, group, seq_q, seq_k, parts,
+                     k.numel(), CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
+                     **{**dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
+    if parts > 1:
+        dk_out.copy_(dk_sums.sum(dim=0))
+        dv_out.copy_(dv_sums.sum(dim=0))
     if atomic_dq:
         return dq_sum.to(dq_out.dtype), dk_out, dv_out
-    dq[query_blocks](q, k, v, do, lse, delta, dq_out, sm_scale, seq_len, HEAD_DIM=D, CAUSAL=causal,
-                     INPUT_PRECISION=precision, INDEX_TYPE=index, **(dq_meta or {}))
+    dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
+        q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal, INPUT_PRECISION=precision,
+        **{**dims, **(dq_meta or {})})
     return dq_out, dk_out, dv_out
 
 
 def keep_for_backward(ctx, inputs, output):
     """main.py's attention_op's setup_context: what the backward needs from the forward."""
-    q, k, v, ctx.causal, ctx.sm_scale, _ = inputs  # (the last: which forward kernel ran)
+    q, k, v, ctx.causal, ctx.sm_scale, _ = inputs  # (the last: which forward kernel ran; its o, lse are the same)
     ctx.save_for_backward(q, k, v, *output)
     ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
 
 
 def attention_grad(ctx, do, dlse):
-    """main.py's attention_op's backward: (dq, dk, dv, and none for causal, sm_scale, gluon)."""
+    """main.py's attention_op's backward: (dq, dk, dv, and none for causal, sm_scale, kernel)."""
     q, k, v, o, lse = ctx.saved_tensors
     return *attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None, None
+
+
+TRACED = dict(preprocess=traceable(preprocess_kernel), dkdv=traceable(dkdv_kernel_tuned), dq=traceable(dq_kernel_tuned))
 
 
 @torch.library.triton_op("lessons::attention_backward", mutates_args=())
@@ -379,8 +473,7 @@ def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: to
                        lse: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(dq, dk, dv): the gradients of attention for dO = do. An operator too: torch.compile traces
     backward passes, so each launch inside is traceable(kernel)[grid](...) (lesson 1, section 5)."""
-    return launch_backward(do, q, k, v, o, lse, causal, sm_scale, preprocess=traceable(preprocess_kernel),
-                           dkdv=traceable(dkdv_kernel_tuned), dq=traceable(dq_kernel_tuned))
+    return launch_backward(do, q, k, v, o, lse, causal, sm_scale, **TRACED)
 
 
 def trace(q, k, v, o, lse, standard) -> None:
@@ -390,7 +483,7 @@ def trace(q, k, v, o, lse, standard) -> None:
     do = torch.zeros_like(o)
     do[..., 0] = 1  # the loss: the sum of the outputs' first column
     print("Delta = rowsum(dO * O), per query row:", [round(x, 4) for x in (do * o).sum(-1).flatten().tolist()])
-    tiny = dict(BLOCK_M=4, BLOCK_N=4, TRACE=True)
+    tiny = dict(BLOCK_M=4, BLOCK_N=4, BLOCK_D=2, TRACE=True)
     grads = launch_backward(do, q, k, v, o, lse, True, 1.0, dkdv=dkdv_kernel, dq=dq_kernel, dkdv_meta=tiny,
                             dq_meta=tiny)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
@@ -405,9 +498,10 @@ BACKWARD_NOTE = ("'µs': the GPU kernels' own time (profiler timestamps, L2 flus
                  "the gradient call, torch.autograd.grad(o, (q, k, v), dO). " + bench.SIDE_BY_SIDE_NOTE)
 
 
-def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
+def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=None) -> list:
     """Forward and backward side by side, one table per (batch, heads, head_dim): impls = {name:
-    fn(q, k, v, causal=...)}, main.py's attention first, then SDPA's backends. GPU only."""
+    fn(q, k, v, causal=...)}, main.py's attention first, then SDPA's backends; kernel_of(q, k, v):
+    the name of the forward kernel the first runs (main.choose_kernel), for its rows. GPU only."""
     tables = []
     for B, H, D in shapes:
         rows = []
@@ -422,8 +516,10 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
                                                                        retain_graph=True) for name, o in outs.items()})
                 flops = 4 * B * H * seq * seq * D / (2 if causal else 1)
                 ref = backward["SDPA flash backend"]
+                ours = next(iter(impls))
                 for name in impls:
-                    rows.append((seq, causal, name, forward[name] * 1e3, backward[name] * 1e3,
+                    label = f"{name} ({kernel_of(q, k, v)} forward)" if kernel_of and name == ours else name
+                    rows.append((seq, causal, label, forward[name] * 1e3, backward[name] * 1e3,
                                  bench.tflops(flops, forward[name]), bench.tflops(2.5 * flops, backward[name]),
                                  ref / backward[name]))
                 del q, k, v, do, outs
@@ -431,7 +527,8 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
             rows, ["seq", "causal", "implementation", "forward µs", "backward µs", "forward TFLOP/s",
                    "backward TFLOP/s", "backward x SDPA flash"],
             title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}", floatfmt=".2f",
-            note=BACKWARD_NOTE + " 'Triton flash': attention(), its backward the default design (three kernels). "
+            note=BACKWARD_NOTE + " attention(): the forward kernel main.choose_kernel picks for the shape (in brackets), its "
+                 "backward backward.py's default design (three kernels). "
                  "TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls to "
                  "the forward's two: useful work; the three kernels execute seven); 'backward x SDPA flash': the "
                  "SDPA flash backend's backward time over this one's.",
@@ -441,21 +538,22 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16) -> list:
 
 
 def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), causals=(False, True),
-                  dtype=torch.float16):
+                  dtype=torch.float16, *, most: int | None = None):
     """Every candidate block size of both designs' kernels, timed side by side (the autotuner's
-    job done by hand; its lists are DKDV_CONFIGS, DQ_CONFIGS and FUSED_CONFIGS). forward(q, k, v, causal, sm_scale):
-    main.py's launcher with the autotuned kernel, which gives (o, lse). GPU only."""
+    job done by hand; its lists for head dims to 128 are NARROW_DKDV, NARROW_DQ and NARROW_FUSED), or
+    the first `most` of each (a quick look). forward(q, k, v, causal, sm_scale): main.py's launcher
+    with the autotuned kernel, which gives (o, lse). GPU only."""
     rows, left_out = [], set()
     for B, H, D in shapes:
         q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
         for causal in causals:
             o, lse = forward(q, k, v, causal, D ** -0.5)
             cases = {}
-            kinds = [("dK, dV", DKDV_CONFIGS), ("dQ", DQ_CONFIGS), ("dK, dV + atomic dQ", FUSED_CONFIGS)]
+            kinds = [("dK, dV", NARROW_DKDV), ("dQ", NARROW_DQ), ("dK, dV + atomic dQ", NARROW_FUSED)]
             if not INTERPRET and capability() >= 90:  # Hopper and newer: TMA's reduce-add too
-                kinds.append(("dK, dV + TMA reduce-add dQ", FUSED_CONFIGS))
-            for kind, configs in kinds:
-                for config in configs:  # this kernel plain, with `config`; the other autotuned
+                kinds.append(("dK, dV + TMA reduce-add dQ", NARROW_FUSED))
+            for kind, candidates in kinds:
+                for config in candidates[:most]:  # this kernel plain, with `config`; the other autotuned
                     meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
                     varied = (dict(dq=dq_kernel, dq_meta=meta) if kind == "dQ" else
                               dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV", tma_dq="TMA" in kind))

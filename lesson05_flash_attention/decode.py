@@ -1,26 +1,27 @@
 """Decoding: a few new queries against a long KV cache, the keys split between programs.
 
 A model generating text runs attention once per new token: one query per head against every key
-cached so far, thousands of them. general.py's kernel gives each (batch, query head) one program
-and a block of query rows, so at decode time it launches B x H programs of one real row each, each
+cached so far, thousands of them. main.py's launch gives each (batch, query head) one program and a
+block of query rows, so at decode time it launches B x H programs of one real row each, each
 streaming a whole head of keys and values, and every query head of a group reads its key head again.
 On 16 x 32 heads that is 512 programs on 132 SMs, each walking 8192 keys alone: the work is all
 memory traffic (a query row is one vector, not a tile), and too few programs are reading it.
 
-Two changes give the GPU the parallelism back (FlashAttention's "flash-decoding"):
+Two changes give the GPU the parallelism back (FlashAttention's "flash-decoding"), both options of
+main.py's attention_kernel, which main.py hands to this file's launch:
 
-- Pack the query heads of a group into one block's rows. The GROUP query heads that read key head
+- PACKED: the query heads of a group in one block's rows. The GROUP query heads that read key head
   hk, times seq_q queries each, are rows of one tile: row r is query head hk * GROUP + r // seq_q,
   query r % seq_q. K and V are read once per key head instead of once per query head, and the
   tile has GROUP x seq_q real rows instead of seq_q (tl.dot wants at least 16).
-- Split the keys between programs (lesson 3's split rows, for attention): each program walks one
-  share of the keys with the online softmax, and writes its partial output, normalized by its own
-  sum, and log2 of that sum, lse_s (main.py's base-2 lse). A second kernel merges the shares of each row exactly:
-  o = sum_s 2^lse_s o_s / sum_s 2^lse_s, lse = log2(sum_s 2^lse_s), computed from the largest
-  lse_s as the softmax is. A share whose keys a row's causal mask hides gives lse_s = -inf and
-  weight 0. (Exercise 5.7, exercises/merge_splits.py, has you write that merge.)
+- share_len: the keys split between programs (lesson 3's split rows, for attention): each program
+  walks one share of the keys with the online softmax, and writes its partial output, normalized by
+  its own sum, and log2 of that sum, lse_s (main.py's base-2 lse). A second kernel, here, merges the
+  shares of each row exactly: o = sum_s 2^lse_s o_s / sum_s 2^lse_s, lse = log2(sum_s 2^lse_s),
+  computed from the largest lse_s as the softmax is. A share whose keys a row's causal mask hides
+  gives lse_s = -inf and weight 0. (Exercise 5.7, exercises/merge_splits.py, has you write that merge.)
 
-The output and lse are general.py's, so its backward serves these too (the operator below).
+The output and lse are the kernel's own, so backward.py's backward serves these too.
 """
 import functools
 
@@ -30,13 +31,11 @@ import triton.language as tl
 
 from common import checks
 from common.device import INTERPRET, interpretable
-from common.launch import cdiv, next_power_of_2, splits_to_fill, traceable
-from lesson05_flash_attention import general
-from lesson05_flash_attention.general import LOG2E, attend_keys, block_d
+from common.launch import cdiv, dot_block, next_power_of_2, splits_to_fill
 
 MAX_ROWS = 64       # GROUP x seq_q rows, packed into one block: more than that is not decoding
 MAX_TILE = 64 * 64  # and the packed query tile (rows x BLOCK_D) at most 64 x 64 elements (head dim 256: 16 rows)
-MIN_KEYS = 512      # fewer keys than that: general.py's kernel, for there is little to split
+MIN_KEYS = 512      # fewer keys than that: main.py's plain launch, for there is little to split
 MIN_SHARE = 512     # keys per program, at least: a share shorter than that costs more to merge
 SHARE_ALIGN = 128   # choose_splits's shares are rounded up to it: none ends in a part-filled key block
 MAX_SPLITS = 16     # the most shares of one row (the merge loads them all at once)
@@ -46,7 +45,7 @@ def max_rows(head_dim: int) -> int:
     """The most packed rows (GROUP x seq_q) a block takes: MAX_ROWS, fewer where the head dim is wide
     (the tile of queries stays within MAX_TILE elements, so that the last configuration below fits a
     T4's shared memory in float32)."""
-    return min(MAX_ROWS, MAX_TILE // block_d(head_dim))
+    return min(MAX_ROWS, MAX_TILE // dot_block(head_dim))
 
 
 def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
@@ -61,42 +60,6 @@ def choose_splits(programs: int, seq_k: int) -> int:
     (shares of at least MIN_SHARE keys) or MAX_SPLITS. More programs than that only add partial
     results to merge."""
     return splits_to_fill(programs, min(seq_k // MIN_SHARE, MAX_SPLITS))
-
-
-@triton.jit
-def decode_split_kernel(
-    q_ptr, k_ptr, v_ptr, part_o_ptr, part_lse_ptr,
-    sm_scale, H_KV, GROUP, seq_q, seq_k, share_len, num_splits, rows_total,  # keys per program; B x H x seq_q
-    stride_qb, stride_qh, stride_qn, stride_qd,
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
-):
-    pid = tl.program_id(axis=0)  # the shares of (batch 0, key head 0), then of key head 1, ...
-    split, bhk = pid % num_splits, pid // num_splits
-    b, hk = (bhk // H_KV).to(INDEX_TYPE), (bhk % H_KV).to(INDEX_TYPE)
-    r = tl.arange(0, BLOCK_M)                     # the packed rows: GROUP query heads x seq_q queries
-    h = hk * GROUP + r // seq_q                   # row r's query head
-    i = r % seq_q                                 # and its query
-    real_row = r < GROUP * seq_q
-    dims = tl.arange(0, BLOCK_D)
-    real_dim = dims < HEAD_DIM
-    q = tl.load(q_ptr + b * stride_qb + h[:, None] * stride_qh + i[:, None] * stride_qn + dims[None, :] * stride_qd,
-                mask=real_row[:, None] & real_dim[None, :], other=0.0)
-    qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
-    lo = split * share_len                        # this program's keys: lo to hi
-    hi = tl.minimum(lo + share_len, seq_k)
-    # general.py's walk over the keys, over this share; causal, bottom-right: query i sees keys
-    # j <= i + seq_k - seq_q. lse is -inf for a row this share hides from.
-    out, lse = attend_keys(q, i, k_ptr + b * stride_kb + hk * stride_kh, v_ptr + b * stride_vb + hk * stride_vh,
-                           stride_kn, stride_kd, stride_vn, stride_vd, lo, hi, seq_k - seq_q, qk_scale, HEAD_DIM,
-                           BLOCK_D, BLOCK_M, BLOCK_N, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
-    # the partial results, float32, (num_splits, B, H, seq_q[, HEAD_DIM]) contiguous: row (split, b, h, i)
-    part_row = split.to(INDEX_TYPE) * rows_total + (b * H_KV * GROUP + h) * seq_q + i
-    tl.store(part_lse_ptr + part_row, lse, mask=real_row)
-    tl.store(part_o_ptr + part_row[:, None] * HEAD_DIM + dims[None, :], out,
-             mask=real_row[:, None] & real_dim[None, :])
 
 
 @triton.jit
@@ -125,12 +88,14 @@ def combine_splits_kernel(
              out.to(o_ptr.dtype.element_ty), mask=real_dim)
 
 
-# The split kernel's block sizes: BLOCK_M is the launcher's (the packed rows, at least 16), the key
-# block and the pipeline's depth are tuned per share length. The last fits every GPU's shared memory
-# in float32 at head dim 256 (tests/test_gpus.py); it is also what small problems run untimed.
+# The split launch's block sizes (main.py applies them to attention_kernel: attention_kernel_decode):
+# BLOCK_M is the launcher's (the packed rows, at least 16), the key block and the pipeline's depth are
+# tuned per share length. The last fits every GPU's shared memory in float32 at head dim 256
+# (tests/test_gpus.py); it is also what small problems run untimed.
 GPU_CONFIGS = [triton.Config({"BLOCK_N": bn}, num_warps=w, num_stages=s)
                for bn, w, s in [(64, 4, 2), (128, 4, 2), (64, 4, 3), (128, 8, 3), (16, 4, 1)]]
 CONFIGS = [triton.Config({"BLOCK_N": 32})] if INTERPRET else GPU_CONFIGS
+KEY = ["share_len", "BLOCK_M", "BLOCK_D", "CAUSAL"]
 
 
 def small_problems_untuned(configs, named_args, **kwargs):
@@ -138,17 +103,16 @@ def small_problems_untuned(configs, named_args, **kwargs):
     return configs if named_args["share_len"] >= MIN_SHARE else configs[-1:]
 
 
-decode_split_kernel_tuned = triton.autotune(CONFIGS, key=["share_len", "BLOCK_M", "BLOCK_D", "CAUSAL"],
-                                            prune_configs_by={"early_config_prune": small_problems_untuned}
-                                            )(decode_split_kernel)
+PRUNE = {"early_config_prune": small_problems_untuned}
 
 
-def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel=decode_split_kernel_tuned,
-           combine_kernel=combine_splits_kernel, num_splits: int | None = None) -> tuple:
-    """The same (o, lse) as general.launch, computed by two kernels: split_kernel (the autotuned one,
-    or its traceable form from the operator), then combine_kernel. num_splits: the shares of each
-    row's keys, 1 to MAX_SPLITS, by default choose_splits's (the tests pick it); the count used is
-    cdiv(seq_k, share_len), which rounding the shares up can make smaller."""
+def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel, combine_kernel=combine_splits_kernel,
+           num_splits: int | None = None) -> tuple:
+    """The same (o, lse) as main.launch, computed by split_kernel (main.py's attention_kernel_decode,
+    or its traceable form from the operator) over the shares of the keys, then combine_kernel (where
+    there is more than one share). num_splits: the shares of each row's keys, 1 to MAX_SPLITS, by
+    default choose_splits's (the tests pick it); the count used is cdiv(seq_k, share_len), which
+    rounding the shares up can make smaller."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
     group = H // H_KV
@@ -158,7 +122,7 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel=decode_split_
         raise ValueError(f"num_splits must be from 1 to {MAX_SPLITS}, got {num_splits}")
     if q.numel() == 0:
         return o, lse
-    if seq_k == 0:  # no key at all: every output is 0 (as general.launch has it)
+    if seq_k == 0:  # no key at all: every output is 0 (as main.launch has it)
         return o.zero_(), lse.fill_(float("-inf"))
     if num_splits is None:
         num_splits = choose_splits(B * H_KV, seq_k)
@@ -166,29 +130,23 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel=decode_split_
     else:
         share_len = cdiv(seq_k, num_splits)
     num_splits = cdiv(seq_k, share_len)  # the shares that hold keys (rounding can leave fewer)
-    part_o = q.new_empty((num_splits, B, H, seq_q, D), dtype=torch.float32)
-    part_lse = q.new_empty((num_splits, B, H, seq_q), dtype=torch.float32)
+    if num_splits == 1:  # one share: its output is the output
+        part_o, part_lse = o, lse
+    else:  # the partial results, float32, (num_splits, B, H, seq_q[, D]): share s's rows s * B * H * seq_q on
+        part_o = q.new_empty((num_splits, B, H, seq_q, D), dtype=torch.float32)
+        part_lse = q.new_empty((num_splits, B, H, seq_q), dtype=torch.float32)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
     index = checks.index_type(q, k, v, o, part_o)
     q, k, v = interpretable(q), interpretable(k), interpretable(v)
-    dims = dict(HEAD_DIM=D, BLOCK_D=block_d(D), INDEX_TYPE=index)
-    rows_total = B * H * seq_q
+    dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
+    o_strides = part_o.stride()[-4:]  # (b, h, query, dim) of one share
     split_kernel[(num_splits * B * H_KV,)](
-        q, k, v, part_o, part_lse, sm_scale, H_KV, group, seq_q, seq_k, share_len, num_splits, rows_total,
-        *q.stride(), *k.stride(), *v.stride(), BLOCK_M=max(16, next_power_of_2(group * seq_q)), CAUSAL=causal,
-        INPUT_PRECISION=precision, **dims)
-    combine_kernel[(rows_total,)](part_o, part_lse, o, lse, num_splits, H, seq_q, rows_total, *o.stride(),
-                                  MAX_SPLITS=MAX_SPLITS, **dims)
+        q, k, v, part_o, part_lse, sm_scale, H, group, seq_q, seq_k, share_len,
+        part_o.stride(0) if num_splits > 1 else 0, part_lse.stride(0) if num_splits > 1 else 0,
+        *q.stride(), *k.stride(), *v.stride(), *o_strides, BLOCK_M=max(16, next_power_of_2(group * seq_q)),
+        CAUSAL=causal, PACKED=True, INPUT_PRECISION=precision, **dims)
+    if num_splits > 1:
+        rows_total = B * H * seq_q
+        combine_kernel[(rows_total,)](part_o, part_lse, o, lse, num_splits, H, seq_q, rows_total, *o.stride(),
+                                      MAX_SPLITS=MAX_SPLITS, **dims)
     return o, lse
-
-
-@torch.library.triton_op("lessons::attention_decode", mutates_args=())
-def attention_decode_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                        sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return launch(q, k, v, causal, sm_scale, split_kernel=traceable(decode_split_kernel_tuned),
-                  combine_kernel=traceable(combine_splits_kernel))
-
-
-# (o, lse) are general.py's, and so is the backward: the same three kernels, dK and dV summed over
-# each key head's query heads
-attention_decode_op.register_autograd(general.attention_general_grad, setup_context=general.keep_for_backward)

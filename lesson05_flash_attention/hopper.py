@@ -60,6 +60,7 @@ hand-made schedule's fixed cost is twice the share there.
 """
 from common.device import DEVICE, INTERPRET, capability
 
+import functools
 import re
 
 import torch
@@ -270,17 +271,23 @@ HEAD_DIMS = (64, 128)
 
 
 def takes(q, k, v) -> bool:
-    """Can attention_kernel_hopper compute this, on this machine? (main.py's attention() asks.)"""
-    return (q.is_cuda and torch.cuda.get_device_capability(q.device) == (9, 0) and q.dtype in GL_DTYPES
+    """Can attention_kernel_hopper compute this, on this machine? (main.py's choose_kernel asks.)"""
+    return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES
             and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype and q.shape[-1] in HEAD_DIMS
             and q.shape[-2] % BLOCK_M == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v)))  # (TMA: 16-byte aligned)
 
 
+@functools.cache
+def tile_layout(rows: int, head_dim: int, dtype: torch.dtype):
+    """The shared-memory layout of a rows x head_dim tile (the swizzle wgmma reads it by), worked out
+    once per shape and dtype: it costs microseconds, and every call would pay them four times."""
+    return gl.NVMMASharedLayout.get_default_for([rows, head_dim], GL_DTYPES[dtype])
+
+
 def descriptor(t2d: torch.Tensor, rows: int) -> TensorDescriptor:
     """A TMA descriptor over a (rows of the whole tensor, head_dim) view, one tile `rows` x head_dim."""
-    block = [rows, t2d.shape[1]]
-    return TensorDescriptor.from_tensor(t2d, block, gl.NVMMASharedLayout.get_default_for(block, GL_DTYPES[t2d.dtype]))
+    return TensorDescriptor.from_tensor(t2d, [rows, t2d.shape[1]], tile_layout(rows, t2d.shape[1], t2d.dtype))
 
 
 def launch(q, k, v, causal: bool, sm_scale: float, *, num_buffers: int = NUM_BUFFERS) -> tuple:
@@ -299,6 +306,23 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, num_buffers: int = NUM_BUF
 
 
 HOPPER = not INTERPRET and torch.cuda.is_available() and capability() == 90
+
+
+def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
+    """For main.py's host table, on an H100/H200: attention() at head_dim 128 (which runs this kernel)
+    beside the kernel's own launch, its descriptors ready. Elsewhere none."""
+    if not HOPPER:
+        return {}
+    q, k, v, o = torch.randn(4, B, H, seq, D, device="cuda", dtype=torch.float16)
+    lse = torch.empty(B, H, seq, device="cuda")
+    descs = [descriptor(t.view(-1, D), rows) for t, rows in ((q, BLOCK_M // 2), (k, BLOCK_N), (v, BLOCK_N),
+                                                             (o, BLOCK_M // 2))]
+    grid = (seq // BLOCK_M * B * H,)
+    return {"attention_kernel_hopper[grid](...) alone, descriptors ready (head_dim 128)": lambda: attention_kernel_hopper[
+                grid](*descs, lse, D ** -0.5, seq, HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NUM_BUFFERS=NUM_BUFFERS,
+                      CAUSAL=False, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, num_warps=4,
+                      maxnreg=MAXNREG),
+            "attention(q, k, v) at head_dim 128: the Gluon kernel": lambda: attention(q, k, v)}
 
 
 # %% What the kernel compiles to (runs everywhere: compiled for sm_90 in a child process)

@@ -8,14 +8,15 @@ with tl.dot (lesson 4) and folding it into a running softmax (lesson 2's online 
 running max m, a running sum l, and an output accumulator that is rescaled whenever the max
 grows. Memory stays linear in the sequence length, and the seq x seq scores never touch HBM.
 
-A first reading can stop after section 6 (correctness). Sections 7-11 measure the forward on a GPU
-(memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets; tuning.py holds
-most of their code); sections 12-15 are the backward pass, for training (backward.py). general.py
-holds the same kernels for the shapes real models pass (grouped-query heads, cross-attention, head
-dims to 256), which attention() hands to it, and decode.py a few queries against a long KV cache,
-the keys split between programs; section 6 checks them. Sections 17-18 are the forward
-again, for Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on
-an H100 or H200.
+One kernel takes every shape attention() takes: grouped-query heads, queries and keys of different
+lengths (cross-attention, a KV cache), head dims to 256; decode.py launches the same kernel for
+decoding, a few queries against a long KV cache, the keys split between programs, and merges the
+pieces. A first reading can stop after section 6 (correctness). Sections 7-11 measure the forward
+on a GPU (memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets;
+tuning.py holds most of their code); sections 12-15 are the backward pass, for training
+(backward.py); section 16 times the shapes models pass. Sections 17-18 are the forward again, for
+Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on an H100 or
+H200 at head_dim 128.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -36,10 +37,10 @@ import triton.language as tl
 from common import bench, checks, roofline
 from common.chapter import Chapter, positive_int
 from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_errors, grad_ok, real, rel_error
-from common.launch import cdiv, needs_op, traceable
+from common.launch import cdiv, dot_block, needs_op, traceable
 from common.table import print_table
 from common.trace import show
-from lesson05_flash_attention import backward, decode, general, hopper, tuning  # the lesson's other files
+from lesson05_flash_attention import backward, decode, hopper, tuning  # the lesson's other files
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "memory": "1. Standard attention, and what its scores cost in memory",
@@ -55,29 +56,30 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "grad": "13. Training: the gradients against float64 autograd",
     "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
     "configs_backward": "15. The backward's two designs and their block sizes (backward.py)",
-    "bench_general": "16. The shapes models pass, timed against SDPA's backends (general.py)",
+    "bench_general": "16. The shapes models pass, timed against SDPA's backends (tuning.py)",
     "gluon": "17. Hopper in Gluon: the forward with warps by job, compiled for sm_90 (hopper.py)",
     "bench_gluon": "18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
 # section 8's; memory: section 7's sequence lengths (section 1 takes the full list); backward: section
-# 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases; general:
-# section 16's shapes (general.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)); gluon:
-# section 18's (batch, heads, head_dim) and sequence lengths.
+# 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases; sweep: how
+# many of each sweep's candidates they time (all with --full); general: section 16's shapes
+# (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)); gluon: section 18's (batch,
+# heads, head_dim) and sequence lengths.
 SIZES = {
     "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
-                  backward=[4096], causal=[False],
-                  general=[general.BENCH_CASES[1], general.BENCH_CASES[6]],
+                  backward=[4096], causal=[False], sweep=2,
+                  general=[tuning.BENCH_CASES[1], tuning.BENCH_CASES[6]],
                   gluon=dict(shapes=[(4, 16, 128)], seqs=[4096])),
     "full": dict(seqs=[512, 1024, 2048, 4096, 8192, 16384], shapes=[(4, 32, 64), (4, 16, 128)],
                  dtypes=[torch.float16, torch.bfloat16], memory=[1024, 4096, 8192, 16384, 32768],
-                 backward=[4096, 16384], causal=[False, True],
-                 general=general.BENCH_CASES,
+                 backward=[4096, 16384], causal=[False, True], sweep=None,
+                 general=tuning.BENCH_CASES,
                  gluon=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[1024, 4096, 16384])),
 }
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-HEAD_DIMS = (16, 32, 64, 128)
+MAX_HEAD_DIM = 256
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 
 chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
@@ -95,15 +97,26 @@ args = chapter.start()
 
 # %%
 def attention_standard(q, k, v, *, causal=False, sm_scale=None):
-    """The textbook version. It writes the whole (B, H, seq, seq) score matrix, several times over."""
+    """The textbook version, for every shape attention() takes: q (B, H, seq_q, head_dim); k and v
+    (B, H_KV, seq_k, head_dim), q's heads a multiple of theirs (grouped-query attention: query head h
+    reads key head h // (H / H_KV), here by repeating k and v, which the kernel never does). Causal
+    aligns the mask bottom-right: query i sees keys j <= i + seq_k - seq_q, so the last query sees
+    every key, as a KV cache needs (PyTorch's is_causal=True aligns top-left; the two agree where
+    seq_q = seq_k); a query that sees no key (seq_q > seq_k) gives 0. It writes the whole
+    (B, H, seq_q, seq_k) score matrix, several times over."""
     sm_scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * sm_scale  # (B, H, seq, seq): seq^2 per head
+    group = q.shape[1] // k.shape[1]
+    if group > 1:  # grouped-query heads: copies of k and v, one per query head
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    s = (q @ k.transpose(-2, -1)).to(torch.promote_types(q.dtype, torch.float32)) * sm_scale  # seq_q x seq_k per head
     if causal:
-        seq = q.shape[-2]
-        s = s.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+        seq_q, seq_k = s.shape[-2:]
+        hidden = torch.ones(seq_q, seq_k, dtype=torch.bool, device=q.device).triu(seq_k - seq_q + 1)  # j > i + seq_k - seq_q
+        sees = ~hidden.all(dim=-1, keepdim=True)  # the queries that see a key at all
+        s = torch.where(sees, s.masked_fill(hidden, float("-inf")), 0.0)
+        return torch.where(sees, torch.softmax(s, dim=-1), 0.0).to(q.dtype) @ v
     p = torch.softmax(s, dim=-1).to(q.dtype)                  # read seq^2, write seq^2 again
     return p @ v                                              # read seq^2
-
 
 def score_bytes(B, H, seq, dtype=torch.float16) -> int:
     """Bytes of one (B, H, seq, seq) score matrix in `dtype`."""
@@ -204,35 +217,41 @@ chapter.run("online", online_softmax)
 
 # %%
 @triton.jit
-def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len, qk_scale, lo, hi,
+def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, key_end, dim_ok, qk_scale, lo, hi,
            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
            INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
-    """Fold the key/value blocks lo..hi into the running softmax (m_i, l_i) and the output acc.
-    k_ptrs, v_ptrs address key/value block 0: k^T as [HEAD_DIM, BLOCK_N], v as [BLOCK_N, HEAD_DIM]."""
+    """Fold the key/value blocks lo, lo + BLOCK_N, ... below hi into the running softmax (m_i, l_i) and
+    the output acc. k_ptrs, v_ptrs address key block 0: k^T as [BLOCK_D, BLOCK_N], v as [BLOCK_N,
+    BLOCK_D]; dim_ok: which of the BLOCK_D dims are real (all, unless the head dim was padded). MASKED:
+    keys from key_end on get no weight, nor (causal) the keys after query + diag, row by row."""
     for start_n in range(lo, hi, BLOCK_N):
         cols = start_n + tl.arange(0, BLOCK_N)             # the keys of this block
         start = tl.cast(start_n, INDEX_TYPE)               # 64-bit if start * stride can pass 2^31
-        if MASKED:  # only the last block can run past the end of the keys
-            kT = tl.load(k_ptrs + start * stride_kn, mask=cols[None, :] < seq_len, other=0.0)
-            v = tl.load(v_ptrs + start * stride_vn, mask=cols[:, None] < seq_len, other=0.0)
-        else:
-            kT = tl.load(k_ptrs + start * stride_kn)
-            v = tl.load(v_ptrs + start * stride_vn)
+        if MASKED:  # keys past the end (or this program's share) load as 0
+            kT = tl.load(k_ptrs + start * stride_kn, mask=dim_ok[:, None] & (cols[None, :] < key_end), other=0.0)
+            v = tl.load(v_ptrs + start * stride_vn, mask=(cols[:, None] < key_end) & dim_ok[None, :], other=0.0)
+        else:  # (a mask of real dims only: the compiler drops it where every dim is real)
+            kT = tl.load(k_ptrs + start * stride_kn, mask=dim_ok[:, None], other=0.0)
+            v = tl.load(v_ptrs + start * stride_vn, mask=dim_ok[None, :], other=0.0)
         qk = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # [BLOCK_M, BLOCK_N]: q . k, not yet scaled
         if MASKED:
             # Keys past the end, and (causal) keys after the query, get -inf: exp2 turns them into 0.
-            keep = cols[None, :] < seq_len
+            keep = cols[None, :] < key_end
             if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None])
+                keep = keep & (cols[None, :] <= query[:, None] + diag)
             s = tl.where(keep, qk * qk_scale, float("-inf"))  # the scores, in base-2 units
             m_new = tl.maximum(m_i, tl.max(s, axis=1))        # the running max, per query row
-            p = tl.exp2(s - m_new[:, None])
+            # A row that has seen no key yet keeps m = -inf, and exp2(-inf - -inf) is NaN: for it,
+            # nothing to rescale and nothing to add (only where seq_q > seq_k, or in a share of keys).
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_safe[:, None])
+            alpha = tl.exp2(m_i - m_safe)                     # how much the old max overstated
         else:
             # qk_scale > 0, so the max of the scaled scores is the scaled max: one multiply per
             # row here, and qk * qk_scale - m below is one fused multiply-add per score.
             m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
             p = tl.exp2(qk * qk_scale - m_new[:, None])
-        alpha = tl.exp2(m_i - m_new)                          # how much the old max overstated
+            alpha = tl.exp2(m_i - m_new)
         l_i = l_i * alpha + tl.sum(p, axis=1)
         acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)  # acc*alpha + p@v
         m_i = m_new
@@ -250,117 +269,160 @@ def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len
 def attention_kernel(
     q_ptr, k_ptr, v_ptr, o_ptr,
     lse_ptr,                                            # per query row, for the backward (below)
-    sm_scale, H, seq_len,                               # heads, sequence length
+    sm_scale, H, GROUP, seq_q, seq_k,                   # query heads, query heads per key head, lengths
+    share_len, stride_os, stride_ls,                    # keys per program; where each share writes (decode.py)
     stride_qb, stride_qh, stride_qn, stride_qd,         # strides of q, in elements
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_on, stride_od,
-    HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-    CAUSAL: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,      # the head dim, and it padded to a power of two
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+    PACKED: tl.constexpr = False,            # rows: a key head's GROUP query heads, stacked (decode.py)
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: the launcher asks for "ieee"
     INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (lesson 2)
     TRACE: tl.constexpr = False,
 ):
-    tl.static_assert(BLOCK_M % BLOCK_N == 0)  # so the causal stages split at a key-block boundary
-    # Which query block of which (batch, head)? One grid axis: the query blocks of head 0, then of
-    # head 1, ... (consecutive programs share their keys and values in the L2 cache).
+    # Which program am I? One grid axis: the query blocks of head 0's first share of the keys, then
+    # of its second share (decoding only: one share otherwise), then head 1's... (consecutive
+    # programs share their keys and values in the L2 cache).
     pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(seq_len, BLOCK_M)
+    num_pid_m = tl.cdiv(GROUP * seq_q if PACKED else seq_q, BLOCK_M)
+    num_shares = tl.cdiv(seq_k, share_len)
     pid_m = pid % num_pid_m                    # which block of query rows
-    pid_bh = pid // num_pid_m                  # which (batch, head)
-    b = (pid_bh // H).to(INDEX_TYPE)           # which batch
-    h = (pid_bh % H).to(INDEX_TYPE)            # which head
-    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # query rows (causal: the last key each sees)
-    dims = tl.arange(0, HEAD_DIM).to(INDEX_TYPE)
+    share = (pid // num_pid_m) % num_shares    # which share of the keys
+    pid_bh = pid // (num_pid_m * num_shares)   # which (batch, head)
+    if PACKED:
+        # Decoding: a (batch, key head) per program, its rows the seq_q queries of each of the GROUP
+        # query heads that read it, stacked (row r: query head hk * GROUP + r // seq_q, query r % seq_q),
+        # so that K and V are read once per key head, and a tile has GROUP x seq_q real rows.
+        b, hk = (pid_bh // (H // GROUP)).to(INDEX_TYPE), (pid_bh % (H // GROUP)).to(INDEX_TYPE)
+        r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        heads, query = hk * GROUP + (r // seq_q).to(INDEX_TYPE), (r % seq_q).to(INDEX_TYPE)
+        real = r < GROUP * seq_q
+        first_query, last_query = 0, seq_q - 1
+    else:
+        b, heads = (pid_bh // H).to(INDEX_TYPE), (pid_bh % H).to(INDEX_TYPE)  # which batch, which query head
+        hk = heads // GROUP                    # the key/value head it reads (grouped-query attention)
+        query = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # the query rows
+        real = query < seq_q
+        first_query, last_query = pid_m * BLOCK_M, pid_m * BLOCK_M + BLOCK_M - 1
+    dims = tl.arange(0, BLOCK_D)
+    if BLOCK_D == HEAD_DIM:  # the head dim a power of two: every dim real, no mask (it compiles away)
+        dim_ok = tl.full([BLOCK_D], 1, tl.int1)
+    else:  # head dims such as 80 padded to 128: the padding loads as 0 and is never stored
+        dim_ok = dims < HEAD_DIM
     keys = tl.arange(0, BLOCK_N).to(INDEX_TYPE)
-    # The queries, once: [BLOCK_M, HEAD_DIM]. The keys as k^T, [HEAD_DIM, BLOCK_N] (dims down, keys
-    # across: the strides do the transpose), and the values, [BLOCK_N, HEAD_DIM], of key block 0.
-    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + dims[None, :] * stride_qd,
-                mask=rows[:, None] < seq_len, other=0.0)
-    k_ptrs = k_ptr + b * stride_kb + h * stride_kh + dims[:, None] * stride_kd + keys[None, :] * stride_kn
-    v_ptrs = v_ptr + b * stride_vb + h * stride_vh + keys[:, None] * stride_vn + dims[None, :] * stride_vd
+    # The queries, once: [BLOCK_M, BLOCK_D], a row's offset being its batch, head and query. The
+    # keys as k^T, [BLOCK_D, BLOCK_N] (dims down, keys across: the strides do the transpose), and
+    # the values, [BLOCK_N, BLOCK_D], of key block 0.
+    q_rows = b * stride_qb + heads * stride_qh + query * stride_qn
+    q = tl.load(q_ptr + q_rows[:, None] + dims[None, :] * stride_qd, mask=real[:, None] & dim_ok[None, :], other=0.0)
+    k_ptrs = k_ptr + b * stride_kb + hk * stride_kh + dims[:, None] * stride_kd + keys[None, :] * stride_kn
+    v_ptrs = v_ptr + b * stride_vb + hk * stride_vh + keys[:, None] * stride_vn + dims[None, :] * stride_vd
     # The running softmax per query row: max m_i (base 2), sum l_i, and the unnormalised output acc.
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
     # fold log2(e) in (exp2 below is exp), in float32 whoever launches: torch.compile's generated
     # code passes a Python float as float64, which would carry float64 through every score.
     qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
-    # Stage 1 walks the key blocks that need no mask, stage 2 the one or two that do.
+    # The keys this program walks: its share, lo to share_end (all of them, but in decoding). Causal,
+    # aligned bottom-right: query i sees keys j <= i + diag. Stage 1 walks the whole key blocks every
+    # row sees in full, with no mask; stage 2 the rest up to the last row's last key, masked (the
+    # diagonal's blocks, the ragged last block); the blocks past it are skipped: about half the work.
+    lo = share * share_len
+    share_end = tl.minimum(lo + share_len, seq_k)
+    diag = seq_k - seq_q
     if CAUSAL:
-        full_end = pid_m * BLOCK_M                                # keys below the diagonal block
-        masked_end = tl.minimum((pid_m + 1) * BLOCK_M, seq_len)   # the diagonal block; beyond: skipped
+        hi = tl.minimum(share_end, last_query + 1 + diag)            # past the last row's last key: skipped
+        every_row_sees = tl.minimum(share_end, first_query + 1 + diag)  # keys before it: seen by every row
     else:
-        full_end = (seq_len // BLOCK_N) * BLOCK_N                 # whole key blocks
-        masked_end = seq_len                                      # the ragged last block
+        hi = share_end
+        every_row_sees = share_end
+    full_end = lo + tl.maximum(every_row_sees - lo, 0) // BLOCK_N * BLOCK_N  # stage 1: whole blocks only
     if TRACE:
         show("program (query block, batch x head)", (pid_m, pid_bh), indent=0)
-    acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len, qk_scale,
-                           0, full_end, BLOCK_N=BLOCK_N, MASKED=False, CAUSAL=CAUSAL,
+    acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, share_end, dim_ok,
+                           qk_scale, lo, full_end, BLOCK_N=BLOCK_N, MASKED=False, CAUSAL=CAUSAL,
                            INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
-    acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, rows, seq_len, qk_scale,
-                           full_end, masked_end, BLOCK_N=BLOCK_N, MASKED=True, CAUSAL=CAUSAL,
+    acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, share_end, dim_ok,
+                           qk_scale, full_end, hi, BLOCK_N=BLOCK_N, MASKED=True, CAUSAL=CAUSAL,
                            INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
-    out = acc / l_i[:, None]                    # the normalisation, once, at the end
+    # The normalisation, once, at the end. A row that saw no key has l = 0: its output is 0.
+    l_safe = tl.where(l_i > 0, l_i, 1.0)
+    out = acc / l_safe[:, None]
     # For the backward (backward.py): lse = m + log2(l), the log of the softmax's sum (the max
-    # folded in, base 2), from which exp2(scores - lse) gives back any tile of P. One float per row.
-    tl.store(lse_ptr + pid_bh.to(INDEX_TYPE) * seq_len + rows, m_i + tl.log2(l_i), mask=rows < seq_len)
+    # folded in, base 2), from which exp2(scores - lse) gives back any tile of P. One float per row:
+    # -inf for a row that saw no key. (Decoding: each share's own, which decode.py merges.)
+    lse = m_i + tl.log2(l_safe)
+    tl.store(lse_ptr + share * stride_ls + (b * H + heads) * seq_q + query, lse, mask=real)
     if TRACE:
         show("output", out)
-    tl.store(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + dims[None, :] * stride_od,
-             out.to(o_ptr.dtype.element_ty), mask=rows[:, None] < seq_len)
+    o_rows = share * stride_os + b * stride_ob + heads * stride_oh + query * stride_on
+    tl.store(o_ptr + o_rows[:, None] + dims[None, :] * stride_od, out.to(o_ptr.dtype.element_ty),
+             mask=real[:, None] & dim_ok[None, :])
 
 
 # %% [markdown]
-# ## 4. The launcher
+# ## 4. The launcher, and which kernel runs
 # One launch path: the checks, then `kernel[grid](...)` of the autotuned kernel, whose grid is a
 # function of the block sizes it picks. The rule for the block sizes: on a GPU the autotuner (lesson
-# 4) times three configurations on the first call per (sequence length, head dim, causal, dtype)
-# and keeps the fastest, except below 512 queries, where timing them costs more than it saves and
-# the last (the smallest) runs untimed; under the interpreter one small configuration runs. A
-# configuration also sets num_warps, the warps (groups of 32 threads that run in lockstep: lesson
-# 1, section 1) that share a program's work. The K/V blocks in flight wait in shared memory, and GPUs
-# have 64 KB (T4) to 227 KB (H100) of it per program: the autotuner skips a configuration that does
-# not fit, and the last fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no
-# tensor cores that Triton uses).
+# 4) times three configurations on the first call per (lengths, head dim, causal) and keeps the
+# fastest (on disk too: a second run starts with the choice made), except below 512 x 512 (query,
+# key) pairs, where timing them costs more than it saves and the smallest runs untimed; under the
+# interpreter one small configuration runs. A configuration also sets num_warps, the warps (groups
+# of 32 threads that run in lockstep: lesson 1, section 1) that share a program's work. The K/V
+# blocks in flight wait in shared memory, and GPUs have 64 KB (T4) to 227 KB (H100) of it per
+# program: the autotuner skips a configuration that does not fit, and the one small problems run
+# untimed fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no tensor cores
+# that Triton uses; at head dim 256 a smaller one: tests/test_gpus.py compiles them for each GPU).
 #
-# hopper.py's Gluon kernel decides by hand, for Hopper, what this kernel leaves to Triton's
-# compiler (which warps load, which multiply, which do the softmax, how the loads are pipelined):
-# section 17 says how, and what it costs to write.
+# What models pass, the kernel takes: k and v with fewer heads than q (grouped-query attention, by
+# index, never copied: GROUP query heads read each key head), q and k/v of different lengths (the
+# causal mask aligned bottom-right, so that the last query sees every key, as a KV cache needs),
+# head dims other than powers of two (padded, masked: 80 and 96 compute as 128).
+#
+# Which kernel runs is one function's choice, choose_kernel, made on the real tensors and handed to
+# the operator as a name: this kernel; for decoding, a few new queries against a long KV cache,
+# decode.py's launch of the same kernel with the query heads of a key head packed into one block's
+# rows (PACKED) and the keys split between programs (share_len), then a second kernel that merges
+# the shares' partial softmaxes (flash-decoding); on an H100 or H200, at head_dim 128, hopper.py's
+# Gluon kernel, which decides by hand what this kernel leaves to Triton's compiler (which warps
+# load, which multiply, which do the softmax): section 17 says how.
 #
 # Training (lesson 1, section 5, registers an operator): attention_op returns lse beside O, and
-# autograd keeps both, with q, k, v, for the backward (backward.py, section 12).
-#
-# What models pass that this kernel does not take goes to general.py, forward and backward: k and v
-# with fewer heads than q (grouped-query attention, by index, never copied), q and k/v of different
-# lengths (the causal mask aligned bottom-right, so that the last query sees every key, as a KV
-# cache needs), head dims other than 16, 32, 64 and 128 (padded to a power of two, masked). Its
-# kernels are these with a key head per query head, two lengths and a mask on the dims, and one
-# masked loop over the key blocks: read them after this one. Decoding, a few new queries against a
-# long KV cache, goes on to decode.py (flash-decoding): the query heads of a key head packed into one
-# block's rows, the keys split between programs, and a second kernel that merges their partial
-# softmaxes; general.py's backward serves it.
+# autograd keeps both, with q, k, v, for the backward (backward.py, section 12), the same whichever
+# forward ran.
 
 
 # %%
-GPU_CONFIGS = [  # the winners of the block-size sweep (section 9, RESULTS.md "Block sizes"), then
-    triton.Config({"BLOCK_M": 128, "BLOCK_N": 64}, num_warps=8, num_stages=3),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3),
-    triton.Config({"BLOCK_M": 64, "BLOCK_N": 32}, num_warps=4, num_stages=2),  # one that fits every GPU
-]
-CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter's
+# The winners of the block-size sweep (section 9, RESULTS.md "Block sizes") for head dims to 128,
+# then the one that small problems run untimed; at head dim 256 (twice the registers and shared
+# memory per row) smaller tiles and pipelines, then theirs.
+NARROW = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+          for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2)]]
+WIDE = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
+        for bm, bn, w, s in [(128, 64, 8, 2), (64, 64, 4, 2), (16, 16, 4, 1)]]
+INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
 
 
-def small_problems_untuned(configs, named_args, **kwargs):
-    """Autotune's early prune: every configuration from seq_len 512 up, else the last. It reads
-    only what the autotuner's key holds: the choice is kept per key, so a rule on the batch size
-    too would let a first, small batch fix the smallest configuration for every later one."""
-    return configs if named_args["seq_len"] >= 512 else configs[-1:]
+def configs_for(configs, named_args, **kwargs):
+    """Autotune's early prune: the configurations for this head dim, all of them from 512 x 512
+    (query, key) pairs up, else the last alone. It reads only what the autotuner's key holds: the
+    choice is kept per key, so a rule on the batch size too would let a first, small batch fix the
+    smallest configuration for every later one."""
+    configs = [c for c in (NARROW if kwargs["BLOCK_D"] <= 128 else WIDE) if c in configs] or configs  # (interpreter: its one)
+    return configs if named_args["seq_q"] * named_args["seq_k"] >= 512 * 512 else configs[-1:]
 
 
-attention_kernel_tuned = triton.autotune(CONFIGS, key=["seq_len", "HEAD_DIM", "CAUSAL"],
-                                         prune_configs_by={"early_config_prune": small_problems_untuned}
-                                         )(attention_kernel)
+attention_kernel_tuned = triton.autotune(INTERPRETED if INTERPRET else NARROW + WIDE,
+                                         key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
+                                         prune_configs_by={"early_config_prune": configs_for},
+                                         cache_results=True)(attention_kernel)
+# decode.py's launch: the same kernel, PACKED, tuned over the key blocks per share (its BLOCK_M is the
+# packed rows)
+attention_kernel_decode = triton.autotune(decode.CONFIGS, key=decode.KEY, prune_configs_by=decode.PRUNE,
+                                          cache_results=True)(attention_kernel)
 
 
 def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, **meta) -> tuple:
@@ -368,11 +430,14 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, *
     (the public function), its traceable form (the operator), or attention_kernel with its block
     sizes in `meta` (the trace, the sweep). One program per block of query rows per (batch, head).
     index_type: the offsets' integer type, by default the one the tensors need (common.checks)."""
-    B, H, seq_len, D = q.shape
+    B, H, seq_q, D = q.shape
+    H_KV, seq_k = k.shape[1], k.shape[2]
     o = torch.empty_like(q)  # q's layout (a view of (B, seq, H, D) memory gives o the same strides)
-    lse = q.new_empty((B, H, seq_len), dtype=torch.float32)
+    lse = q.new_empty((B, H, seq_q), dtype=torch.float32)
     if q.numel() == 0:
         return o, lse
+    if seq_k == 0:  # no key at all: every output is 0, as every query that sees no key
+        return o.zero_(), lse.fill_(float("-inf"))
     # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
     # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
     precision = "ieee" if q.dtype == torch.float32 else "tf32"
@@ -381,11 +446,58 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, *
     q, k, v = interpretable(q), interpretable(k), interpretable(v)  # (bf16 as fp32 under the interpreter)
 
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
-        return (cdiv(seq_len, meta["BLOCK_M"]) * B * H,)
+        return (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)
 
-    kernel[grid](q, k, v, o, lse, sm_scale, H, seq_len, *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-                 HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, INDEX_TYPE=index_type, **meta)
+    meta = {"BLOCK_D": dot_block(D), **meta}  # (the trace's head dim of 2 takes blocks of 2: tl.dot's 16 is the GPU's)
+    kernel[grid](q, k, v, o, lse, sm_scale, H, H // H_KV, seq_q, seq_k, seq_k, 0, 0, *q.stride(), *k.stride(),
+                 *v.stride(), *o.stride(), HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, INDEX_TYPE=index_type,
+                 **meta)
     return o, lse
+
+
+def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D): a clear error for anything else."""
+    (B, H, _, D), (Bk, H_KV, _, Dk) = q.shape, k.shape
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if Bk != B or Dk != D:
+        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and head_dim (dim 3)")
+    if H_KV == 0 or H % H_KV:
+        raise ValueError(f"q's {H} heads must be a multiple of k's and v's {H_KV} (grouped-query attention)")
+    if not 1 <= D <= MAX_HEAD_DIM:
+        raise ValueError(f"head_dim must be from 1 to {MAX_HEAD_DIM}, got {D}")
+
+
+def choose_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    """The kernel attention() runs for these (checked) inputs, by name:
+    - "split keys": decoding, a few query rows per key head (GROUP x seq_q, decode.takes) against at
+      least decode.MIN_KEYS keys: attention_kernel PACKED, the keys split between programs, then
+      decode.py's merge;
+    - "gluon": hopper.py's kernel, on an H100 or H200 (sm_90), where it takes the inputs (float16 or
+      bfloat16, q, k, v of one contiguous shape, seq a multiple of 128: hopper.takes) at the head dims
+      where section 18 timed it faster (hopper.FASTER_HEAD_DIMS); never while torch.compile traces;
+    - "triton": attention_kernel, everything else."""
+    if decode.takes(q, k):
+        return "split keys"
+    if hopper.HOPPER and q.shape[-1] in hopper.FASTER_HEAD_DIMS and hopper.takes(q, k, v) \
+            and not torch.compiler.is_compiling():
+        return "gluon"
+    return "triton"
+
+
+def forward(kernel: str, q, k, v, causal: bool, sm_scale: float, *, traced: bool = False) -> tuple:
+    """(o, lse) by the kernel choose_kernel named. traced: inside the operator, whose launches
+    torch.compile records (common.launch.traceable)."""
+    if kernel == "gluon":
+        return hopper.launch(q, k, v, causal, sm_scale)
+    if kernel == "split keys":
+        return decode.launch(q, k, v, causal, sm_scale, **(TRACED_DECODE if traced else DECODE))
+    return launch(TRACED if traced else attention_kernel_tuned, q, k, v, causal, sm_scale)
+
+
+TRACED = traceable(attention_kernel_tuned)
+DECODE = dict(split_kernel=attention_kernel_decode, combine_kernel=decode.combine_splits_kernel)
+TRACED_DECODE = {name: traceable(kernel) for name, kernel in DECODE.items()}
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None, *, causal: bool = False,
@@ -394,14 +506,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     k, v of shape (batch, kv_heads, seq_k, head_dim).
 
     float16, bfloat16 or float32 (fp32 softmax and accumulation inside; output in the input dtype);
-    head_dim 1 to 256; any sequence lengths; sm_scale defaults to 1/sqrt(head_dim). q, k and v of
-    one shape with head_dim 16, 32, 64 or 128 run this chapter's kernel; the rest, general.py's:
-    kv_heads dividing heads (grouped-query attention: query head h reads key head
-    h // (heads // kv_heads)), seq_q != seq_k (causal aligned bottom-right: query i sees keys
-    j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache
-    have it; PyTorch's is_causal aligns top-left), other head dims (padded to a power of two);
-    and of those, decoding, decode.py's: GROUP x seq_q <= 64 query rows per key head (32 above
-    head_dim 64, 16 above 128) against at least 512 keys.
+    head_dim 1 to 256; any sequence lengths; kv_heads dividing heads (grouped-query attention: query
+    head h reads key head h // (heads // kv_heads)); causal aligned bottom-right (query i sees keys
+    j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache have
+    it; PyTorch's is_causal aligns top-left; the two agree where seq_q = seq_k; a query that sees no
+    key gives 0); sm_scale defaults to 1/sqrt(head_dim). The kernel that runs is choose_kernel's:
+    attention_kernel, decoding's split keys (decode.py) or, on an H100/H200 at head_dim 128, the
+    Gluon kernel (hopper.py).
     attn_mask is there only to refuse one clearly (SDPA's fourth argument): the one mask here is
     causal=True, which is never stored, only computed.
     """
@@ -409,38 +520,21 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
         raise TypeError(f"attention takes no attn_mask (got {type(attn_mask).__name__}): its one mask is "
                         "causal=True, a keyword; for any other mask use torch.nn.functional.scaled_dot_product_attention")
     q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4)
-    general.check_shapes(q, k, v)
-    D = q.shape[-1]
+    check_shapes(q, k, v)
     causal = flag("causal", causal)  # a string such as "False" would be truthy: causal attention
-    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else real("sm_scale", sm_scale)
+    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else real("sm_scale", sm_scale)
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
-    if k.shape != q.shape or D not in HEAD_DIMS:  # grouped heads, two lengths, another head dim: general.py
-        if decode.takes(q, k):  # a few queries against many keys (a KV cache): decode.py, split keys
-            if needs_op(q, k, v):
-                return decode.attention_decode_op(q, k, v, causal, sm_scale)[0]
-            return decode.launch(q, k, v, causal, sm_scale)[0]
-        if needs_op(q, k, v):
-            return general.attention_general_op(q, k, v, causal, sm_scale)[0]
-        return general.launch(general.attention_general_kernel_tuned, q, k, v, causal, sm_scale)[0]
-    # On an H100 or H200, the Gluon kernel (section 17) where it takes the inputs and was timed
-    # faster (head_dim 128: section 18); never while torch.compile traces (it traces the Triton
-    # kernel). Chosen here, on the real tensors, and handed to the operator as a plain bool.
-    gluon = (hopper.HOPPER and not torch.compiler.is_compiling() and D in hopper.FASTER_HEAD_DIMS
-             and hopper.takes(q, k, v))
+    kernel = choose_kernel(q, k, v)
     if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
-        return attention_op(q, k, v, causal, sm_scale, gluon)[0]
-    if gluon:
-        return hopper.launch(q, k, v, causal, sm_scale)[0]
-    return launch(attention_kernel_tuned, q, k, v, causal, sm_scale)[0]
+        return attention_op(q, k, v, causal, sm_scale, kernel)[0]
+    return forward(kernel, q, k, v, causal, sm_scale)[0]
 
 
 @torch.library.triton_op("lessons::attention", mutates_args=())
 def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
-                 gluon: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    if gluon:  # (attention() says so only outside torch.compile)
-        return hopper.launch(q, k, v, causal, sm_scale)
-    return launch(traceable(attention_kernel_tuned), q, k, v, causal, sm_scale)
+                 kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return forward(kernel, q, k, v, causal, sm_scale, traced=True)  # (attention() chose the kernel)
 
 
 attention_op.register_autograd(backward.attention_grad, setup_context=backward.keep_for_backward)
@@ -470,7 +564,7 @@ def trace() -> None:
     torch.set_printoptions(precision=4, sci_mode=False)
     q, k, v = tiny_problem()
     print("Two query blocks, each over key blocks 0 and 1:")
-    o, _ = launch(attention_kernel, q, k, v, False, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
+    o, _ = launch(attention_kernel, q, k, v, False, 1.0, BLOCK_M=4, BLOCK_N=4, BLOCK_D=2, TRACE=True)
     ref = attention_standard(q, k, v, sm_scale=1.0)
     print(f"kernel output row 0 = {o[0, 0, 0].tolist()}, standard attention: {ref[0, 0, 0].tolist()}; "
           f"max |difference| over all rows = {(o - ref).abs().max().item():.1e}")
@@ -478,7 +572,7 @@ def trace() -> None:
     print("\nCausal, the same problem: query block 0 stops after key block 0 (block 1 lies wholly")
     print("above the diagonal and is skipped); query block 1 takes key block 0 unmasked, then block 1")
     print("masked, where the scores of later keys are -inf.")
-    oc, _ = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, TRACE=True)
+    oc, _ = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, BLOCK_D=2, TRACE=True)
     refc = attention_standard(q, k, v, causal=True, sm_scale=1.0)
     print(f"causal: max |difference| from standard attention = {(oc - refc).abs().max().item():.1e}")
 
@@ -513,8 +607,8 @@ def check():
                         note="ok: below the dtype's tolerance, relative: "
                              + ", ".join(f"{dtype_name(d)} {t:g}" for d, t in TOLERANCE.items())
                              + '. float32 inputs multiply in full fp32 ("ieee").')
-    # The shapes real models pass, which attention() hands to general.py (grouped-query heads,
-    # q and k/v of different lengths, other head dims), against standard attention written out for them
+    # The shapes real models pass (grouped-query heads, q and k/v of different lengths, other head
+    # dims, decoding's few queries against many keys), against standard attention
     rows = []
     for dtype in DTYPES:
         for B, H, H_KV, seq_q, seq_k, D in [(1, 4, 2, 20, 20, 64), (1, 2, 1, 7, 30, 80), (1, 1, 1, 17, 9, 256),
@@ -522,15 +616,15 @@ def check():
             q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype)
             k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=dtype) for _ in range(2))
             for causal in (False, True):
-                exact = general.attention_reference(q.double(), k.double(), v.double(), causal=causal)
+                exact = attention_standard(q.double(), k.double(), v.double(), causal=causal)
                 err = rel_error(attention(q, k, v, causal=causal), exact)
-                rows.append((dtype_name(dtype), f"{H} / {H_KV}", f"{seq_q} x {seq_k}", D, causal, err,
-                             err < TOLERANCE[dtype]))
-    shapes = print_table(rows, ["dtype", "heads q / kv", "seq q x k", "head_dim", "causal", "relative error", "ok"],
-                         floatfmt=".1e", title="Check: grouped heads, two lengths, other head dims, decoding "
-                                               "(general.py, decode.py)",
-                         note="Causal aligned bottom-right: query i sees keys j <= i + seq_k - seq_q. Against "
-                              "general.attention_reference in float64; the same tolerances.")
+                rows.append((dtype_name(dtype), f"{H} / {H_KV}", f"{seq_q} x {seq_k}", D, causal,
+                             choose_kernel(q, k, v), err, err < TOLERANCE[dtype]))
+    shapes = print_table(rows, ["dtype", "heads q / kv", "seq q x k", "head_dim", "causal", "kernel",
+                                "relative error", "ok"],
+                         floatfmt=".1e", title="Check: grouped heads, two lengths, other head dims, decoding",
+                         note="Causal aligned bottom-right: query i sees keys j <= i + seq_k - seq_q. 'kernel': "
+                              "choose_kernel's. Against attention_standard in float64; the same tolerances.")
     return [plain, shapes]
 
 
@@ -569,15 +663,23 @@ chapter.run("peak", lambda: tuning.peak_memory({"standard": attention_standard, 
 
 # %%
 def sdpa_flash(q, k, v, *, causal=False, backend="FLASH_ATTENTION"):
-    """PyTorch's SDPA with one backend forced: by default its flash-attention backend
-    (FlashAttention-2); "CUDNN_ATTENTION" is cuDNN's. (general.sdpa, which takes every shape.)"""
-    return general.sdpa(q, k, v, causal=causal, backend=backend)
+    """PyTorch's scaled_dot_product_attention with one backend forced: by default its flash-attention
+    backend (FlashAttention-2); "CUDNN_ATTENTION" is cuDNN's. On every shape attention() takes: k and
+    v's heads repeated by SDPA itself (enable_gqa), the causal mask bottom-right (causal_lower_right)
+    where the lengths differ, as attention()'s."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+
+    mask = causal_lower_right(q.shape[-2], k.shape[-2]) if causal and q.shape[-2] != k.shape[-2] else None
+    with sdpa_kernel(getattr(SDPBackend, backend)):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+                                              enable_gqa=k.shape[1] != q.shape[1])
 
 
 TIMING_NOTE = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). "
                + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s = 4 B H seq^2 head_dim (half when causal) / kernel time; "
-               "'% of SDPA flash': the SDPA flash backend's time over this one's. 'standard' runs where its "
-               "scores fit in 40 GiB.")
+               "'% of SDPA flash': the SDPA flash backend's time over this one's. 'attention(): ...' names the "
+               "kernel attention() ran (choose_kernel). 'standard' runs where its scores fit in 40 GiB.")
 
 
 def bench_all(seqs, shapes, dtypes) -> list:
@@ -589,7 +691,7 @@ def bench_all(seqs, shapes, dtypes) -> list:
             for seq in seqs:
                 for causal in (False, True):
                     q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-                    cases = {"Triton flash": lambda: attention(q, k, v, causal=causal),
+                    cases = {f"attention(): {choose_kernel(q, k, v)}": lambda: attention(q, k, v, causal=causal),
                              "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                              "SDPA flash backend": lambda: sdpa_flash(q, k, v, causal=causal)}
                     if 2 * score_bytes(B, H, seq, torch.float32) < (40 << 30):
@@ -616,7 +718,7 @@ def timing() -> list:
     q, k, v = torch.randn(3, B, H, seq, D, device=DEVICE, dtype=torch.float16)
     flops, nbytes = 4 * B * H * seq * seq * D, 2 * 4 * B * H * seq * D  # two matmuls; q, k, v read, o written
     size = f"{B} x {H} x {seq} x {D} fp16"
-    points = roofline.points({("Triton attention", size): (lambda: attention(q, k, v), flops, nbytes),
+    points = roofline.points({(f"attention(): {choose_kernel(q, k, v)}", size): (lambda: attention(q, k, v), flops, nbytes),
                               ("SDPA flash backend", size): (lambda: sdpa_flash(q, k, v), flops, nbytes)})
     return [*tables, points]
 
@@ -627,23 +729,26 @@ chapter.run("bench", timing, gpu=True)
 # %% [markdown]
 # ## 9. Block sizes, side by side (tuning.py)
 # The autotuner's job done by hand: every candidate configuration of the sweep (BLOCK_M, BLOCK_N,
-# num_warps, num_stages) timed in turns, at seq 4096. GPU_CONFIGS (section 4) holds the winners.
+# num_warps, num_stages) timed in turns, at seq 4096 (a quick look: the first two). NARROW (section 4)
+# holds the winners.
 
 
 # %%
 chapter.run("configs", lambda: tuning.bench_configs(launch, attention_kernel, shapes=chapter.sizes(SIZES)["shapes"],
-                                                    causals=chapter.sizes(SIZES)["causal"]), gpu=True)
+                                                    causals=chapter.sizes(SIZES)["causal"],
+                                                    configs=tuning.SWEEP[:chapter.sizes(SIZES)["sweep"]]), gpu=True)
 
 # %% [markdown]
 # ## 10. What a call costs the host (tuning.py)
 # Lesson 1, section 12, takes a call's host cost apart; here: attention's, against SDPA's and the
-# bare launch of attention_kernel. The autotuned launch adds the autotuner's bookkeeping (its key
-# rebuilt from the arguments, the chosen configuration's settings merged in) to Triton's launch.
+# bare launch of the autotuned attention_kernel (the autotuner's bookkeeping, its key rebuilt from
+# the arguments and the chosen configuration's settings merged in, added to Triton's launch); on an
+# H100/H200 also at head_dim 128, where attention() runs the Gluon kernel, beside its bare launch.
 
 
 # %%
 def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
-    return tuning.host_cases(attention, attention_kernel, GPU_CONFIGS[0])
+    return {**tuning.host_cases(attention, attention_kernel_tuned), **hopper.host_cases(attention)}
 
 
 # %%
@@ -673,7 +778,7 @@ chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, a
 def trace_backward() -> None:
     torch.set_printoptions(precision=4, sci_mode=False)
     q, k, v = tiny_problem()
-    o, lse = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4)
+    o, lse = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, BLOCK_D=2)
     backward.trace(q, k, v, o, lse, attention_standard)
 
 
@@ -713,10 +818,10 @@ chapter.run("grad", grad_check)
 
 # %%
 def timing_backward() -> list:
-    impls = {"Triton flash": attention, "SDPA flash backend": sdpa_flash,
+    impls = {"attention()": attention, "SDPA flash backend": sdpa_flash,
              "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}
     sizes = chapter.sizes(SIZES)
-    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"])
+    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"], kernel_of=choose_kernel)
 
 
 # %%
@@ -734,27 +839,25 @@ chapter.run("bench_backward", timing_backward, gpu=True)
 # %%
 chapter.run("configs_backward", lambda: backward.bench_configs(
     functools.partial(launch, attention_kernel_tuned), shapes=chapter.sizes(SIZES)["shapes"],
-    causals=chapter.sizes(SIZES)["causal"]), gpu=True)
+    causals=chapter.sizes(SIZES)["causal"], most=chapter.sizes(SIZES)["sweep"]), gpu=True)
 
 # %% [markdown]
-# ## 16. The shapes models pass, timed against SDPA's backends (general.py)
-# general.py's kernels (section 4 says what they add) forward and backward on grouped-query and
-# multi-query heads, head dims 80, 96 and 256, queries against a longer KV cache, and decoding (one
-# query, and four) by decode.py's split keys, against SDPA's flash and cuDNN backends given the same
-# shapes (enable_gqa, the causal mask bottom-right). Its kernels walk every key block with one masked
-# loop, where this chapter's skip the masks off the diagonal; their block sizes are main.py's and a
-# few smaller, and at head dim 256 the dK/dV kernel splits the head dim between two programs (its
-# float32 accumulators would not fit in registers whole). Decoding reads every key and value once and computes little: its time is memory
-# traffic, and the measure is against cuDNN's, not TFLOP/s. A quick look
-# times two of the shapes (grouped-query causal, and queries against a longer KV cache); --full
-# (RESULTS.md) times them all.
+# ## 16. The shapes models pass, timed against SDPA's backends (tuning.py)
+# The same kernels, forward and backward, on grouped-query and multi-query heads, head dims 80, 96
+# and 256, queries against a longer KV cache, and decoding (one query, and four) by decode.py's split
+# keys, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal mask
+# bottom-right). At head dim 256 the block sizes are smaller, and the dK/dV kernel splits the head
+# dim between two programs (its float32 accumulators would not fit in registers whole). Decoding
+# reads every key and value once and computes little: its time is memory traffic, and the measure is
+# against cuDNN's, not TFLOP/s. A quick look times two of the shapes (grouped-query causal, and
+# queries against a longer KV cache); --full (RESULTS.md) times them all.
 
 
 # %%
-chapter.run("bench_general", lambda: general.bench_general({
-    "Triton (general.py)": attention, "SDPA flash backend": functools.partial(general.sdpa, backend="FLASH_ATTENTION"),
-    "SDPA cuDNN": functools.partial(general.sdpa, backend="CUDNN_ATTENTION")}, chapter.sizes(SIZES)["general"]),
-    gpu=True)
+chapter.run("bench_general", lambda: tuning.bench_general({
+    "attention()": attention, "SDPA flash backend": sdpa_flash,
+    "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}, chapter.sizes(SIZES)["general"],
+    kernel_of=choose_kernel), gpu=True)
 
 # %% [markdown]
 # ## 17. Hopper in Gluon: the forward with warps by job (hopper.py)
@@ -787,7 +890,7 @@ chapter.run("gluon", hopper.compiled_for_hopper)
 # %%
 def attention_triton(q, k, v, *, causal=False):
     """This chapter's Triton kernel, whatever GPU: what attention() runs off Hopper."""
-    return launch(attention_kernel_tuned, q, k, v, causal, q.shape[-1] ** -0.5)[0]
+    return forward("triton", q, k, v, causal, q.shape[-1] ** -0.5)[0]
 
 
 chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash, **chapter.sizes(SIZES)["gluon"]),

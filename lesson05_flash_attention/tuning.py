@@ -9,6 +9,8 @@ kernel, the public function, the reference) as arguments. Every function here ne
   sweep, timed side by side (RESULTS.md, "Block sizes"); its winners are main.py's GPU_CONFIGS.
 - host_cases: section 10, the calls of the "Host cost per call" table (lesson 1, section 12).
 - offsets_cases: section 11, the calls of "64-bit offsets: what they cost" (lesson 2).
+- bench_general: section 16, forward and backward on the shapes models pass (BENCH_CASES), against
+  SDPA's backends.
 """
 import functools
 
@@ -78,17 +80,20 @@ def bench_configs(launch, kernel, seq: int = 4096, configs=SWEEP, shapes=((4, 32
                             f"(profiler timestamps, L2 flushed between calls). {bench.SIDE_BY_SIDE_NOTE}")
 
 
-def host_cases(attention, kernel, config, B=4, H=16, seq=1024, D=128) -> dict:
+def host_cases(attention, kernel, B=4, H=16, seq=1024, D=64) -> dict:
     """For bench.host_costs: {label: call}, the host's share of attention(q, k, v) beside PyTorch's
-    SDPA and the bare launch of `kernel` (attention_kernel) with the block sizes of `config`."""
+    SDPA and the bare launch of `kernel` (the autotuned attention_kernel, which attention() runs at
+    this head dim), its arguments ready."""
     q, k, v, o = torch.randn(4, B, H, seq, D, device=DEVICE, dtype=torch.float16)
     lse = torch.empty(B, H, seq, device=DEVICE)
-    meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
-    grid = (cdiv(seq, meta["BLOCK_M"]) * B * H,)
+
+    def grid(meta):
+        return (cdiv(seq, meta["BLOCK_M"]) * B * H,)
+
     return {f"SDPA ({B} x {H} x {seq} x {D} float16)": lambda: F.scaled_dot_product_attention(q, k, v),
-            "attention_kernel[grid](...) alone, arguments ready": lambda: kernel[grid](
-                q, k, v, o, lse, 0.125, H, seq, *q.stride(), *k.stride(), *v.stride(), *o.stride(), HEAD_DIM=D,
-                CAUSAL=False, INPUT_PRECISION="tf32", INDEX_TYPE=tl.int32, **meta),
+            "attention_kernel_tuned[grid](...) alone, arguments ready": lambda: kernel[grid](
+                q, k, v, o, lse, D ** -0.5, H, 1, seq, seq, seq, 0, 0, *q.stride(), *k.stride(), *v.stride(),
+                *o.stride(), HEAD_DIM=D, BLOCK_D=D, CAUSAL=False, INPUT_PRECISION="tf32", INDEX_TYPE=tl.int32),
             "attention(q, k, v)": lambda: attention(q, k, v),
             "attention(q, k, v, causal=True)": lambda: attention(q, k, v, causal=True)}
 
@@ -103,3 +108,64 @@ def offsets_cases(launch, kernel, shapes, seq: int = 4096) -> dict:
             cases[f"attention(q, k, v, causal={causal}), {B} x {H} x {seq} x {D} float16"] = (
                 lambda t, q=q, k=k, v=v, causal=causal, D=D: launch(kernel, q, k, v, causal, D ** -0.5, index_type=t))
     return cases
+
+
+# Timing these shapes against PyTorch's SDPA (main.py, section 16; GPU only).
+# (batch, query heads, key heads, seq_q, seq_k, head_dim, causal): grouped-query and multi-query
+# heads, head dims that are not powers of two and the largest, new queries against a longer KV
+# cache (causal, bottom-right), then decoding (decode.py's kernels): one query against 8192 keys, and
+# four (speculative decoding, causal).
+BENCH_CASES = [(4, 32, 8, 4096, 4096, 128, False), (4, 32, 8, 4096, 4096, 128, True), (4, 32, 1, 4096, 4096, 64, True),
+               (4, 16, 16, 4096, 4096, 80, True), (4, 16, 16, 4096, 4096, 96, True), (4, 8, 8, 4096, 4096, 256, True),
+               (4, 16, 16, 1024, 4096, 128, True), (16, 32, 8, 1, 8192, 128, False), (16, 32, 8, 4, 8192, 128, True)]
+
+
+def visible_pairs(seq_q: int, seq_k: int, causal: bool) -> int:
+    """The (query, key) pairs attention computes: all of them, or, causal and aligned bottom-right,
+    sum over queries i of the keys j <= i + seq_k - seq_q."""
+    if not causal:
+        return seq_q * seq_k
+    return sum(min(seq_k, max(0, i + 1 + seq_k - seq_q)) for i in range(seq_q))
+
+
+def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16, *, kernel_of=None):
+    """Forward and backward of each implementation in impls = {name: fn(q, k, v, causal=...)}
+    (main.py's attention first, then SDPA's backends, which the comparisons divide by) on each case,
+    side by side; kernel_of(q, k, v): the name of the forward kernel the first runs, for its rows. A
+    backend that refuses a shape (SDPA's do not take every head dim or mask) is left out of that
+    case's rows. GPU only."""
+    rows = []
+    for B, H, H_KV, seq_q, seq_k, D, causal in cases:
+        q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(2))
+        do = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype)
+        outs = {}
+        for name, fn in impls.items():
+            try:
+                out = fn(q, k, v, causal=causal)
+                torch.autograd.grad(out, (q, k, v), do, retain_graph=True)  # its backward too
+                outs[name] = out
+            except RuntimeError as error:  # "No available kernel", for this shape
+                print(f"{name} left out of {B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}: {str(error).splitlines()[0]}")
+        forward = bench.side_by_side({name: functools.partial(impls[name], q, k, v, causal=causal) for name in outs})
+        backward = bench.side_by_side({name: functools.partial(torch.autograd.grad, o, (q, k, v), do, retain_graph=True)
+                                       for name, o in outs.items()})
+        flops = 4 * B * H * visible_pairs(seq_q, seq_k, causal) * D
+        ours = next(iter(outs))
+        for name in outs:
+            label = f"{name} ({kernel_of(q, k, v)} forward)" if kernel_of and name == ours else name
+            rows.append((f"{B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}", causal, label, forward[name] * 1e3,
+                         backward[name] * 1e3, bench.tflops(flops, forward[name]),
+                         bench.tflops(2.5 * flops, backward[name]), forward[name] / forward[ours],
+                         backward[name] / backward[ours]))
+        del q, k, v, do, outs
+    return print_table(
+        rows, ["B x heads q/kv x seq q/kv x head_dim", "causal", "implementation", "forward µs", "backward µs",
+               "forward TFLOP/s", "backward TFLOP/s", "forward: its µs / ours", "backward: its µs / ours"],
+        title=f"The shapes models pass against SDPA's backends, {dtype_name(dtype)}", floatfmt=".2f",
+        note="Kernel time (profiler timestamps, L2 flushed between calls); the backward is the gradient call, "
+             "torch.autograd.grad(o, (q, k, v), dO). " + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s: forward 4 B H "
+             "head_dim times the (query, key) pairs computed (causal: bottom-right, tuning.visible_pairs), backward "
+             "2.5 times that; at head_dim 80 and 96 the kernels compute 128, which is not counted. 'its µs / ours': "
+             "above 1, the course's kernels are the faster. SDPA gets k and v with their own heads (enable_gqa) and "
+             "the bottom-right mask (causal_lower_right) where the lengths differ.")

@@ -25,14 +25,14 @@ from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
 from lesson03_rowsum.main import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
-from lesson05_flash_attention.backward import GPU_DKDV_CONFIGS, GPU_DQ_CONFIGS, GPU_FUSED_CONFIGS
-from lesson05_flash_attention.main import GPU_CONFIGS as ATTENTION_CONFIGS, HEAD_DIMS
-from lesson05_flash_attention import decode, general
+from common.launch import dot_block
+from lesson05_flash_attention import backward, decode
+from lesson05_flash_attention.main import NARROW, WIDE
 
 L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
 L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
-G, DEC = "lesson05_flash_attention.general", "lesson05_flash_attention.decode"
-GENERAL_HEAD_DIMS = (1, 80, 256)  # BLOCK_D 16, 128, 256
+DEC = "lesson05_flash_attention.decode"
+HEAD_DIMS = (16, 64, 80, 128, 256)  # attention's: BLOCK_D 16, 64, 128 (80 padded), 128, 256
 DTYPES = ("fp32", "fp16", "bf16")  # what every launcher takes (bf16 and fp16 are the same size: both kept)
 INDEX = ("int32", "int64")         # common.checks.index_type's two answers
 POWERS = tuple(2**i for i in range(17))
@@ -142,77 +142,51 @@ def tma_job(v):
     return job
 
 
-def attention_job(v):
+def attention_job(v):  # the forward, plain (main.launch) or decoding's (decode.launch: PACKED, its rows as BLOCK_M)
+    D = v["head_dim"]
     job = dict(module=L5, kernel="attention_kernel",
-               signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "o_ptr"), "lse_ptr": "*fp32",
-                          **ints("H", "seq_len", *(f"stride_{t}{d}" for t in "qkvo" for d in "bhnd")), "sm_scale": "fp32"},
+               signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr"), "o_ptr": f"*{v.get('out', v['dtype'])}",
+                          "lse_ptr": "*fp32", "sm_scale": "fp32",
+                          **ints("H", "GROUP", "seq_q", "seq_k", "share_len", "stride_os", "stride_ls",
+                                 *(f"stride_{t}{d}" for t in "qkvo" for d in "bhnd"))},
                divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "o_ptr"), **from_config(v["config"]))
-    job["constexprs"].update(HEAD_DIM=v["head_dim"], CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
+    job["constexprs"].update(HEAD_DIM=D, BLOCK_D=dot_block(D), CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
                              INDEX_TYPE=v["index"])
+    if "rows" in v:
+        job["constexprs"].update(PACKED=True, BLOCK_M=16 if v["rows"] == "fewest" else decode.max_rows(D))
     return job
 
 
 def backward_job(kernel, outputs, **constexprs):
     def job(v):
+        D = v["head_dim"]
+        heads = (ints("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride") if kernel == "dkdv_kernel" else
+                 ints("H", "GROUP", "seq_q", "seq_k"))
         out = dict(module=L5B, kernel=kernel,
                    signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
-                              **pointers("fp32", "lse_ptr", "delta_ptr", "dq_sum_ptr"), "sm_scale": "fp32",
-                              "seq_len": "i32"},
+                              **pointers("fp32", "lse_ptr", "delta_ptr", "dq_sum_ptr"), "sm_scale": "fp32", **heads},
                    divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr"), **from_config(v["config"]))
-        out["constexprs"].update(HEAD_DIM=v["head_dim"], CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
+        out["constexprs"].update(HEAD_DIM=D, BLOCK_D=dot_block(D), CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
                                  INDEX_TYPE=v["index"], **constexprs)
         return out
     return job
 
 
 def preprocess_job(v):
+    D = v["head_dim"]
     return dict(module=L5B, kernel="preprocess_kernel",
-                signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32", "seq_len": "i32"},
-                constexprs={"HEAD_DIM": v["head_dim"], "BLOCK_M": 64, "INDEX_TYPE": v["index"]})
+                signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32", "seq_q": "i32"},
+                constexprs={"HEAD_DIM": D, "BLOCK_D": dot_block(D), "BLOCK_M": 64 if D <= 128 else 16,
+                            "INDEX_TYPE": v["index"]})
 
 
-def general_job(kernel, v):
-    """general.py's kernels: (the forward, preprocess, dkdv, dq) with their own arguments."""
+def combine_job(v):
     D = v["head_dim"]
-    dims = {"HEAD_DIM": D, "BLOCK_D": general.block_d(D), "INDEX_TYPE": v["index"]}
-    lengths = ints("seq_q", "seq_k")
-    if kernel == "preprocess_general_kernel":
-        return dict(module=G, kernel=kernel, signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32",
-                                                        "seq_q": "i32"}, constexprs={**dims, "BLOCK_M": 16})
-    if kernel == "attention_general_kernel":
-        signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "o_ptr"), "lse_ptr": "*fp32", "sm_scale": "fp32",
-                     **ints("H", "GROUP"), **lengths, **ints(*(f"stride_{t}{d}" for t in "qkvo" for d in "bhnd"))}
-    else:
-        outputs = ("dk_ptr", "dv_ptr") if kernel == "dkdv_general_kernel" else ("dq_ptr",)
-        heads = "H_KV" if kernel == "dkdv_general_kernel" else "H"
-        signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
-                     **pointers("fp32", "lse_ptr", "delta_ptr"), "sm_scale": "fp32", **ints(heads, "GROUP"), **lengths}
-        if kernel == "dkdv_general_kernel":
-            signature.update(ints("parts", "part_stride"))
-    job = dict(module=G, kernel=kernel, signature=signature, divisible_by_16=("q_ptr", "k_ptr", "v_ptr"),
-               **from_config(v["config"]))
-    job["constexprs"].update(dims, CAUSAL=v["causal"], INPUT_PRECISION=precision(v))
-    return job
-
-
-def decode_job(kernel, v):
-    """decode.py's two kernels: the split one (its packed rows, BLOCK_M: 16 or the most it takes at
-    that head dim), and the merge."""
-    D = v["head_dim"]
-    dims = {"HEAD_DIM": D, "BLOCK_D": general.block_d(D), "INDEX_TYPE": v["index"]}
-    if kernel == "combine_splits_kernel":
-        return dict(module=DEC, kernel=kernel, constexprs={**dims, "MAX_SPLITS": decode.MAX_SPLITS},
-                    signature={**pointers("fp32", "part_o_ptr", "part_lse_ptr"), "o_ptr": f"*{v['dtype']}",
-                               "lse_ptr": "*fp32", **ints("num_splits", "H", "seq_q", "rows_total"),
-                               **ints(*(f"stride_o{d}" for d in "bhnd"))})
-    signature = {**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr"), **pointers("fp32", "part_o_ptr", "part_lse_ptr"),
-                 "sm_scale": "fp32", **ints("H_KV", "GROUP", "seq_q", "seq_k", "share_len", "num_splits", "rows_total"),
-                 **ints(*(f"stride_{t}{d}" for t in "qkv" for d in "bhnd"))}
-    job = dict(module=DEC, kernel=kernel, signature=signature, divisible_by_16=("q_ptr", "k_ptr", "v_ptr"),
-               **from_config(v["config"]))
-    rows = 16 if v["rows"] == "fewest" else decode.max_rows(D)  # (a power of two, as its BLOCK_M)
-    job["constexprs"].update(dims, BLOCK_M=rows, CAUSAL=v["causal"], INPUT_PRECISION=precision(v))
-    return job
+    return dict(module=DEC, kernel="combine_splits_kernel",
+                constexprs={"HEAD_DIM": D, "BLOCK_D": dot_block(D), "INDEX_TYPE": v["index"], "MAX_SPLITS": decode.MAX_SPLITS},
+                signature={**pointers("fp32", "part_o_ptr", "part_lse_ptr"), "o_ptr": f"*{v['dtype']}",
+                           "lse_ptr": "*fp32", **ints("num_splits", "H", "seq_q", "rows_total"),
+                           **ints(*(f"stride_o{d}" for d in "bhnd"))})
 
 
 def itemsize(v) -> int:
@@ -221,6 +195,16 @@ def itemsize(v) -> int:
 
 def last_of(configs):  # an autotuned kernel: small problems run its last configuration untimed
     return lambda v: v["config"] is configs[-1]
+
+
+def attention_family(name, lists, job) -> Family:
+    """A lesson 5 kernel whose autotuner tries one list to head dim 128 and another at 256."""
+    narrow, wide = lists
+    applies = lambda v: any(v["config"] is c for c in (narrow if dot_block(v["head_dim"]) <= 128 else wide))  # noqa: E731
+    must_fit = lambda v: v["config"] is (narrow if dot_block(v["head_dim"]) <= 128 else wide)[-1]  # noqa: E731
+    return Family(name, {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(narrow + wide)},
+                  {"causal": (True, False), "index": INDEX}, job, must_fit=must_fit,
+                  size=lambda v: v["head_dim"] * itemsize(v), applies=applies)
 
 
 def families(arch: int) -> list[Family]:
@@ -253,37 +237,22 @@ def families(arch: int) -> list[Family]:
         Family("matmul_kernel", {"dtype": DTYPES + ("fp32 as tf32",), "config": tuple(MATMUL_CONFIGS)},
                {"activation": ACTIVATIONS, "index": INDEX}, matmul_job,
                must_fit=last_of(MATMUL_CONFIGS), size=lambda v: itemsize(v) + (v["dtype"] == "fp32 as tf32")),
-        # lesson 5, every head dim
-        Family("attention_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(ATTENTION_CONFIGS)},
-               {"causal": (False, True), "index": INDEX}, attention_job,
-               must_fit=last_of(ATTENTION_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
+        # lesson 5, every head dim: each list's configurations where its autotuner tries them (to head
+        # dim 128, or at 256); the last of each, what small problems run untimed, must fit
+        attention_family("attention_kernel", (NARROW, WIDE), attention_job),
+        Family("attention_kernel for decoding", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "rows": ("fewest", "most"),
+                                              "config": tuple(decode.GPU_CONFIGS)},
+               {"causal": (True, False), "index": INDEX}, lambda v: attention_job(dict(v, out="fp32")),
+               must_fit=last_of(decode.GPU_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v) * (v["rows"] == "most")),
+        Family("combine_splits_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS}, {"index": INDEX}, combine_job,
+               size=lambda v: v["head_dim"] * itemsize(v)),
         Family("preprocess_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS}, {"index": INDEX}, preprocess_job,
                size=lambda v: v["head_dim"] * itemsize(v)),
-        Family("dkdv_kernel with atomic dQ", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_FUSED_CONFIGS)},
-               {"causal": (True, False), "index": INDEX}, backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"), ATOMIC_DQ=True),
-               must_fit=last_of(GPU_FUSED_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
-        Family("dkdv_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_DKDV_CONFIGS)},
-               {"causal": (True, False), "index": INDEX},
-               backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"), ATOMIC_DQ=False),
-               must_fit=last_of(GPU_DKDV_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
-        Family("dq_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(GPU_DQ_CONFIGS)},
-               {"causal": (True, False), "index": INDEX}, backward_job("dq_kernel", ("dq_ptr",)),
-               must_fit=last_of(GPU_DQ_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v)),
+        attention_family("dkdv_kernel", backward.LISTS["dkdv"], backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"))),
+        attention_family("dkdv_kernel with atomic dQ", backward.LISTS["fused"],
+                         backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"), ATOMIC_DQ=True)),
+        attention_family("dq_kernel", backward.LISTS["dq"], backward_job("dq_kernel", ("dq_ptr",))),
     ]
-    for kernel, configs in (("attention_general_kernel", general.GPU_CONFIGS), ("dkdv_general_kernel", general.GPU_DKDV_CONFIGS),
-                            ("dq_general_kernel", general.GPU_DQ_CONFIGS)):
-        out.append(Family(kernel, {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS, "config": tuple(configs)},
-                          {"causal": (True, False), "index": INDEX}, lambda v, kernel=kernel: general_job(kernel, v),
-                          must_fit=last_of(configs), size=lambda v: v["head_dim"] * itemsize(v),
-                          applies=lambda v: general.splits_apply(v["config"], general.block_d(v["head_dim"]))))
-    out.append(Family("preprocess_general_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS}, {"index": INDEX},
-                      lambda v: general_job("preprocess_general_kernel", v), size=lambda v: v["head_dim"] * itemsize(v)))
-    out.append(Family("decode_split_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS, "rows": ("fewest", "most"),
-                                              "config": tuple(decode.GPU_CONFIGS)},
-                      {"causal": (True, False), "index": INDEX}, lambda v: decode_job("decode_split_kernel", v),
-                      must_fit=last_of(decode.GPU_CONFIGS), size=lambda v: v["head_dim"] * itemsize(v) * (v["rows"] == "most")))
-    out.append(Family("combine_splits_kernel", {"dtype": DTYPES, "head_dim": GENERAL_HEAD_DIMS}, {"index": INDEX},
-                      lambda v: decode_job("combine_splits_kernel", v), size=lambda v: v["head_dim"] * itemsize(v)))
     if arch >= 90:  # TMA came with Hopper: compiled where it exists (whether it fits is the launcher's rule, below)
         out.append(Family("matmul_kernel_tma", {"dtype": ("fp16", "bf16"), "config": tuple(GPU_TMA_CONFIGS)},
                           {"activation": ACTIVATIONS}, tma_job, must_fit=lambda v: False))
@@ -312,7 +281,9 @@ def jobs(all_configs: bool) -> dict:
             if not all_configs:
                 fitting = [v for v in variants if fam.must_fit(v)]
                 largest = [max(fitting, key=fam.size)] if fitting else []
-                rest = cover([v for v in variants if v not in largest], largest)[len(largest):]
+                # each value by its smallest variant (a float32 tile at head dim 256, on a T4's CUDA
+                # cores, takes a minute to compile; the value is as well covered by a small one)
+                rest = cover(sorted((v for v in variants if v not in largest), key=fam.size), largest)[len(largest):]
                 if fam.name != "matmul_kernel_tma":  # (which has three GPUs only: all of it on each)
                     rest = [v for i, v in enumerate(rest) if archs[i % len(archs)] == arch]  # one GPU each, in turn
                 variants = largest + rest

@@ -77,7 +77,7 @@ def test_attention_backward_atomics_only_where_asked_and_allowed(deterministic_a
     # atomic_dq=True adds dQ up with atomics (no dQ pass), except under
     # torch.use_deterministic_algorithms(True), where the dQ pass runs: the same bits every time
     q, k, v = (torch.randn(1, 2, 150, 32, device=DEVICE) for _ in range(3))
-    o, lse = attention_op(q, k, v, True, 0.3)
+    o, lse = attention_op(q, k, v, True, 0.3, "triton")
     do = torch.randn_like(o)
     runs = count_dq_runs(monkeypatch)
     grads = [backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=True) for _ in range(2)]
@@ -103,10 +103,12 @@ def test_tma_dq_compiles_for_hopper_to_bulk_reduce_adds():
         return dict(module="lesson05_flash_attention.backward", kernel="dkdv_kernel", num_warps=8, num_stages=3,
                     signature={"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "do_ptr": "*fp16",
                                "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dk_ptr": "*fp16", "dv_ptr": "*fp16",
-                               "dq_sum_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32"},
-                    constexprs=dict(HEAD_DIM=64, BLOCK_M=64, BLOCK_N=128, CAUSAL=True, ATOMIC_DQ=True, TMA_DQ=tma),
+                               "dq_sum_ptr": "*fp32", "sm_scale": "fp32",
+                               **dict.fromkeys(("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride"), "i32")},
+                    constexprs=dict(HEAD_DIM=64, BLOCK_D=64, BLOCK_M=64, BLOCK_N=128, CAUSAL=True, ATOMIC_DQ=True,
+                                    TMA_DQ=tma),
                     divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dk_ptr", "dv_ptr",
-                                     "dq_sum_ptr", "seq_len"), asm=("ptx",))
+                                     "dq_sum_ptr", "seq_q", "seq_k"), asm=("ptx",))
     tma, plain = (r["ptx"] for r in ptx.compile_kernels([job(True), job(False)], processes=2))
     atomics = re.compile(r"\b(?:red|atom)\.global")  # (not the end of "cp.async.cg.shared.global")
     assert "cp.reduce.async.bulk.tensor" in tma and not atomics.search(tma)
@@ -115,7 +117,7 @@ def test_tma_dq_compiles_for_hopper_to_bulk_reduce_adds():
 
 def test_tma_dq_only_with_atomic_dq_on_hopper():
     q, k, v = (torch.randn(1, 1, 64, 16, device=DEVICE) for _ in range(3))
-    o, lse = attention_op(q, k, v, False, 0.25)
+    o, lse = attention_op(q, k, v, False, 0.25, "triton")
     do = torch.randn_like(o)
     with pytest.raises(ValueError, match="needs atomic_dq=True too"):
         backward.launch_backward(do, q, k, v, o, lse, False, 0.25, tma_dq=True)
@@ -128,12 +130,17 @@ def test_tma_dq_only_with_atomic_dq_on_hopper():
 
 @pytest.mark.skipif(INTERPRET or torch.cuda.get_device_capability()[0] < 9, reason="TMA: Hopper GPUs and newer")
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("shape", [(1, 2, 200, 64), (2, 1, 1000, 128), (1, 1, 64, 16)])
+@pytest.mark.parametrize("shape", [(1, 2, 2, 200, 200, 64), (2, 1, 1, 1000, 1000, 128), (1, 1, 1, 64, 64, 16),
+                                   (2, 4, 2, 300, 300, 64), (1, 2, 1, 100, 260, 64)])
 def test_tma_dq_gradients_match_the_deterministic_backward(shape, causal):
     # the same dQ as the dQ pass's, to the float32 rounding of the sums' order; the ragged last
-    # query block (rows past the end, clipped by the copy engine) included
-    q, k, v = (torch.randn(*shape, device=DEVICE, dtype=torch.float16) for _ in range(3))
-    o, lse = attention_op(q, k, v, causal, shape[-1] ** -0.5)
+    # query block (rows past the end, clipped by the copy engine), grouped heads (a descriptor per
+    # query head, at its own rows) and two lengths included. On a Hopper GPU only: the copy engine.
+    B, H, H_KV, seq_q, seq_k, D = shape
+    q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=torch.float16)
+    k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=torch.float16) for _ in range(2))
+    shape = q.shape
+    o, lse = attention_op(q, k, v, causal, shape[-1] ** -0.5, "triton")
     do = torch.randn_like(o)
     tma = backward.launch_backward(do, q, k, v, o, lse, causal, shape[-1] ** -0.5, atomic_dq=True, tma_dq=True)
     plain = backward.launch_backward(do, q, k, v, o, lse, causal, shape[-1] ** -0.5)
@@ -194,11 +201,11 @@ OPS = {"add": lambda x, w: add(x, x), "gelu": lambda x, w: gelu(x), "softmax": l
        "row_sum": lambda x, w: row_sum(x), "matmul": lambda x, w: matmul(x, w),
        "matmul, gelu epilogue": lambda x, w: matmul(x, w, activation="gelu"),
        "attention, causal": lambda x, w: attention(*x.view(3, 2, 1, 32, 32), causal=True),  # q, k, v: views of x
-       # general.py's: 4 query heads on 1 key head, 8 queries on 20 keys, head dim 24 (views of x)
+       # 4 query heads on 1 key head, 8 queries on 20 keys, head dim 24 (views of x)
        "attention, grouped and cross": lambda x, w: attention(
            x.flatten()[:768].view(1, 4, 8, 24), x.flatten()[768:1248].view(1, 1, 20, 24),
            x.flatten()[1248:1728].view(1, 1, 20, 24), causal=True),
-       # decode.py's: one query in each of 4 heads on 1 key head of 512 keys, head dim 8 (views of x)
+       # decoding (decode.py): one query in each of 4 heads on 1 key head of 512 keys, head dim 8 (views of x)
        "attention, decoding": lambda x, w: attention(
            x.flatten()[:32].view(1, 4, 1, 8), x.flatten()[:4096].view(1, 1, 512, 8),
            x.flatten()[2048:6144].view(1, 1, 512, 8))}
@@ -259,7 +266,7 @@ def test_backward_operators_take_views_of_their_saved_tensors():
     from lesson05_flash_attention import main
 
     q, k, v, do = (torch.randn(1, 2, 40, 32, device=DEVICE) for _ in range(4))
-    o, lse = main.attention_op(q, k, v, False, 0.2)
+    o, lse = main.attention_op(q, k, v, False, 0.2, "triton")
     o_view = o.transpose(1, 2).contiguous().transpose(1, 2)
     for a, b in zip(backward.attention_backward(do, q, k, v, o_view, lse, False, 0.2),
                     backward.attention_backward(do, q, k, v, o, lse, False, 0.2)):
@@ -270,13 +277,13 @@ def test_lse_is_not_differentiable():
     from lesson05_flash_attention import main
 
     q, k, v = (torch.randn(1, 1, 8, 16, device=DEVICE, requires_grad=True) for _ in range(3))
-    o, lse = main.attention_op(q, k, v, False, 0.25)
+    o, lse = main.attention_op(q, k, v, False, 0.25, "triton")
     assert o.requires_grad and not lse.requires_grad
 
 
 # What torch.compile's analysis says each kernel writes. Where it takes a kernel to write a tensor
 # that is an input of the op (q, a view of x), AOTAutograd sees a leaf changed in place and fails
-# ("a leaf Variable that requires grad is being used in an in-place operation"): general.py's dQ
+# ("a leaf Variable that requires grad is being used in an in-place operation"): an earlier dQ
 # kernel did, on the H200, when its store went through a helper's result. That test needs a GPU;
 # the analysis itself only needs Triton's compiler, so this one runs it on the CPU too, in a child
 # process (Triton compiles there, for an H200, as common.ptx does), on the launches recorded here.
