@@ -126,7 +126,7 @@ def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tenso
     if tensors[0].numel() + BLOCK_SIZE > 2**31:  # the offsets are int32, up to a block past the end
         raise ValueError(f"{tensors[0].numel()} elements: this kernel's int32 offsets stop near 2**31 "
                          "(lesson 2, section 4: 64-bit offsets)")
-    output = torch.empty_like(tensors[0], memory_format=torch.contiguous_format)
+    output = tensors[0].new_empty(tensors[0].shape)  # contiguous, whatever the inputs' strides
     N = output.numel()
     if N:
         grid = (cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs

@@ -76,6 +76,18 @@ def test_bad_input_names_the_problem(x, y, error, message):
         add(x, y)
 
 
+def test_block_sizes_and_warps_at_their_upper_bounds_are_taken():
+    # the largest block tl.arange takes (2^16) and the most warps a program has (32) run; one past
+    # either is refused, naming it
+    x, y = torch.randn(70000, device=DEVICE), torch.randn(70000, device=DEVICE)
+    assert torch.equal(add(x, y, BLOCK_SIZE=65536, num_warps=32), x + y)
+    assert_matches(gelu(x, BLOCK_SIZE=65536, num_warps=32), gelu(x))
+    with pytest.raises(ValueError, match="BLOCK_SIZE must be a power of two from 1 to 65536"):
+        add(x, y, BLOCK_SIZE=131072)
+    with pytest.raises(ValueError, match="num_warps must be a power of two from 1 to 32"):
+        add(x, y, num_warps=64)
+
+
 def test_tensors_on_different_devices():
     with pytest.raises(ValueError, match="y is on meta"):
         add(torch.ones(3, device=DEVICE), torch.ones(3, device="meta"))

@@ -61,6 +61,17 @@ def test_all_minus_inf_row_is_nan_like_torch():
     assert torch.isnan(softmax(x)).all() and torch.isnan(torch.softmax(x, dim=1)).all()
 
 
+def test_the_gradient_over_dim_0_with_a_contiguous_upstream_gradient():
+    # softmax(x, dim=0) runs the kernels on x.t(): the operator's output is seen transposed, so the
+    # gradient it gets back is a transposed view of the contiguous one a caller hands in
+    x = torch.randn(37, 50, device=DEVICE, requires_grad=True)
+    g = torch.randn(37, 50, device=DEVICE)
+    (dx,) = torch.autograd.grad(softmax(x, dim=0), x, g)
+    x64 = x.detach().double().requires_grad_()
+    (exact,) = torch.autograd.grad(torch.softmax(x64, dim=0), x64, g.double())
+    torch.testing.assert_close(dx.double(), exact, atol=1e-6, rtol=1e-5)
+
+
 def test_strided_views():
     base = torch.randn(64, 96, device=DEVICE)
     for x in (base.t(), base[::2], base[:, 10:50]):

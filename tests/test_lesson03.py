@@ -58,6 +58,15 @@ def test_split_rows_are_exact_on_integers():
         assert torch.equal(row_sum(x, splits=splits), x.sum(dim=1))
 
 
+def test_split_partial_sums_are_float32():
+    # a float16 row whose halves sum to +-65,536 (past float16's 65,504) and whole to 0: split in two,
+    # each program's partial sum must be kept in float32, or the halves become +-inf and the total NaN
+    x = torch.cat([torch.full((1, 16384), 4.0), torch.full((1, 16384), -4.0)], dim=1).to(DEVICE, torch.float16)
+    assert columns_per_program(32768, 2) == 16384  # one program a half
+    for splits in (1, 2):
+        assert row_sum(x, splits=splits).item() == 0.0
+
+
 def test_strided_views_and_empty():
     base = torch.randn(70, 130, device=DEVICE)
     for x in (base.t(), base[::3], base[:, 1:129:2]):
