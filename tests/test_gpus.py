@@ -272,8 +272,8 @@ def cover(variants: list[dict], first: list[dict]) -> list[dict]:
 
 def jobs(all_configs: bool) -> dict:
     """{(arch, label, must it fit?): compile job}. With all_configs, every variant on every GPU.
-    Without: on every GPU the largest variant each kernel must fit, and on GPUs in turn the
-    variants that bring a value not yet compiled (the dimensions' values all covered)."""
+    Without: on every GPU the largest variant each kernel must fit, and on the GPUs from sm_80 in
+    turn the variants that bring a value not yet compiled (the dimensions' values all covered)."""
     out, archs = {}, list(GPUS)
     for arch in archs:
         for fam in families(arch):
@@ -285,7 +285,10 @@ def jobs(all_configs: bool) -> dict:
                 # cores, takes a minute to compile; the value is as well covered by a small one)
                 rest = cover(sorted((v for v in variants if v not in largest), key=fam.size), largest)[len(largest):]
                 if fam.name != "matmul_kernel_tma":  # (which has three GPUs only: all of it on each)
-                    rest = [v for i, v in enumerate(rest) if archs[i % len(archs)] == arch]  # one GPU each, in turn
+                    # one GPU each, in turn, of those with tensor cores: a T4 (sm_75) multiplies tiles on its
+                    # CUDA cores, where a large tile compiles for a minute, and runs small problems' tiles only
+                    tensor_cores = [a for a in archs if a >= 80]
+                    rest = [v for i, v in enumerate(rest) if tensor_cores[i % len(tensor_cores)] == arch]
                 variants = largest + rest
             for v in variants:
                 job = fam.job(v)
