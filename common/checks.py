@@ -12,7 +12,7 @@ import operator
 import numpy as np
 import torch
 
-from common.device import DEVICE, INTERPRET, gpu_count  # first: it decides how triton is imported
+from common.device import DEVICE, GPU_COUNT, INTERPRET  # first: it decides how triton is imported
 import triton.language as tl  # noqa: E402
 
 ON_GPU = DEVICE == "cuda"
@@ -139,7 +139,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
         index = x.get_device()  # the CUDA device's number; -1 on the CPU
         if first is None:
             first, first_index = x, index
-            if index > 0 or (index == 0 and gpu_count() > 1):  # with one GPU, its tensors are on the current one
+            if index > 0 or (index == 0 and GPU_COUNT > 1):  # with one GPU, its tensors are on the current one
                 if index != torch.cuda.current_device():
                     raise ValueError(f"{name} is on {x.device}, but kernels launch on the current device, "
                                      f"cuda:{torch.cuda.current_device()}: wrap the call in "

@@ -25,6 +25,7 @@ os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 INTERPRET = os.environ["TRITON_INTERPRET"] == "1"
 DEVICE = "cpu" if INTERPRET else "cuda"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_COUNT = 0 if INTERPRET else torch.cuda.device_count()  # how many CUDA GPUs this process sees
 
 if INTERPRET:
     import common.interpreter  # noqa: F401  (what the interpreter needs here, before any kernel runs)
@@ -45,12 +46,6 @@ def sm_count() -> int:
 GPUS = {75: ("T4, RTX 20xx", 64 << 10), 80: ("A100", 163 << 10), 86: ("RTX 30xx, A10", 99 << 10),
         89: ("L4, RTX 40xx", 99 << 10), 90: ("H100, H200", 227 << 10), 100: ("B200", 227 << 10),
         120: ("RTX 50xx", 99 << 10)}
-
-
-@functools.cache
-def gpu_count() -> int:
-    """How many CUDA GPUs this process sees (0 under the interpreter)."""
-    return 0 if INTERPRET else torch.cuda.device_count()
 
 
 @functools.cache

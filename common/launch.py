@@ -70,7 +70,11 @@ class traceable:
     def __init__(self, kernel):
         fn = kernel.fn if isinstance(kernel, Autotuner) else kernel  # @triton.autotune wraps a @triton.jit
         self.kernel = kernel
-        self.params = list(inspect.signature(fn.fn).parameters.values())  # fn.fn: the Python function
+        # fn.fn: the Python function. A parameter the autotuner's configurations set (DIM_SPLIT, say)
+        # is the autotuner's to pass: a default for it would conflict with their values.
+        tuned = {name for config in getattr(kernel, "configs", []) for name in config.kwargs}
+        self.params = list(inspect.signature(fn.fn).parameters.values())
+        self.defaults = {p.name: p.default for p in self.params if p.default is not p.empty and p.name not in tuned}
 
     def __getitem__(self, grid):
         if INTERPRET:  # nothing traces the interpreter's kernels (needs_op says why)
@@ -78,7 +82,7 @@ class traceable:
         launch = wrap_triton(self.kernel)[grid]
 
         def run(*args, **kwargs):
-            defaults = {p.name: p.default for p in self.params[len(args):]
-                        if p.default is not p.empty and p.name not in kwargs}
+            given = {p.name for p in self.params[:len(args)]} | kwargs.keys()
+            defaults = {name: value for name, value in self.defaults.items() if name not in given}
             return launch(*args, **kwargs, **defaults)
         return run

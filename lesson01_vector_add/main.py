@@ -532,7 +532,7 @@ chapter.run("pitfalls", pitfalls, gpu=True)
 
 # %%
 def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
-    return timing.host_cases(add, gelu, add_kernel, add_op)
+    return timing.host_cases(add, gelu, add_kernel, gelu_kernel, add_op)
 
 
 # %%

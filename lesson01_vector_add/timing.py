@@ -131,7 +131,7 @@ def empty_kernel_8(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K, L):
     pass
 
 
-def host_cases(add, gelu, add_kernel, add_op, n: int = 4096) -> dict:
+def host_cases(add, gelu, add_kernel, gelu_kernel, add_op, n: int = 4096) -> dict:
     """For bench.host_costs: {label: call} on n floats."""
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
     grid = (cdiv(n, 1024),)
@@ -143,6 +143,7 @@ def host_cases(add, gelu, add_kernel, add_op, n: int = 4096) -> dict:
             "add(x, y): checks, output, grid, launch": lambda: add(x, y),
             "the same through its operator, torch.ops.lessons.add": lambda: add_op(x, y, 1024, 4),
             "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
+            "gelu_kernel[grid](...) alone, arguments ready": lambda: gelu_kernel[grid](x, out, n, BLOCK_SIZE=1024),
             "gelu(x)": lambda: gelu(x)}
 
 

@@ -331,12 +331,11 @@ NARROW_DKDV = configs([(64, 128, 8, 4, 1), (64, 128, 8, 3, 1), (128, 128, 8, 3, 
 WIDE_DKDV = configs([(64, 128, 8, 3, 1), (64, 128, 8, 1, 2), (32, 64, 4, 2, 1), (32, 32, 8, 2, 1),
                      (16, 16, 2, 1, 1)])  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
 NARROW_FUSED = configs([(64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (32, 128, 4, 3, 1), (64, 64, 4, 3, 1),
-                        (16, 32, 4, 2, 1)])  # dK, dV and dQ by atomics (atomic_dq=True)
-WIDE_FUSED = configs([(32, 64, 4, 2, 1), (16, 16, 2, 1, 1)])
+                        (16, 32, 4, 2, 1)])  # dK, dV and dQ by atomics (atomic_dq=True: head dims to 128)
 NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)])
 WIDE_DQ = configs([(128, 64, 8, 3, 1), (64, 32, 4, 2, 1), (64, 32, 4, 1, 1), (32, 32, 4, 2, 1), (16, 16, 4, 1, 1)])
 INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
-LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, WIDE_FUSED), "dq": (NARROW_DQ, WIDE_DQ)}
+LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, []), "dq": (NARROW_DQ, WIDE_DQ)}
 
 
 def configs_for(kernel: str):
@@ -389,7 +388,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     two kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
     accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
     the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
-    tma_dq=True (with atomic_dq, on Hopper or newer, a head dim that is a power of two):
+    atomic_dq takes head dims to 128. tma_dq=True (with atomic_dq, on Hopper or newer, a head dim that
+    is a power of two):
     FlashAttention-3's way of adding, a whole dQ tile per TMA reduce-add instead of an atomic per
     element (Triton's interpreter has no such copy engine: GPU only). atomic_dq and tma_dq are this
     function's only: attention() and its operator run the default. Section 15 times all three
@@ -407,7 +407,10 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
                          + ("Triton's interpreter has none" if INTERPRET else f"this one is {gpu_name()}"))
     if tma_dq and dot_block(D) != D:
         raise ValueError(f"tma_dq=True needs a head dim that is a power of two from 16 (a TMA tile's width), got {D}")
-    atomic_dq = flag("atomic_dq", atomic_dq) and not torch.are_deterministic_algorithms_enabled()
+    if flag("atomic_dq", atomic_dq) and dot_block(D) > 128:
+        raise ValueError(f"atomic_dq=True takes head dims to 128 (where section 15 times FlashAttention-2's design), "
+                         f"got {D}")
+    atomic_dq = atomic_dq and not torch.are_deterministic_algorithms_enabled()
     tma_dq = tma_dq and atomic_dq
     dq_out, dk_out, dv_out = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous
     if q.numel() == 0 or k.numel() == 0:  # no query, or no key: nothing flows (every output was 0)

@@ -306,7 +306,7 @@ def attention_kernel(
         query = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # the query rows
         real = query < seq_q
         first_query, last_query = pid_m * BLOCK_M, pid_m * BLOCK_M + BLOCK_M - 1
-    dims = tl.arange(0, BLOCK_D)
+    dims = tl.arange(0, BLOCK_D).to(INDEX_TYPE)  # (dims * stride_kd can pass 2^31 too)
     if BLOCK_D == HEAD_DIM:  # the head dim a power of two: every dim real, no mask (it compiles away)
         dim_ok = tl.full([BLOCK_D], 1, tl.int1)
     else:  # head dims such as 80 padded to 128: the padding loads as 0 and is never stored

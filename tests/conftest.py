@@ -36,6 +36,24 @@ def run_script(lesson: str, *argv: str):
     return child.script(os.path.join(lesson, "main.py"), *argv)
 
 
+def parse_command_line(lesson: str, *argv: str) -> tuple:
+    """lesson/main.py's command line read in this process, by the parser its script runs, without
+    running the lesson (a process each would cost seconds): (exit code, what it printed, its errors)."""
+    import contextlib
+    import importlib
+    import io
+
+    parser = importlib.import_module(f"{lesson}.main").chapter.parser
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            parser.parse_args(list(argv))
+            code = 0
+        except SystemExit as done:
+            code = done.code
+    return code, out.getvalue(), err.getvalue()
+
+
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
@@ -44,3 +62,46 @@ def _seed():
 def pytest_addoption(parser):
     parser.addoption("--all-configs", action="store_true",
                      help="tests/test_gpus.py: compile every kernel in every configuration for every GPU (minutes)")
+
+
+# tests/test_gpus.py compiles hundreds of kernels for seven GPUs (minutes of work for every core).
+# Under pytest-xdist the controller process, idle while its workers test, starts that at once, in
+# the background, and leaves the results in a file the workers' fixture waits for; without xdist the
+# fixture compiles them itself.
+COMPILED = "LESSONS_TEST_GPUS_COMPILED"  # the file's path, for the workers (they inherit it)
+_background = []
+
+
+def pytest_sessionstart(session):
+    config = session.config
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return  # a worker, or no workers
+    if config.args and not any("test_gpus" in arg or os.path.abspath(arg) in (TESTS, ROOT) for arg in config.args):
+        return  # test_gpus.py is not in this run
+    import json
+    import tempfile
+    import threading
+
+    import test_gpus  # (tests/ is on the path: this file's folder)
+    from common import ptx
+
+    todo = list(test_gpus.jobs(config.getoption("--all-configs")).values())
+    path = os.path.join(tempfile.mkdtemp(prefix="test-gpus-"), "compiled.json")
+    os.environ[COMPILED] = path
+
+    def compile_all():
+        try:
+            results = ptx.compile_kernels(todo, processes=min(16, os.cpu_count() or 1))
+        except Exception as error:  # noqa: BLE001  (the workers' fixture raises it)
+            results = {"error": f"{type(error).__name__}: {error}"}
+        with open(path + ".part", "w") as f:
+            json.dump(results, f)
+        os.replace(path + ".part", path)  # whole or not there
+
+    _background.append(threading.Thread(target=compile_all, daemon=True))
+    _background[0].start()
+
+
+def pytest_sessionfinish(session):
+    for thread in _background:  # its child processes end with it
+        thread.join()

@@ -352,6 +352,12 @@ def test_traceable_hands_wrap_triton_every_default(monkeypatch):
     launch.traceable(kernel)[(4,)]("x", 8, 16, True)  # given by position: no default added for them
     assert launched == [(kernel, ("x", 8), {"BLOCK": 16, "TRACE": True, "PAD": False}),
                         (kernel, ("x", 8, 16, True), {"TRACE": False})]
+    # an autotuned kernel: a parameter some configuration sets is the autotuner's (its default,
+    # passed too, would conflict with that configuration: "Conflicting meta-parameters")
+    tuned = triton.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32, "PAD": True})], key=["n"])(kernel)
+    launched.clear()
+    launch.traceable(tuned)[(4,)]("x", 8)
+    assert launched == [(tuned, ("x", 8), {"TRACE": False})]
 
 
 def test_needs_op_only_where_autograd_records_the_call():

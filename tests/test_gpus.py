@@ -14,11 +14,13 @@ compilations; when they were 3,300, that took 34 minutes on 2 cores). The defaul
 GPU each kernel's largest variant that must fit, and covers every value of every dimension on
 some GPU (321 compilations)."""
 import itertools
+import json
 import os
+import time
 
 import pytest
 
-from conftest import INTERPRET  # noqa: F401  (common.device before triton)
+from conftest import COMPILED, INTERPRET  # noqa: F401  (common.device before triton)
 from common import ptx
 from common.device import GPUS
 from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
@@ -199,10 +201,11 @@ def last_of(configs):  # an autotuned kernel: small problems run its last config
 
 def attention_family(name, lists, job) -> Family:
     """A lesson 5 kernel whose autotuner tries one list to head dim 128 and another at 256."""
-    narrow, wide = lists
+    narrow, wide = lists  # (no wide list: the kernel takes head dims to 128 only)
     applies = lambda v: any(v["config"] is c for c in (narrow if dot_block(v["head_dim"]) <= 128 else wide))  # noqa: E731
     must_fit = lambda v: v["config"] is (narrow if dot_block(v["head_dim"]) <= 128 else wide)[-1]  # noqa: E731
-    return Family(name, {"dtype": DTYPES, "head_dim": HEAD_DIMS, "config": tuple(narrow + wide)},
+    head_dims = HEAD_DIMS if wide else tuple(d for d in HEAD_DIMS if dot_block(d) <= 128)
+    return Family(name, {"dtype": DTYPES, "head_dim": head_dims, "config": tuple(narrow + wide)},
                   {"causal": (True, False), "index": INDEX}, job, must_fit=must_fit,
                   size=lambda v: v["head_dim"] * itemsize(v), applies=applies)
 
@@ -297,11 +300,22 @@ def jobs(all_configs: bool) -> dict:
     return out
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def compiled(request) -> dict:
-    """Every job for every GPU, compiled once, in child processes side by side: {arch: {(label, must fit): result}}."""
+    """Every job for every GPU, compiled once, in child processes side by side: {arch: {(label, must fit):
+    result}}. Under pytest-xdist the controller compiled them, in the background, from the start of
+    the run (conftest.pytest_sessionstart): its results are read here once they are there."""
     todo = jobs(request.config.getoption("--all-configs"))
-    results = ptx.compile_kernels(list(todo.values()), processes=min(16, os.cpu_count() or 1))
+    shared = os.environ.get(COMPILED)
+    if shared:
+        while not os.path.exists(shared):
+            time.sleep(1)
+        with open(shared) as f:
+            results = json.load(f)
+        if "error" in results:
+            raise RuntimeError(results["error"])
+    else:
+        results = ptx.compile_kernels(list(todo.values()), processes=min(16, os.cpu_count() or 1))
     out = {arch: {} for arch in GPUS}
     for (arch, label, must_fit), result in zip(todo, results):
         out[arch][label, must_fit] = result

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 import triton.language as tl
 
 from conftest import DEVICE, INTERPRET
+from common import checks
 from common.checks import index_type, rel_error
 import lesson01_vector_add.main as lesson01
 import lesson02_softmax.main as lesson02
@@ -277,6 +278,9 @@ def test_a_tensor_off_the_current_device_is_refused(monkeypatch):
             softmax(x.to("cuda:1"))
         with torch.cuda.device(1):
             assert torch.equal(softmax(x.to("cuda:1")).cpu(), softmax(x).cpu())
+    # two GPUs, the current one the second (with one GPU its tensors are on the current device, and
+    # the check asks CUDA nothing)
+    monkeypatch.setattr(checks, "GPU_COUNT", 2)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)
     for call in (lambda: softmax(x), lambda: add(x, x), lambda: row_sum(x), lambda: matmul(x, x.t())):
         with pytest.raises(ValueError, match=r"is on cuda:0, but kernels launch on the current device, cuda:1: "

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from conftest import DEVICE, INTERPRET, assert_matches, run_as_notebook, run_script, run_trace
+from conftest import DEVICE, INTERPRET, assert_matches, run_as_notebook, run_script, parse_command_line, run_trace
 from lesson01_vector_add.main import add, check, gelu, look_at_ptx
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -155,9 +155,9 @@ def test_script_and_its_command_line():
     done = run_script("lesson01_vector_add", "--sections", "trace")
     assert done.returncode == 0, done.stderr
     assert "lanes masked off = 24" in done.stdout and "=== 4." not in done.stdout
-    assert "Sections: trace: 2. The trace" in run_script("lesson01_vector_add", "--help").stdout
-    bad = run_script("lesson01_vector_add", "--sections", "bench", "--sizes", "-5")
-    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+    assert "Sections: trace: 2. The trace" in parse_command_line("lesson01_vector_add", "--help")[1]
+    code, _, err = parse_command_line("lesson01_vector_add", "--sections", "bench", "--sizes", "-5")
+    assert code == 2 and "must be at least 1" in err
 
 
 

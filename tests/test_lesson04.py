@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, run_trace
+from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, parse_command_line, run_trace
 from common.checks import grad_errors, grad_ok, rel_error
 from lesson04_matmul.hopper import HOPPER, copy_instructions, launch_tma, matmul_kernel_tma_tuned
 from lesson04_matmul.main import (A4, B4, TINY, TOLERANCE, check, grad_check, grouped_pid, launch, matmul,
@@ -304,6 +304,6 @@ def test_script_and_its_command_line():
     done = run_script("lesson04_matmul", "--sections", "trace")
     assert done.returncode == 0, done.stderr
     assert "ks kept = 13" in done.stdout and "=== 8." not in done.stdout
-    assert "Sections: tiles: 2. Why tiles" in run_script("lesson04_matmul", "--help").stdout
-    bad = run_script("lesson04_matmul", "--sections", "bench", "--sizes", "-5")
-    assert bad.returncode == 2 and "must be at least 1" in bad.stderr
+    assert "Sections: tiles: 2. Why tiles" in parse_command_line("lesson04_matmul", "--help")[1]
+    code, _, err = parse_command_line("lesson04_matmul", "--sections", "bench", "--sizes", "-5")
+    assert code == 2 and "must be at least 1" in err

@@ -89,6 +89,9 @@ def test_attention_backward_atomics_only_where_asked_and_allowed(deterministic_a
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
     with pytest.raises(TypeError, match="atomic_dq"):
         backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=1)
+    wide = torch.randn(1, 1, 8, 256, device=DEVICE)  # FlashAttention-2's design: head dims to 128
+    with pytest.raises(ValueError, match="atomic_dq=True takes head dims to 128"):
+        backward.launch_backward(wide, wide, wide, wide, wide, lse[:, :1, :8], True, 0.3, atomic_dq=True)
     with pytest.raises(ValueError, match="zeroes dq_sum_ptr"):  # its trial runs would pile up in dQ
         backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=True, dkdv=backward.dkdv_kernel_tuned)
 
