@@ -114,7 +114,7 @@ def tma_gpu(cc: int, shared: int) -> bool:
 
 
 HOPPER = not INTERPRET and torch.cuda.is_available() and tma_gpu(capability(), shared_memory())  # the TMA path here?
-matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"])(matmul_kernel_tma)
+matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"], cache_results=True)(matmul_kernel_tma)
 
 
 # %% Which products take this kernel, and its launcher

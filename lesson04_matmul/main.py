@@ -339,7 +339,8 @@ def small_problems_untuned(configs, named_args, **kwargs):
     return configs if named_args["M"] * named_args["N"] * named_args["K"] >= 512**3 else configs[-1:]
 
 
-matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"],
+# cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it
+matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"], cache_results=True,
                                       prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel)
 
 

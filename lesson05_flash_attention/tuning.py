@@ -6,7 +6,7 @@ kernel, the public function, the reference) as arguments. Every function here ne
 - peak_memory: section 7, each implementation's peak memory against the sequence length (the
   arithmetic of section 1, measured).
 - bench_configs: section 9, the autotuner's job done by hand: every candidate block size of the
-  sweep, timed side by side (RESULTS.md, "Block sizes"); its winners are main.py's GPU_CONFIGS.
+  sweep, timed side by side (RESULTS.md, "Block sizes"); its winners are main.py's NARROW.
 - host_cases: section 10, the calls of the "Host cost per call" table (lesson 1, section 12).
 - offsets_cases: section 11, the calls of "64-bit offsets: what they cost" (lesson 2).
 - bench_general: section 16, forward and backward on the shapes models pass (BENCH_CASES), against
