@@ -321,8 +321,11 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # every GPU's shared memory in float32 (tests/test_gpus.py). The dQ kernel is the forward's shape.
 # Section 15 (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates;
 # the autotuner picks among them per (lengths, head dim, causal), and keeps its pick on disk.
-def configs(rows):
-    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **({"DIM_SPLIT": split} if split > 1 else {})},
+def configs(rows, dim_split: bool = True):
+    """triton.Configs of (BLOCK_M, BLOCK_N, num_warps, num_stages, DIM_SPLIT) rows. Every dK/dV one
+    names its DIM_SPLIT, 1 included: torch.compile's tracer fills a kernel's arguments from an
+    autotuner's first configuration, and a parameter some configurations set is theirs to pass."""
+    return [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, **({"DIM_SPLIT": split} if dim_split else {})},
                           num_warps=w, num_stages=s) for bm, bn, w, s, split in rows]
 
 
@@ -332,8 +335,9 @@ WIDE_DKDV = configs([(64, 128, 8, 3, 1), (64, 128, 8, 1, 2), (32, 64, 4, 2, 1), 
                      (16, 16, 2, 1, 1)])  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
 NARROW_FUSED = configs([(64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (32, 128, 4, 3, 1), (64, 64, 4, 3, 1),
                         (16, 32, 4, 2, 1)])  # dK, dV and dQ by atomics (atomic_dq=True: head dims to 128)
-NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)])
-WIDE_DQ = configs([(128, 64, 8, 3, 1), (64, 32, 4, 2, 1), (64, 32, 4, 1, 1), (32, 32, 4, 2, 1), (16, 16, 4, 1, 1)])
+NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)], dim_split=False)
+WIDE_DQ = configs([(128, 64, 8, 3, 1), (64, 32, 4, 2, 1), (64, 32, 4, 1, 1), (32, 32, 4, 2, 1), (16, 16, 4, 1, 1)],
+                  dim_split=False)
 INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
 LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, []), "dq": (NARROW_DQ, WIDE_DQ)}
 
