@@ -337,7 +337,7 @@ def test_offsets_cases_take_the_index_type():
 from lesson05_flash_attention import backward, decode, tuning  # noqa: E402
 from lesson05_flash_attention.main import DECODE as DECODE_KERNELS, attention_kernel_tuned, choose_kernel, launch  # noqa: E402
 
-GENERAL = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim
+MODEL_SHAPES = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim
     (1, 4, 2, 33, 33, 64),    # grouped-query heads
     (2, 3, 1, 17, 17, 32),    # multi-query: one key head
     (1, 2, 2, 5, 37, 64),     # fewer queries than keys: new queries against a KV cache
@@ -350,16 +350,16 @@ GENERAL = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim
 ]
 
 
-def general_inputs(B, H, H_KV, seq_q, seq_k, D, dtype, requires_grad=False):
+def model_inputs(B, H, H_KV, seq_q, seq_k, D, dtype, requires_grad=False):
     make = lambda *shape: torch.randn(*shape, device=DEVICE, dtype=dtype).requires_grad_(requires_grad)  # noqa: E731
     return make(B, H, seq_q, D), make(B, H_KV, seq_k, D), make(B, H_KV, seq_k, D)
 
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("shape", GENERAL, ids=[f"{s[0]}b{s[1]}q{s[2]}kv-{s[3]}x{s[4]}-d{s[5]}" for s in GENERAL])
+@pytest.mark.parametrize("shape", MODEL_SHAPES, ids=[f"{s[0]}b{s[1]}q{s[2]}kv-{s[3]}x{s[4]}-d{s[5]}" for s in MODEL_SHAPES])
 def test_every_shape_matches_float64(shape, dtype, causal):
-    q, k, v = general_inputs(*shape, dtype)
+    q, k, v = model_inputs(*shape, dtype)
     out = attention(q, k, v, causal=causal)
     assert out.shape == q.shape and out.dtype == dtype
     exact = attention_standard(q.double(), k.double(), v.double(), causal=causal)
@@ -373,7 +373,7 @@ def test_the_reference_matches_sdpa_bottom_right():
     from torch.nn.attention.bias import causal_lower_right
     import torch.nn.functional as F
 
-    q, k, v = (t.double() for t in general_inputs(1, 4, 2, 7, 30, 64, torch.float32))
+    q, k, v = (t.double() for t in model_inputs(1, 4, 2, 7, 30, 64, torch.float32))
     sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(7, 30), enable_gqa=True)
     assert rel_error(attention_standard(q, k, v, causal=True), sdpa) < 1e-12
     assert rel_error(attention(q.float(), k.float(), v.float(), causal=True), sdpa) < TOL[torch.float32]
@@ -399,19 +399,19 @@ def test_choose_kernel_names_the_kernel_for_each_kind_of_input():
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
-@pytest.mark.parametrize("shape", [GENERAL[0], GENERAL[2], GENERAL[3], GENERAL[4], GENERAL[8]],
+@pytest.mark.parametrize("shape", [MODEL_SHAPES[0], MODEL_SHAPES[2], MODEL_SHAPES[3], MODEL_SHAPES[4], MODEL_SHAPES[8]],
                          ids=["grouped", "kv-cache", "queries-past-keys", "d80-grouped-cross", "batch3-grouped"])
 def test_every_shapes_gradients(shape, dtype, causal):
     from common.checks import grad_errors, grad_ok
 
-    q, k, v = general_inputs(*shape, dtype)
+    q, k, v = model_inputs(*shape, dtype)
     errors = grad_errors(attention, attention_standard, [q, k, v], causal=causal)
     assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
 
 
 def test_gradients_with_frozen_keys():
     # a frozen k: its gradient is never asked for, the others still right (grouped, cross, causal)
-    q, k, v = general_inputs(1, 4, 2, 12, 21, 32, torch.float32, requires_grad=True)
+    q, k, v = model_inputs(1, 4, 2, 12, 21, 32, torch.float32, requires_grad=True)
     k.requires_grad_(False)
     g = torch.randn(1, 4, 12, 32, device=DEVICE)
     dq, dv = torch.autograd.grad(attention(q, k, v, causal=True), (q, v), g)
@@ -422,7 +422,7 @@ def test_gradients_with_frozen_keys():
 
 def test_lse_is_the_log_of_each_querys_sum():
     # lse, which the backward reads: log2 of sum_j exp(score_ij), -inf for a query that sees no key
-    q, k, v = general_inputs(1, 2, 1, 12, 5, 32, torch.float32)
+    q, k, v = model_inputs(1, 2, 1, 12, 5, 32, torch.float32)
     o, lse = launch(attention_kernel_tuned, q, k, v, True, 0.25)
     s = (q.double() @ k.double().repeat_interleave(2, dim=1).transpose(-2, -1)) * 0.25
     allowed = torch.arange(5, device=DEVICE)[None, :] <= torch.arange(12, device=DEVICE)[:, None] - 7
@@ -434,12 +434,12 @@ def test_lse_is_the_log_of_each_querys_sum():
 
 def test_no_keys_or_no_queries():
     # no key at all: every query sees nothing, so 0 (and no gradient); no query: an empty output
-    q, k, v = general_inputs(1, 2, 1, 5, 0, 16, torch.float32, requires_grad=True)
+    q, k, v = model_inputs(1, 2, 1, 5, 0, 16, torch.float32, requires_grad=True)
     out = attention(q, k, v)
     assert torch.equal(out, torch.zeros_like(out))
     (dq,) = torch.autograd.grad(out.sum(), (q,))
     assert torch.equal(dq, torch.zeros_like(dq))
-    q, k, v = general_inputs(1, 2, 1, 0, 7, 16, torch.float32)
+    q, k, v = model_inputs(1, 2, 1, 0, 7, 16, torch.float32)
     assert attention(q, k, v, causal=True).shape == (1, 2, 0, 16)
 
 
@@ -450,7 +450,7 @@ def test_dkdv_parts_split_a_multi_query_heads_work():
     # gives the gradients of one part, to float32 rounding of the sums' order; batch 2.
     assert backward.dkdv_parts(4 * 1, 4096, 32) == 5 and backward.dkdv_parts(4 * 8, 4096, 4) == 1
     assert backward.dkdv_parts(1, 17, 3) == 3            # at most GROUP
-    q, k, v = general_inputs(2, 7, 1, 21, 37, 32, torch.float32)
+    q, k, v = model_inputs(2, 7, 1, 21, 37, 32, torch.float32)
     o, lse = launch(attention_kernel_tuned, q, k, v, True, 0.3)
     do = torch.randn_like(o)
     whole = backward.launch_backward(do, q, k, v, o, lse, True, 0.3, parts=1)
@@ -464,7 +464,7 @@ def test_head_dim_split_gives_one_slices_gradients(D, split):
     # DIM_SPLIT programs per key block, each keeping a slice of the head dim's columns of dK and dV
     # (head dim 256: whole accumulators would spill), give the gradients of one program per block.
     # Head dim 80 computes as 128: its second slice of 64 columns holds 16 real ones and the padding.
-    q, k, v = general_inputs(1, 4, 2, 19, 37, D, torch.float32)
+    q, k, v = model_inputs(1, 4, 2, 19, 37, D, torch.float32)
     o, lse = launch(attention_kernel_tuned, q, k, v, True, 0.3)
     do = torch.randn_like(o)
     whole = backward.launch_backward(do, q, k, v, o, lse, True, 0.3)
@@ -541,7 +541,7 @@ def test_decode_matches_float64_for_any_split(shape, dtype, causal):
     # the keys in 1, 3 and 7 shares (a share of a few keys, one the causal mask hides from some
     # rows): the merged output within the dtype's tolerance, lse the plain launch's to float32
     # rounding (-inf exactly where a query sees no key), which the backward reads
-    q, k, v = general_inputs(*shape, dtype)
+    q, k, v = model_inputs(*shape, dtype)
     exact = attention_standard(q.double(), k.double(), v.double(), causal=causal, sm_scale=0.3)
     _, lse_plain = launch(attention_kernel_tuned, q, k, v, causal, 0.3)
     seen = torch.isfinite(lse_plain)
@@ -555,7 +555,7 @@ def test_decode_merges_large_scores():
     # scores of thousands in base 2 (2^lse overflows float32) in 4 shares: the merge must weigh the
     # shares from the largest lse. Tolerance: float32 scores of about 6,400 carry rounding errors of
     # about 1e-3 in the exponent, which near-one-hot rows turn into relative errors of that size
-    q, k, v = general_inputs(1, 2, 1, 1, 2048, 16, torch.float32)
+    q, k, v = model_inputs(1, 2, 1, 1, 2048, 16, torch.float32)
     q, k = q * 40, k * 40
     assert choose_kernel(q, k, v) == "split keys" and decode.choose_splits(1, 2048) == 4
     out = attention(q, k, v)
@@ -565,7 +565,7 @@ def test_decode_merges_large_scores():
 def test_decode_default_shares_cover_every_key():
     # 8,200 keys on one key head: 16 shares wanted, of 513 keys rounded up to whole key blocks (640):
     # 13 shares, no more than the merge reads (rounded down, 512, they would be 17)
-    q, k, v = general_inputs(1, 2, 1, 1, 8200, 16, torch.float32)
+    q, k, v = model_inputs(1, 2, 1, 1, 8200, 16, torch.float32)
     assert choose_kernel(q, k, v) == "split keys" and decode.choose_splits(1, 8200) == decode.MAX_SPLITS
     assert rel_error(attention(q, k, v), attention_standard(q.double(), k.double(), v.double())) < TOL[torch.float32]
 
@@ -584,7 +584,7 @@ def test_decode_chooses_its_splits_and_attention_takes_it(monkeypatch):
     assert decode.choose_splits(8, 8192) == 16          # 66 wanted, 16 at most
     assert decode.choose_splits(8, 1500) == 2           # shares of 512 keys or more
     assert decode.choose_splits(1024, 8192) == 1        # enough programs already
-    q, k, v = general_inputs(1, 4, 1, 2, 512, 16, torch.float32)
+    q, k, v = model_inputs(1, 4, 1, 2, 512, 16, torch.float32)
     with pytest.raises(ValueError, match="num_splits must be from 1 to 16"):
         decode.launch(q, k, v, False, 0.25, num_splits=17, **DECODE_KERNELS)
     calls = []
@@ -598,7 +598,7 @@ def test_decode_gradients(dtype):
     # attention() on a decode shape, forward by decode.py (2 shares of 520 keys), backward by backward.py's
     from common.checks import grad_errors, grad_ok
 
-    q, k, v = general_inputs(1, 4, 2, 2, 1100, 32, dtype)
+    q, k, v = model_inputs(1, 4, 2, 2, 1100, 32, dtype)
     assert decode.takes(q, k) and decode.choose_splits(2, 1100) == 2
     errors = grad_errors(attention, attention_standard, [q, k, v], causal=True)
     assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
