@@ -331,7 +331,7 @@ GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROU
                              num_warps=warps) for bm, bn, stages, warps in [
     (128, 256, 3, 8), (256, 128, 3, 8), (128, 256, 4, 8), (128, 128, 4, 8), (128, 128, 4, 4), (64, 128, 4, 4),
     (128, 64, 4, 4), (64, 64, 4, 4)]]  # the last fits every GPU from a T4 up, even in float32 (96 KB)
-CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4})]
+CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4})]
 
 
 def small_problems_untuned(configs, named_args, **kwargs):

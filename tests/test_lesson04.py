@@ -269,7 +269,7 @@ def test_the_autotuners_choice_is_read_from_its_public_attribute():
     text = described(matmul_kernel_tuned.best_config)
     assert re.fullmatch(r"\d+ x \d+ x \d+, \d+ warps, \d+ stages", text), text
     if INTERPRET:  # the interpreter's one configuration
-        assert text.startswith("32 x 32 x 32")
+        assert text.startswith("64 x 64 x 64")
 
 
 @pytest.mark.skipif(INTERPRET, reason="the profiler sees kernels on a GPU only")

@@ -1,0 +1,243 @@
+"""Lesson 3, a file lesson 6 uses: RMSNorm, forward and backward, with the residual add fused in.
+
+    y = x * rstd * w,    rstd = 1 / sqrt(mean(x^2) + eps),   one rstd per row (Llama's norm: LayerNorm without the mean)
+
+The forward is this lesson's row walk (main.py, section 1): a row in tiles, an fp32 accumulator of
+x^2 carried across them, one tl.sum after the loop; then a second walk normalises. It keeps rstd,
+one float32 per row, for the backward. A transformer block calls it as norm(h + f(h)): with
+`residual`, the kernel adds the two first and stores the sum as well (the residual stream goes on
+with it), so the sum is written once and never read back: one launch instead of two, and one fewer
+read of the rows.
+
+The backward, for one row, with xh = x * rstd and g = w * dy:
+
+    dx = rstd * (g - xh * mean(g * xh)),      dw = sum over the rows of dy * xh,
+
+plus, with the residual fused, the gradient that reaches the sum from the rest of the network (dh):
+the two meet in one store. dw is a sum down the columns: each program takes a stretch of rows,
+adds its rows' dy * xh into an fp32 accumulator of a row's width, and stores it as one row of a
+partial-sums matrix (programs x N); then row_sum (main.py) adds the partial rows up, reading the
+matrix's transpose through its strides. The backward holds a row in one block (up to MAX_N columns).
+"""
+import torch
+import triton
+import triton.language as tl
+
+from common import checks
+from common.checks import check_tensors, real
+from common.device import sm_count
+from common.launch import cdiv, needs_op, next_power_of_2, traceable
+from common.trace import show
+from lesson03_rowsum.main import launch as row_sum_launch, row_sum_kernel, row_sum_split_kernel, tile_config
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+MAX_N = 16384  # the widest row: the backward holds one in registers (16 float32 per thread at 32 warps)
+
+
+@triton.jit
+def rms_norm_kernel(
+    x_ptr, r_ptr,             # input rows, and the residual added to them (HAS_RESIDUAL)
+    h_ptr,                    # output: x + residual (HAS_RESIDUAL)
+    w_ptr, y_ptr, rstd_ptr,   # weights (N), output rows, rstd per row (float32)
+    M, N, stride_x, stride_r, stride_h, stride_y,   # rows, columns; elements between rows of each
+    eps,
+    BLOCK_M: tl.constexpr,    # rows per program (lesson 3's tile_config: short rows packed)
+    BLOCK_N: tl.constexpr,    # a tile's width
+    HAS_RESIDUAL: tl.constexpr,
+    INDEX_TYPE: tl.constexpr = tl.int32,
+    TRACE: tl.constexpr = False,
+):
+    rows = tl.program_id(axis=0).to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
+    row_ok = rows[:, None] < M
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # x^2, lane by lane, carried across the tiles
+    for start in range(0, N, BLOCK_N):          # walk 1: the sum of squares (and h = x + residual)
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = row_ok & (cols[None, :] < N)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:  # the sum, rounded to h's dtype as torch's x + residual is, then normalised
+            x += tl.load(r_ptr + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = x.to(h_ptr.dtype.element_ty)
+            tl.store(h_ptr + rows[:, None] * stride_h + cols[None, :], x, mask=mask)
+            x = x.to(tl.float32)
+        acc += x * x
+    rstd = 1 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)  # the mean over the N real columns, per row
+    if TRACE:
+        show("sum of x^2", tl.sum(acc, axis=1))
+        show("rstd", rstd)
+    tl.store(rstd_ptr + rows, rstd, mask=rows < M)
+    for start in range(0, N, BLOCK_N):          # walk 2: normalise, weigh, store
+        cols = start + tl.arange(0, BLOCK_N)
+        mask = row_ok & (cols[None, :] < N)
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        if HAS_RESIDUAL:  # recomputed from the two inputs (h was stored by other threads, maybe), rounded alike
+            x += tl.load(r_ptr + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            x = x.to(h_ptr.dtype.element_ty).to(tl.float32)
+        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        y = x * rstd[:, None] * w[None, :]
+        if TRACE:
+            show("y", y)
+        tl.store(y_ptr + rows[:, None] * stride_y + cols[None, :], y.to(y_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def rms_norm_backward_kernel(
+    dy_ptr, x_ptr, w_ptr, rstd_ptr,   # dL/dy, the normalised rows (h with a residual), w, rstd
+    dh_ptr,                           # dL/dh from the rest of the network, added to dx (HAS_DH)
+    dx_ptr,                           # output: dL/dx (dL/dh with a residual), contiguous
+    dw_ptr,                           # output: partial sums of dw, one row of N per program, float32
+    M, N, stride_dy, stride_x, stride_dh,
+    blocks_per_program,               # each program's stretch: this many blocks of BLOCK_M rows
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,            # the whole row: N <= BLOCK_N
+    HAS_DH: tl.constexpr,
+    INDEX_TYPE: tl.constexpr = tl.int32,
+):
+    pid = tl.program_id(axis=0)
+    cols = tl.arange(0, BLOCK_N)
+    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # this program's share of sum_rows(dy * xh)
+    first = pid.to(INDEX_TYPE) * blocks_per_program * BLOCK_M
+    for i in range(0, blocks_per_program):      # the stretch, a block of rows at a time
+        rows = first + i * BLOCK_M + tl.arange(0, BLOCK_M)
+        mask = (rows[:, None] < M) & (cols[None, :] < N)  # the last stretch may run past the last row
+        x = tl.load(x_ptr + rows[:, None] * stride_x + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + rows[:, None] * stride_dy + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + rows, mask=rows < M, other=0.0)
+        xh = x * rstd[:, None]         # the normalised rows, recomputed: never stored by the forward
+        g = w[None, :] * dy
+        dx = (g - xh * (tl.sum(g * xh, axis=1) / N)[:, None]) * rstd[:, None]
+        if HAS_DH:
+            dx += tl.load(dh_ptr + rows[:, None] * stride_dh + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(dx_ptr + rows[:, None] * N + cols[None, :], dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * xh                  # 0 for rows past M (their loads gave 0)
+    tl.store(dw_ptr + pid.to(INDEX_TYPE) * N + cols, tl.sum(dw, axis=0), mask=cols < N)
+
+
+def settings(N: int) -> tuple[int, int, int]:
+    """The forward's BLOCK_M, BLOCK_N, num_warps: lesson 3's tile_config (tiles up to 4096 columns, short
+    rows packed until a program holds 2048 elements, 8 per thread)."""
+    return tile_config(N)
+
+
+def launch(x, w, eps: float, residual=None, *, kernel=rms_norm_kernel) -> tuple:
+    """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w, rstd per row."""
+    M, N = x.shape
+    y, rstd = x.new_empty((M, N)), x.new_empty(M, dtype=torch.float32)
+    h = x.new_empty((M, N)) if residual is not None else None
+    if M:
+        BLOCK_M, BLOCK_N, num_warps = settings(N)
+        r = residual if residual is not None else x  # (a pointer the kernel never reads)
+        kernel[(cdiv(M, BLOCK_M),)](x, r, h if h is not None else y, w, y, rstd, M, N, x.stride(0), r.stride(0),
+                                    (h if h is not None else y).stride(0), y.stride(0), eps, BLOCK_M=BLOCK_M,
+                                    BLOCK_N=BLOCK_N, HAS_RESIDUAL=residual is not None,
+                                    INDEX_TYPE=checks.index_type(x, r, y), num_warps=num_warps)
+    return h, y, rstd
+
+
+def launch_backward(dy, x, w, rstd, dh=None, *, kernel=rms_norm_backward_kernel, sum_kernels=None) -> tuple:
+    """(dx, dw) from dy; dx includes dh where the residual was fused. sum_kernels: row_sum's two
+    kernels, traceable inside the operator."""
+    M, N = x.shape
+    dx = x.new_empty((M, N))
+    BLOCK_N = next_power_of_2(N)
+    BLOCK_M = max(1, 2048 // BLOCK_N)
+    blocks = cdiv(M, BLOCK_M)
+    per_program = max(1, cdiv(blocks, 4 * sm_count()))  # a few programs per SM, each a stretch of rows
+    programs = max(1, cdiv(blocks, per_program))
+    partial = x.new_zeros((programs, N), dtype=torch.float32) if M == 0 else \
+        x.new_empty((programs, N), dtype=torch.float32)
+    if M:
+        dh_ = dh if dh is not None else dy
+        kernel[(programs,)](dy, x, w, rstd, dh_, dx, partial, M, N, dy.stride(0), x.stride(0), dh_.stride(0),
+                            per_program, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_DH=dh is not None,
+                            INDEX_TYPE=checks.index_type(dy, x, dx), num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
+    kernel, split_kernel = sum_kernels or (row_sum_kernel, row_sum_split_kernel)
+    dw = row_sum_launch(partial.t(), kernel=kernel, split_kernel=split_kernel)  # the columns of partial, added
+    return dx, dw.to(w.dtype)
+
+
+@torch.library.triton_op("lessons::rms_norm", mutates_args=())
+def rms_norm_op(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    _, y, rstd = launch(x, w, eps, kernel=traceable(rms_norm_kernel))
+    return y, rstd
+
+
+@torch.library.triton_op("lessons::add_rms_norm", mutates_args=())
+def add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
+                    eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    h, y, rstd = launch(x, w, eps, residual, kernel=traceable(rms_norm_kernel))
+    return h, y, rstd
+
+
+@torch.library.triton_op("lessons::rms_norm_backward", mutates_args=())
+def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
+                      dh: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    return launch_backward(dy, x, w, rstd, dh, kernel=traceable(rms_norm_backward_kernel),
+                           sum_kernels=(traceable(row_sum_kernel), traceable(row_sum_split_kernel)))
+
+
+def keep_plain(ctx, inputs, output):
+    ctx.set_materialize_grads(False)  # rstd's gradient is never used: no zeros made for it
+    x, w, _ = inputs
+    ctx.save_for_backward(x, w, output[1])
+
+
+def plain_grad(ctx, dy, drstd):
+    x, w, rstd = ctx.saved_tensors
+    dx, dw = rms_norm_backward(dy.contiguous(), x, w, rstd, None)
+    return dx, dw, None
+
+
+def keep_fused(ctx, inputs, output):
+    ctx.set_materialize_grads(False)
+    _, _, w, _ = inputs
+    ctx.save_for_backward(output[0], w, output[2])  # h, the rows normalised: x and residual not kept
+
+
+def fused_grad(ctx, dh, dy, drstd):
+    h, w, rstd = ctx.saved_tensors
+    if dy is None:  # (the normalised rows unused: h's gradient is all there is)
+        return dh, dh, None, None
+    dx, dw = rms_norm_backward(dy.contiguous(), h, w, rstd, None if dh is None else dh.contiguous())
+    return dx, dx, dw, None  # h = x + residual: both get dL/dh
+
+
+rms_norm_op.register_autograd(plain_grad, setup_context=keep_plain)
+add_rms_norm_op.register_autograd(fused_grad, setup_context=keep_fused)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None):
+    """F.rms_norm(x, (N,), weight, eps) over the last dimension of x (any leading shape; float32,
+    float16 or bfloat16, the arithmetic in float32, rows up to MAX_N columns). With `residual` (x's
+    shape and dtype): returns (h, rms_norm(h)) for h = x + residual, in one launch."""
+    tensors = {"x": x, "weight": weight} | ({"residual": residual} if residual is not None else {})
+    x, weight, *rest = check_tensors(tensors, DTYPES)  # one device, one dtype (a weight cast to x's, as autocast)
+    residual = rest[0] if rest else None
+    if weight.ndim != 1 or weight.shape[0] != x.shape[-1]:
+        raise ValueError(f"weight must be a vector of x's last dimension, {x.shape[-1]}: got {tuple(weight.shape)}")
+    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
+        raise ValueError(f"residual must match x: x {tuple(x.shape)} {x.dtype}, residual "
+                         f"{tuple(residual.shape)} {residual.dtype}")
+    N = x.shape[-1]
+    if not 1 <= N <= MAX_N:
+        raise ValueError(f"rms_norm takes rows of 1 to {MAX_N} columns (the backward holds a row in one block), "
+                         f"got {N}")
+    eps = real("eps", eps)
+    if eps <= 0:
+        raise ValueError(f"eps must be > 0 (it keeps a row of zeros finite), got {eps}")
+    shape = x.shape
+    rows = x.reshape(-1, N)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()  # the kernel reads a row's columns side by side
+    if residual is not None:
+        res = residual.reshape(-1, N).contiguous()
+        if needs_op(rows, res, weight):
+            h, y, _ = add_rms_norm_op(rows, res, weight, eps)
+        else:
+            h, y, _ = launch(rows, weight, eps, res)
+        return h.view(shape), y.view(shape)
+    if needs_op(rows, weight):
+        y = rms_norm_op(rows, weight, eps)[0]
+    else:
+        y = launch(rows, weight, eps)[1]
+    return y.view(shape)

@@ -1,0 +1,810 @@
+"""Lesson 6: a GPT trained on the course's own kernels, side by side with PyTorch.
+
+Every earlier lesson built a kernel and timed it alone. Here they work together: a small GPT, as
+direct as nanoGPT, whose every operation on the hot path is a course kernel with its backward, and
+the same model on PyTorch's own operations, chosen by one argument (ops="course" or ops="torch").
+The linears are lesson 4's matmul, the MLP's GELU fused into its epilogue; attention is lesson 5's,
+causal, with grouped-query heads; RMSNorm is lesson 3's row walk (lesson03_rowsum/rmsnorm.py), the
+residual add fused into it; the loss is a cross-entropy by lesson 2's online softmax
+(lesson02_softmax/cross_entropy.py), which never stores the probabilities; and AdamW updates every
+parameter in one element-wise launch (adamw.py, lesson 1's kind of kernel). The data needs no
+download: the bytes of this repository's own text.
+
+What to look at: the first loss, ln(256) (section 1); the two op sets agreeing from the same weights
+on the same batches (section 5); the loss falling (section 6); which kernels a training step
+launches, in order (section 7); and on a GPU, the step's time kernel by kernel, tokens per second and
+peak memory against PyTorch eager and torch.compile, and the cross-entropy alone at real
+vocabularies (sections 8-10). Section 11 runs the same training on several GPUs.
+
+Run:   python lesson06_gpt/main.py            (every section)
+       python lesson06_gpt/main.py --help     (sections, --data FILE, --steps)
+Without a CUDA GPU the kernels run under Triton's interpreter on the CPU, on a toy model (2 layers,
+d_model 64, seq 64) in float32: exact kernels, a few training steps; the sections that need a GPU
+show what an H200 printed (RESULTS.md).
+"""
+# %% Set-up: common.device chooses GPU or interpreter before triton is imported
+import dataclasses
+import glob
+import math
+import os
+import pathlib
+import time
+
+from common.device import DEVICE, INTERPRET, ROOT
+
+import torch
+import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from common import bench, profile
+from common.chapter import Chapter, positive_int
+from common.checks import dtype_name, rel_error
+from common.table import print_table
+from lesson02_softmax.cross_entropy import cross_entropy, cross_entropy_kernel  # lesson 2's online softmax
+from lesson03_rowsum.rmsnorm import rms_norm, rms_norm_kernel                   # lesson 3's row walk
+from lesson04_matmul.main import matmul                                         # lesson 4
+from lesson05_flash_attention.main import attention                             # lesson 5
+from lesson06_gpt import adamw  # the lesson's other file: the optimizer
+
+SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
+    "data": "1. The data: the bytes of this repository",
+    "model": "2. The model: nanoGPT's shape on two op sets, and its first loss",
+    "trace": "3. The trace: the two new kernels on one row each",
+    "check": "4. Correctness: each new kernel against PyTorch",
+    "agree": "5. The whole model: the course's losses and gradients against torch's",
+    "train": "6. Training: the loss falls",
+    "anatomy": "7. The anatomy of a training step: what runs, in order, and what is kept for the backward",
+    "profile": "8. The step on a GPU, kernel by kernel (torch.profiler)",
+    "bench": "9. Training side by side: eager, torch.compile, the course, the course compiled",
+    "bench_loss": "10. The cross-entropy alone, at the vocabularies models use",
+    "ddp": "11. Beyond one GPU: the same training under torchrun",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    layers: int = 2
+    d_model: int = 64
+    heads: int = 4
+    kv_heads: int = 2       # grouped-query attention: heads // kv_heads query heads share a key head
+    seq: int = 64
+    vocab: int = 256        # bytes
+    mlp: int = 4            # the MLP's hidden width, in d_model's
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+
+TOY = Config()  # the CPU's model, and every run's agreement check (section 5)
+TOY_BATCH = 1  # windows per batch of the toy runs: the interpreter runs one program at a time
+GPT2_SMALL = Config(layers=12, d_model=768, heads=12, kv_heads=4, seq=1024)  # GPT-2 small's size, 4 key heads
+# The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). model/batch/
+# steps: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's.
+SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, seq=512), batch=8, steps=30,
+                       warmup=5, rows=4096, vocabs=[50264]),
+         "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, rows=4096, vocabs=[32000, 50264, 128256])}
+# float32 on the CPU: the interpreter computes bfloat16 through float32 anyway, only slower
+DTYPE = "float32" if INTERPRET else "bfloat16"
+
+chapter = Chapter("lesson06_gpt", __doc__, SECTIONS, running=__name__ == "__main__")
+chapter.parser.add_argument("--data", metavar="FILE", help="train on this text file (default: the repository's text)")
+chapter.parser.add_argument("--steps", type=positive_int, default=None,
+                            help="section 6's training steps (default: 8 on the CPU, 200 on a GPU)")
+chapter.parser.add_argument("--dtype", default=DTYPE, choices=["float32", "bfloat16"],
+                            help=f"the activations' dtype (default {DTYPE}); parameters stay float32")
+args = chapter.start()
+
+# %% [markdown]
+# ## 1. The data: the bytes of this repository
+# A byte-level tokenizer is no tokenizer at all: each byte of UTF-8 text is a token, so the
+# vocabulary is the 256 byte values and any text file is a dataset. The default corpus is this
+# repository's own text, the README and every chapter and helper, a few hundred kilobytes, read in
+# a fixed order; the first 90% trains, the last 10% validates. A batch is `batch` windows of seq + 1
+# bytes at random offsets: the model reads bytes 0..seq-1 and predicts 1..seq.
+#
+# A fresh model's weights are small (std 0.02), so its logits are near 0 and its softmax near
+# uniform: 1/256 for every byte. The loss is the negative log of the probability given to the
+# right byte, so the first loss is about -ln(1/256) = ln(256) = 5.545 nats. Bits per byte (the loss
+# over ln 2) reads on a scale from 8 (a uniform guess over 256 bytes) down to a compressor's 2 or so.
+
+
+# %%
+def corpus_files() -> list[str]:
+    """The repository's text, in a fixed order: the README, then every lesson's and helper's Python."""
+    files = [os.path.join(ROOT, "README.md")]
+    for pattern in ("lesson0*/*.py", "lesson0*/exercises/*.py", "common/*.py"):
+        files += sorted(glob.glob(os.path.join(ROOT, pattern)))
+    return files
+
+
+def load_bytes(path: str | None = None) -> torch.Tensor:
+    """The corpus as a 1-D tensor of byte values (int64 token ids)."""
+    if path is not None:
+        if not os.path.isfile(path):
+            raise SystemExit(f"--data {path}: no such file")
+        data = pathlib.Path(path).read_bytes()
+    else:
+        data = b"".join(pathlib.Path(f).read_bytes() for f in corpus_files())
+    if len(data) < 4 * (TOY.seq + 1):
+        raise SystemExit(f"{path or 'the corpus'} holds {len(data)} bytes: too few for windows of {TOY.seq + 1}")
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
+
+
+def split(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The fixed train / validation split: the first 90% and the last 10%."""
+    cut = int(0.9 * len(data))
+    return data[:cut], data[cut:]
+
+
+def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Generator) -> tuple:
+    """(inputs, targets): batch_size windows at random offsets, targets one byte ahead, on DEVICE."""
+    starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator)
+    windows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
+    return windows[:, :-1].to(DEVICE), windows[:, 1:].to(DEVICE)
+
+
+def bits_per_byte(loss_nats: float) -> float:
+    return loss_nats / math.log(2)
+
+
+def data_section():
+    data = load_bytes(args.data)
+    train, val = split(data)
+    sample = bytes(train[:60].tolist()).decode("utf-8", "replace")
+    print(f"Corpus: {args.data or f'{len(corpus_files())} files of this repository'}, {len(data):,} bytes: "
+          f"{len(train):,} to train on, {len(val):,} to validate.\nIts first 60 bytes as the model sees them "
+          f"(token ids): {train[:12].tolist()}...\n  = {sample!r}")
+    return train
+
+
+def unigram_entropy(train: torch.Tensor) -> float:
+    """The loss of a predictor that knows only how often each byte occurs (nats)."""
+    p = torch.bincount(train, minlength=256).double()
+    p = p[p > 0] / p.sum()
+    return -(p * p.log()).sum().item()
+
+
+# %%
+chapter.run("data", data_section)
+
+# %% [markdown]
+# ## 2. The model: nanoGPT's shape, on two op sets
+# Token and position embeddings, then `layers` blocks, each two residual branches:
+# h = h + attention(rms_norm(h)) and h = h + mlp(rms_norm(h)); a final rms_norm, and the LM head,
+# which is the token embedding again (tied weights: the logits are h @ wte^T). Attention has
+# `heads` query heads and `kv_heads` key/value heads (grouped-query attention: fewer keys and
+# values to project and keep); the MLP is d_model -> 4 d_model -> d_model with a GELU between.
+#
+# The op set is one argument: the model calls ops.linear, ops.attention, ops.norm and ops.loss, and
+# the two sets implement the same four functions. In the course's set every residual add is fused
+# into the norm that follows it (norm(h, branch) returns h + branch and its norm from one launch),
+# so the block never launches an add of its own.
+#
+# Mixed precision, the same for both sets: parameters and the optimizer's state are float32;
+# activations are bfloat16 on a GPU, each weight cast to bfloat16 where it is used (what
+# torch.autocast does), while norms, softmaxes and the loss accumulate in float32 inside their
+# kernels. The loss is float32. (autocast also keeps the residual stream in float32; here it is
+# bfloat16 in both sets, which halves its memory.)
+
+
+# %%
+class TorchOps:
+    """PyTorch's own operations: F.linear, F.scaled_dot_product_attention, F.rms_norm, F.cross_entropy."""
+    name = "torch"
+
+    @staticmethod
+    def linear(x, w, activation=None):
+        y = F.linear(x, w.to(x.dtype))
+        return F.gelu(y, approximate="tanh") if activation == "gelu" else y
+
+    @staticmethod
+    def attention(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+
+    @staticmethod
+    def norm(h, branch, w, eps):
+        if branch is not None:
+            h = h + branch
+        return h, F.rms_norm(h, (h.shape[-1],), w.to(h.dtype), eps)
+
+    @staticmethod
+    def loss(logits, targets):
+        return F.cross_entropy(logits.float(), targets)  # autocast's way: the logits in float32
+
+
+class CourseOps:
+    """The course's kernels, each through its registered operator (autograd has their backwards)."""
+    name = "course"
+
+    @staticmethod
+    def linear(x, w, activation=None):
+        return matmul(x, w.to(x.dtype).t(), activation=activation)  # lesson 4: x @ W^T, GELU in the epilogue
+
+    @staticmethod
+    def attention(q, k, v):
+        return attention(q, k, v, causal=True)  # lesson 5: grouped-query heads by index
+
+    @staticmethod
+    def norm(h, branch, w, eps):
+        if branch is None:
+            return h, rms_norm(h, w.to(h.dtype), eps)
+        return rms_norm(branch, w.to(h.dtype), eps, residual=h)  # lesson 3: (h + branch, its norm), one launch
+
+    @staticmethod
+    def loss(logits, targets):
+        return cross_entropy(logits, targets)  # lesson 2: float32 inside, no probabilities stored
+
+
+OPS = {"torch": TorchOps, "course": CourseOps}
+
+
+class GPT(torch.nn.Module):
+    def __init__(self, config: Config, ops: str = "course", *, seed: int = 0, dtype: str | None = None):
+        """A fresh model: the same seed gives the same weights whatever the op set."""
+        super().__init__()
+        if ops not in OPS:
+            raise ValueError(f"ops must be one of {list(OPS)}, got {ops!r}")
+        if config.d_model % config.heads or config.heads % config.kv_heads:
+            raise ValueError(f"d_model ({config.d_model}) must split into heads ({config.heads}), and heads into "
+                             f"kv_heads ({config.kv_heads})")
+        self.config, self.ops = config, OPS[ops]
+        self.dtype = getattr(torch, dtype or args.dtype)
+        C, D, L = config.d_model, config.head_dim, config.layers
+        g = torch.Generator().manual_seed(seed)
+
+        def normal(*shape, std=0.02):
+            return torch.nn.Parameter((torch.randn(*shape, generator=g) * std).to(DEVICE))
+
+        def ones(n):
+            return torch.nn.Parameter(torch.ones(n, device=DEVICE))
+
+        self.wte, self.wpe = normal(config.vocab, C), normal(config.seq, C)
+        qkv = (config.heads + 2 * config.kv_heads) * D
+        self.blocks = torch.nn.ModuleList()
+        for _ in range(L):
+            block = torch.nn.Module()
+            block.norm1, block.norm2 = ones(C), ones(C)
+            block.wqkv, block.wo = normal(qkv, C), normal(C, C, std=0.02 / math.sqrt(2 * L))  # GPT-2's scaled init
+            block.up, block.down = normal(config.mlp * C, C), normal(C, config.mlp * C, std=0.02 / math.sqrt(2 * L))
+            self.blocks.append(block)
+        self.norm_f = ones(C)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """The mean cross-entropy of predicting targets (B, T) from idx (B, T), in nats."""
+        ops, cfg = self.ops, self.config
+        B, T = idx.shape
+        H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
+        h = (F.embedding(idx, self.wte) + self.wpe[:T]).to(self.dtype).view(B * T, -1)  # the residual stream
+        branch = None
+        for block in self.blocks:
+            h, x = ops.norm(h, branch, block.norm1, 1e-6)
+            q, k, v = ops.linear(x, block.wqkv).view(B, T, H + 2 * KV, D).split([H, KV, KV], dim=2)
+            y = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, D)
+            branch = ops.linear(y.transpose(1, 2).reshape(B * T, H * D), block.wo)
+            h, x = ops.norm(h, branch, block.norm2, 1e-6)
+            branch = ops.linear(ops.linear(x, block.up, activation="gelu"), block.down)
+        h, x = ops.norm(h, branch, self.norm_f, 1e-6)
+        logits = ops.linear(x, self.wte)  # the tied LM head: h @ wte^T
+        return ops.loss(logits, targets.reshape(-1))
+
+
+LR, BETAS = 3e-3, (0.9, 0.95)
+
+
+def optimizer(model: GPT, lr: float = LR, weight_decay: float = 0.1):
+    """AdamW with weight decay on the matrices: the course's one-launch kernel for the course's model,
+    torch.optim.AdamW(fused=True) for torch's, the same two groups."""
+    if model.ops is CourseOps:
+        return adamw.AdamW(model.named_parameters(), lr=lr, betas=BETAS, weight_decay=weight_decay)
+    groups = [[p for n, p in model.named_parameters() if adamw.decays(n, p) == d] for d in (True, False)]
+    return torch.optim.AdamW([{"params": groups[0], "weight_decay": weight_decay},
+                              {"params": groups[1], "weight_decay": 0.0}], lr=lr, betas=BETAS, fused=True)
+
+
+def model_section():
+    train, _ = split(load_bytes(args.data))
+    model = GPT(TOY, "course", seed=0)
+    count = sum(p.numel() for p in model.parameters())
+    print(f"The toy model: {TOY}, {count:,} parameters ({args.dtype} activations).")
+    x, y = batch(train, TOY_BATCH, TOY.seq, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        first = {ops: GPT(TOY, ops, seed=0)(x, y).item() for ops in OPS}
+    unigram = unigram_entropy(train)
+    rows = [("a uniform guess: ln(256)", math.log(256), 8.0),
+            *[(f"a fresh model (std 0.02 weights), {ops} ops, one batch", loss, bits_per_byte(loss))
+              for ops, loss in first.items()],
+            ("each byte's frequency alone (the train split's unigram entropy)", unigram, bits_per_byte(unigram))]
+    return print_table(rows, ["predictor", "loss (nats)", "bits per byte"], floatfmt=".3f",
+                       title="The first loss, and what beats it",
+                       note="A fresh model's logits are near 0, its softmax near uniform: the loss starts at ln(256). "
+                            "The unigram line is what knowing only how often each byte occurs reaches; training "
+                            "(section 6) must go below it.")
+
+
+# %%
+chapter.run("model", model_section)
+
+# %% [markdown]
+# ## 3. The trace: the two new kernels on one row each
+# The cross-entropy kernel walks a row of 10 logits in tiles of 4, carrying lesson 2's running max m
+# and sum l, and picks up the target's logit on the way; then loss = lse - x[target]. The RMSNorm
+# kernel takes the row [3, 4] plus the residual [1, 0]: h = [4, 4], mean(h^2) = 16, rstd = 1/4.
+
+
+# %%
+def trace() -> None:
+    x = torch.tensor([[1.0, 3.0, 0.5, 2.0, 4.0, -1.0, 0.0, 2.5, 1.5, -0.5]], device=DEVICE)
+    t = torch.tensor([3], device=DEVICE)
+    loss, lse = x.new_empty(1), x.new_empty(1)
+    print("cross_entropy_kernel: one row of 10 logits, target 3, BLOCK_V = 4: three tiles, the last padded with -inf")
+    cross_entropy_kernel[(1,)](x, t, loss, lse, 1, 10, x.stride(0), x.stride(1), 1.0, BLOCK_M=1, BLOCK_V=4, TRACE=True)
+    print(f"loss = {loss.item():.4f} (F.cross_entropy: {F.cross_entropy(x, t).item():.4f})\n")
+    row, residual = torch.tensor([[3.0, 4.0]], device=DEVICE), torch.tensor([[1.0, 0.0]], device=DEVICE)
+    w, h, y, rstd = torch.tensor([0.5, 2.0], device=DEVICE), torch.empty_like(row), torch.empty_like(row), x.new_empty(1)
+    print("rms_norm_kernel: the row [3, 4] plus the residual [1, 0], weights [0.5, 2], BLOCK_N = 2")
+    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, 1, 2, 2, 2, 2, 2, 1e-6, BLOCK_M=1, BLOCK_N=2,
+                          HAS_RESIDUAL=True, TRACE=True)
+    print(f"h = {h.tolist()[0]}, y = h * rstd * w = {y.tolist()[0]} "
+          f"(F.rms_norm: {F.rms_norm(row + residual, (2,), w, 1e-6).tolist()[0]})")
+
+
+# %%
+chapter.run("trace", trace, trace=True)
+
+# %% [markdown]
+# ## 4. Correctness: each new kernel against PyTorch
+# The cross-entropy and RMSNorm (plain and with the residual fused) against torch's autograd in
+# float64, their forward and every gradient, at awkward sizes: a vocabulary of 1, one that is not a
+# tile's multiple, one of several tiles; rows of 1 and 1000 columns. The error of the same
+# computation by torch in the same dtype is the yardstick (as in every lesson's gradient check).
+# AdamW against torch.optim.AdamW over 5 steps.
+
+
+# %%
+def errors(ours, theirs, inputs, cotangent=True) -> list:
+    """[(name, our error, torch's error)] for the outputs and every input's gradient, both against
+    torch in float64 (theirs), from the same inputs."""
+    def run(fn, dtype):
+        xs = [x.detach().to(dtype).requires_grad_(x.is_floating_point()) for x in inputs]
+        out = fn(*xs)
+        out = out if isinstance(out, tuple) else (out,)
+        grads = torch.autograd.grad([o.double().mul(g).sum() for o, g in zip(out, cots(out))],
+                                    [x for x in xs if x.requires_grad])
+        return out, grads
+
+    gen = torch.Generator().manual_seed(1)
+    cache = {}
+
+    def cots(out):
+        if "g" not in cache:
+            cache["g"] = [torch.randn(o.shape, generator=gen, dtype=torch.float64).to(o.device) for o in out]
+        return cache["g"]
+
+    exact_out, exact_grads = run(theirs, torch.float64)
+    dtype = inputs[0].dtype
+    rows = []
+    for fn in (ours, theirs):
+        out, grads = run(fn, dtype)
+        rows.append([rel_error(a, e) for a, e in zip(out + grads, exact_out + exact_grads)])
+    return list(zip(*rows))
+
+
+def check():
+    table = []
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, V in [(3, 1), (5, 1000), (4, 20000)]:
+            logits = torch.randn(rows, V, device=DEVICE) * 3
+            targets = torch.randint(0, V, (rows,), device=DEVICE)
+            errs = errors(lambda x: cross_entropy(x, targets),
+                          lambda x: F.cross_entropy(x.double(), targets).to(torch.float32 if x.dtype != torch.float64
+                                                                            else x.dtype),
+                          [logits.to(dtype)])
+            for what, (ours, theirs) in zip(("loss", "d logits"), errs):
+                table.append(("cross_entropy", dtype_name(dtype), f"{rows} x {V}", what, ours, theirs,
+                              ours <= 2 * theirs + 1e-5))
+        for M, N in [(3, 5), (7, 1000)]:
+            x, w, r = (torch.randn(M, N, device=DEVICE), torch.rand(N, device=DEVICE) + 0.5,
+                       torch.randn(M, N, device=DEVICE))
+            cases = {"rms_norm": (lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (N,), w, 1e-6), [x, w],
+                                  ("y", "dx", "dw")),
+                     "rms_norm, residual": (lambda x, w, r: rms_norm(x, w, residual=r),
+                                            lambda x, w, r: (x + r, F.rms_norm(x + r, (N,), w, 1e-6)), [x, w, r],
+                                            ("h", "y", "dx", "dw", "dresidual"))}
+            for name, (ours, theirs, inputs, names) in cases.items():
+                for what, (a, b) in zip(names, errors(ours, theirs, [t.to(dtype) for t in inputs])):
+                    table.append((name, dtype_name(dtype), f"{M} x {N}", what, a, b, a <= 2 * b + 1e-5))
+    table += adamw_check()
+    return print_table(table, ["kernel", "dtype", "shape", "output", "relative error", "torch's, same dtype", "ok"],
+                       floatfmt=".1e", title="Check: the new kernels against torch in float64",
+                       note="Relative error against torch's autograd in float64 from the same inputs; beside it, "
+                            "torch's own in the same dtype. ok: within twice torch's, plus 1e-5. AdamW: after 5 steps "
+                            "of both optimizers on the same gradients, against torch.optim.AdamW in float64.")
+
+
+def adamw_check(steps: int = 5) -> list:
+    gen = torch.Generator().manual_seed(2)
+    shapes = [(30, 20), (20,), (7, 3)]
+    start = [torch.randn(s, generator=gen).to(DEVICE) for s in shapes]
+    grads = [[torch.randn(s, generator=gen).to(DEVICE) for s in shapes] for _ in range(steps)]
+    results = {}
+    for name, dtype in (("course", torch.float32), ("torch", torch.float32), ("exact", torch.float64)):
+        params = [torch.nn.Parameter(p.clone().to(dtype)) for p in start]
+        if name == "course":
+            opt = adamw.AdamW([(str(i), p) for i, p in enumerate(params)], lr=1e-2, weight_decay=0.1)
+        else:
+            opt = torch.optim.AdamW([{"params": [params[0], params[2]], "weight_decay": 0.1},
+                                     {"params": [params[1]], "weight_decay": 0.0}], lr=1e-2)
+        for g in grads:
+            for p, gi in zip(params, g):
+                p.grad.copy_(gi) if p.grad is not None else setattr(p, "grad", gi.clone().to(dtype))
+            opt.step()
+        results[name] = torch.cat([p.detach().double().flatten() for p in params])
+    ours, theirs = rel_error(results["course"], results["exact"]), rel_error(results["torch"], results["exact"])
+    return [("AdamW (one launch)", "float32", "3 tensors, 627 values", f"parameters after {steps} steps", ours, theirs,
+             ours <= 2 * theirs + 1e-6)]
+
+
+# %%
+chapter.run("check", check)
+
+# %% [markdown]
+# ## 5. The whole model: the course's losses and gradients against torch's
+# The two models start from the same weights (one seed) and see the same batches. If every kernel is
+# right, their losses agree to the dtype's rounding at every step, and so does every parameter's
+# gradient after the first. The yardstick is again torch: the torch model in float64 is the exact
+# answer, and the torch model in the run's dtype shows how far rounding alone takes it.
+
+
+# %%
+def agree(steps: int = 3):
+    """Both op sets (and torch in float64) trained `steps` steps from one seed on the same batches, each
+    with its own AdamW: the losses at every step, and every gradient of the first step."""
+    train, _ = split(load_bytes(args.data))
+    gen = torch.Generator().manual_seed(3)
+    batches = [batch(train, TOY_BATCH, TOY.seq, gen) for _ in range(steps)]
+    runs = {}
+    for name, ops, dtype in (("course", "course", args.dtype), ("torch", "torch", args.dtype),
+                             ("exact", "torch", "float64")):
+        model = GPT(TOY, ops, seed=0, dtype=dtype)
+        if dtype == "float64":
+            model.double()
+            groups = [[p for n, p in model.named_parameters() if adamw.decays(n, p) == d] for d in (True, False)]
+            opt = torch.optim.AdamW([{"params": groups[0], "weight_decay": 0.1},
+                                     {"params": groups[1], "weight_decay": 0.0}], lr=LR, betas=BETAS)
+        else:
+            opt = optimizer(model)
+        losses, first = [], None
+        for x, y in batches:
+            loss = model(x, y)
+            loss.backward()
+            losses.append(loss.item())
+            if first is None:
+                first = {n: p.grad.detach().double().clone() for n, p in model.named_parameters()}
+            opt.step()
+            opt.zero_grad()
+        runs[name] = (losses, first)
+    (course, g_course), (torch_, g_torch), (exact, g_exact) = runs["course"], runs["torch"], runs["exact"]
+    rows = [(f"step {i + 1}", course[i], torch_[i], exact[i], abs(course[i] - exact[i]), abs(torch_[i] - exact[i]))
+            for i in range(steps)]
+    t1 = print_table(rows, ["loss", "course", "torch", "torch, float64", "course's error", "torch's error"],
+                     floatfmt=".7f", title=f"The same weights, the same batches, each with its AdamW ({args.dtype})")
+    ratios = {n: (rel_error(g_course[n], g_exact[n]), rel_error(g_torch[n], g_exact[n])) for n in g_exact}
+    worst = max(ratios, key=lambda n: ratios[n][0] / (ratios[n][1] + 1e-12))
+    shown = list(dict.fromkeys(list(ratios)[:4] + [worst]))
+    ok = all(a <= 2 * b + 1e-5 for a, b in ratios.values())
+    t2 = print_table([(n, *ratios[n], ratios[n][0] <= 2 * ratios[n][1] + 1e-5) for n in shown],
+                     ["parameter", "course: relative error", "torch's, same dtype", "ok"], floatfmt=".1e",
+                     title=f"Gradients of the first step: {len(ratios)} parameters, the first four and the worst",
+                     note=f"All {len(ratios)} within twice torch's error plus 1e-5: {ok}. Errors against the torch "
+                          "model in float64 from the same weights and batch.")
+    return [t1, t2]
+
+
+# %%
+chapter.run("agree", agree)
+
+# %% [markdown]
+# ## 6. Training: the loss falls
+# The course's model trained with the course's AdamW on the corpus: the training loss every few
+# steps and the validation loss (on a fixed set of validation windows) at the start and the end.
+
+
+# %%
+@torch.no_grad()
+def evaluate(model: GPT, val: torch.Tensor, batches: int = 2, batch_size: int = 4) -> float:
+    gen = torch.Generator().manual_seed(4)
+    seq = model.config.seq
+    return sum(model(*batch(val, batch_size, seq, gen)).item() for _ in range(batches)) / batches
+
+
+def training():
+    steps = args.steps or (5 if INTERPRET else 200)
+    train, val = split(load_bytes(args.data))
+    model = GPT(TOY, "course", seed=0)
+    opt = optimizer(model)
+    gen = torch.Generator().manual_seed(5)
+    rows = [("validation, before", None, evaluate(model, val))]
+    start = time.perf_counter()
+    for step in range(1, steps + 1):
+        loss = model(*batch(train, TOY_BATCH if INTERPRET else 16, TOY.seq, gen))
+        loss.backward()
+        opt.step()  # (and the gradients zeroed: adamw.py)
+        if step == 1 or step == steps or step % max(1, steps // 8) == 0:
+            rows.append((f"train, step {step}", step, loss.item()))
+    seconds = time.perf_counter() - start
+    rows.append(("validation, after", steps, evaluate(model, val)))
+    return print_table([(what, loss, bits_per_byte(loss)) for what, _, loss in rows],
+                       ["", "loss (nats)", "bits per byte"], floatfmt=".3f",
+                       title=f"Training the toy model ({TOY.layers} layers, d_model {TOY.d_model}) on the course ops",
+                       note=f"{steps} steps of {TOY_BATCH if INTERPRET else 16} x {TOY.seq} bytes, lr {LR}, in {seconds:.1f} s"
+                            f"{' under the interpreter' if INTERPRET else ''}.")
+
+
+# %%
+chapter.run("train", training)
+
+# %% [markdown]
+# ## 7. The anatomy of a training step
+# What a step runs, in order: forward, backward, optimizer. A TorchDispatchMode sees every operation
+# PyTorch dispatches, with its inputs' shapes; the course's operators show as `lessons.*` (each a
+# kernel launch, or two or three: KERNELS says which), PyTorch's own as `aten.*`. Views and
+# allocations, which launch nothing, are left out. Beside it, the activations each op set keeps for
+# the backward (torch.autograd.graph.saved_tensors_hooks sees every tensor saved).
+
+
+# %%
+KERNELS = {  # the course's operators and the kernels each one launches
+    "lessons.matmul": "matmul_kernel (autotuned; hopper.py's TMA kernel for large float16/bfloat16 on Hopper)",
+    "lessons.attention": "attention_kernel (or the Gluon kernel on Hopper at head_dim 128)",
+    "lessons.attention_backward": "preprocess_kernel, dkdv_kernel, dq_kernel",
+    "lessons.rms_norm": "rms_norm_kernel", "lessons.add_rms_norm": "rms_norm_kernel (HAS_RESIDUAL)",
+    "lessons.rms_norm_backward": "rms_norm_backward_kernel, then row_sum's kernels for dw",
+    "lessons.cross_entropy": "cross_entropy_kernel", "lessons.cross_entropy_backward": "cross_entropy_backward_kernel",
+    "lessons.row_sum": "row_sum_split_kernel, row_sum_kernel", "lessons.gelu_backward": "gelu_backward_kernel",
+}
+VIEWS = {"view", "_unsafe_view", "t", "transpose", "expand", "split", "split_with_sizes", "detach", "as_strided",
+         "alias", "slice", "select", "unsqueeze", "squeeze", "permute", "reshape", "_reshape_alias", "lift_fresh",
+         "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided"}  # they launch nothing
+
+
+class Recorder(TorchDispatchMode):
+    """Every operation dispatched while it is on, with its tensor inputs' shapes and the phase it ran
+    in (set from outside), views and allocations left out."""
+    def __init__(self):
+        super().__init__()
+        self.ops, self.phase = [], "forward"
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        namespace, name = str(func).split(".")[:2]  # "aten.mm.default" -> aten, mm
+        if name not in VIEWS and namespace != "profiler":
+            shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+            self.ops.append((self.phase, f"{namespace}.{name}", shapes))
+        return func(*args, **(kwargs or {}))
+
+
+def step_ops(ops: str) -> tuple[list, int]:
+    """The operations of one training step of the toy model, in order, and the bytes kept for the backward."""
+    model = GPT(TOY, ops, seed=0)
+    opt = optimizer(model)
+    x, y = batch(split(load_bytes(args.data))[0], TOY_BATCH, TOY.seq, torch.Generator().manual_seed(6))
+    saved = {}
+
+    def pack(t):
+        saved[(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
+        return t
+
+    with Recorder() as rec:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(x, y)
+        rec.phase = "backward"
+        loss.backward()
+    if ops == "course":  # a Triton launch, which PyTorch's dispatcher never sees
+        opt.step()
+        rec.ops.append(("optimizer", "adamw_kernel (adamw.py)", ((opt.N,),)))
+    else:
+        with rec:
+            rec.phase = "optimizer"
+            opt.step()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    kept = sum(b for (ptr, *_), b in saved.items() if ptr not in params)  # activations, not the weights
+    return rec.ops, kept
+
+
+def anatomy():
+    """The step's operations by first appearance: each distinct (phase, operation, shapes) once, with how
+    many times a step runs it."""
+    tables = []
+    for ops in ("course", "torch"):
+        recorded, kept = step_ops(ops)
+        counts = {}
+        for entry in recorded:
+            counts[entry] = counts.get(entry, 0) + 1
+        rows = [(phase, name, " ".join("x".join(map(str, s)) or "()" for s in shapes[:3]), n,
+                 KERNELS.get(name, "PyTorch's own" if name.startswith("aten") else "one launch"))
+                for (phase, name, shapes), n in counts.items()]
+        course = sum(n for (_, name, _), n in counts.items() if name.startswith("lessons"))
+        tables.append(print_table(rows, ["phase", "operation", "input shapes", "per step", "kernels"],
+                                  title=f"One training step of the toy model, {ops} ops: {len(recorded)} operations "
+                                        f"({course} of them the course's)",
+                                  note=f"In order of first appearance; views and allocations, which launch nothing, "
+                                       f"left out. Kept for the backward: {kept / 1e6:.2f} MB of activations (saved "
+                                       "tensors that are not parameters, each counted once)."))
+    return tables
+
+
+# %%
+chapter.run("anatomy", anatomy)
+
+# %% [markdown]
+# ## 8. The step on a GPU, kernel by kernel
+# torch.profiler over training steps of section 9's model: each kernel's share of the GPU time of a
+# step, for the torch model (eager) and the course's, side by side. Where the course's step is slower,
+# this table says which kernel is to blame.
+
+
+# %%
+def train_runner(ops: str, config: Config, batch_size: int, compiled: bool = False, seed: int = 0):
+    """A model, its optimizer and step(): one training step on fixed-seed batches."""
+    model = GPT(config, ops, seed=seed)
+    opt = optimizer(model)
+    forward = torch.compile(model) if compiled else model
+    train, _ = split(load_bytes(args.data))
+    gen = torch.Generator().manual_seed(seed)
+
+    def step() -> torch.Tensor:
+        loss = forward(*batch(train, batch_size, config.seq, gen))
+        loss.backward()
+        opt.step()
+        if ops == "torch":
+            opt.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+def profile_section():
+    sizes = chapter.sizes(SIZES)
+    shares = {}
+    for ops in ("torch", "course"):
+        step = train_runner(ops, sizes["model"], sizes["batch"])
+        for _ in range(3):
+            step()
+        kernels = profile.kernels_launched(step, repeat=2)
+        total = sum(us for _, _, us in kernels)
+        shares[ops] = [(profile.short(name, 60), calls // 2, us / 2 / 1000, 100 * us / total)
+                       for name, calls, us in kernels[:12]] + [("(all kernels)", sum(c for _, c, _ in kernels) // 2,
+                                                                total / 2 / 1000, 100.0)]
+    return [print_table(shares[ops], ["kernel", "launches per step", "ms per step", "% of the step"],
+                        title=f"Kernels of one training step, {ops} ops ({sizes['model'].layers} layers, d_model "
+                              f"{sizes['model'].d_model}, batch {sizes['batch']} x {sizes['model'].seq})",
+                        note="GPU time per kernel from torch.profiler over 2 steps, the 12 longest.")
+            for ops in ("torch", "course")]
+
+
+# %%
+chapter.run("profile", profile_section, gpu=True)
+
+# %% [markdown]
+# ## 9. Training side by side
+# Four runs of the same model from the same weights on the same batches: torch eager, torch.compile of
+# the torch model, the course's ops, and the course's ops under torch.compile (which sees into every
+# course kernel through its registered operator and fuses the casts and reshapes between them).
+# Tokens per second over the steps after the warm-up (compilation and autotuning stay out), the
+# peak memory of the whole run (weights, gradients, optimizer state and activations), and the loss
+# at each step: the four curves should lie on top of each other.
+
+
+# %%
+def bench_training():
+    sizes = chapter.sizes(SIZES)
+    cfg, B, steps, warmup = sizes["model"], sizes["batch"], sizes["steps"], sizes["warmup"]
+    runs = {"torch eager": ("torch", False), "torch.compile": ("torch", True), "course": ("course", False),
+            "course, torch.compile": ("course", True)}
+    losses, rows = {}, []
+    for name, (ops, compiled) in runs.items():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        step = train_runner(ops, cfg, B, compiled)
+        curve = []
+        for i in range(steps):
+            if i == warmup:
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+            curve.append(step())
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        losses[name] = [c.item() for c in curve]
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+        rows.append([name, B * cfg.seq * (steps - warmup) / seconds, peak, losses[name][-1]])
+        del step
+    eager, compiled, eager_peak = rows[0][1], rows[1][1], rows[0][2]
+    rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, loss] for name, tps, peak, loss in rows]
+    params = sum(p.numel() for p in GPT(cfg, "torch").parameters())
+    t1 = print_table(rows, ["implementation", "tokens/s", "x eager", "x torch.compile", "peak GiB", "peak x eager",
+                            "loss, last step"],
+                     floatfmt=".3f",
+                     title=f"Training: {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads ({cfg.kv_heads} "
+                           f"key heads), seq {cfg.seq}, batch {B}, {params / 1e6:.1f} M parameters, {args.dtype}",
+                     note=f"tokens/s: {steps - warmup} steps after {warmup} of warm-up, the time a caller pays "
+                          "(wall clock, synchronized). Peak: torch.cuda.max_memory_allocated over the run, above what "
+                          "was allocated before it.")
+    every = max(1, steps // 20)
+    curve_rows = [[i + 1] + [losses[name][i] for name in runs] for i in range(0, steps, every)]
+    t2 = print_table(curve_rows, ["step", *runs], floatfmt=".3f", title="Training loss by step (nats)",
+                     plot=dict(x="step", y=list(runs), series=[], ceiling=None, logx=False))
+    return [t1, t2]
+
+
+# %%
+chapter.run("bench", bench_training, gpu=True)
+
+# %% [markdown]
+# ## 10. The cross-entropy alone, at the vocabularies models use
+# A language model's logits are rows x vocabulary: 4096 rows of Llama-3's 128,256 are 1 GB in
+# bfloat16, and F.cross_entropy in eager mode keeps its log_softmax, as large again, for the
+# backward. The course's kernel keeps two float32 numbers per row. Forward and backward together,
+# kernel time and peak memory, against F.cross_entropy and torch.compile of it.
+
+
+# %%
+def bench_loss():
+    sizes = chapter.sizes(SIZES)
+    rows = []
+    for V in sizes["vocabs"]:
+        M = sizes["rows"]
+        logits = torch.randn(M, V, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+        targets = torch.randint(0, V, (M,), device=DEVICE)
+
+        def step(fn):
+            return lambda: fn(logits, targets).backward()
+
+        cases = {"F.cross_entropy": step(F.cross_entropy), "torch.compile(F.cross_entropy)":
+                 step(torch.compile(F.cross_entropy)), "course cross_entropy": step(cross_entropy)}
+        peaks = {}
+        for name, fn in cases.items():
+            fn()
+            logits.grad = None
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            fn()
+            peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
+            logits.grad = None
+        ms = bench.side_by_side(cases)
+        nbytes = 3 * M * V * 2  # read the logits twice (forward, backward), write their gradient once
+        for name in cases:
+            rows.append([f"{M} x {V:,}", name, 1000 * ms[name], bench.gbps(nbytes, ms[name]),
+                         ms["F.cross_entropy"] / ms[name], peaks[name]])
+    return print_table(rows, ["logits", "implementation", "kernel µs", "GB/s", "x F.cross_entropy",
+                              "peak MiB above the logits"], floatfmt=".1f",
+                       title="Cross-entropy, forward and backward, bfloat16 logits",
+                       note=f"{bench.TIMING_NOTE} Bytes: the logits read twice and their gradient written once. "
+                            f"{bench.SIDE_BY_SIDE_NOTE} Peak: one forward and backward, above what was allocated "
+                            "before it (the gradient itself included).")
+
+
+# %%
+chapter.run("bench_loss", bench_loss, gpu=True)
+
+# %% [markdown]
+# ## 11. Beyond one GPU: the same training under torchrun
+# The course's kernels are PyTorch operators, so DistributedDataParallel takes the course's model as
+# it takes any other: each process trains a replica on its own batches, and DDP averages the
+# gradients (an all-reduce, overlapped with the backward) before each optimizer step. ddp.py is the
+# whole script; on a machine with several GPUs:
+#
+#     torchrun --nproc_per_node=2 lesson06_gpt/ddp.py --steps 50
+#
+# On a CPU it runs with the gloo backend and the interpreter (the suite runs two processes for one
+# step, tests/test_lesson06.py).
+
+
+# %%
+def ddp_section():
+    print("torchrun --nproc_per_node=NUM_GPUS lesson06_gpt/ddp.py --steps 50   (NCCL on GPUs, gloo on the CPU)")
+
+
+# %%
+chapter.run("ddp", ddp_section)
