@@ -23,13 +23,16 @@ import pytest
 from conftest import COMPILED, INTERPRET  # noqa: F401  (common.device before triton)
 from common import ptx
 from common.device import GPUS
+from lesson02_softmax import cross_entropy
 from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
+from lesson03_rowsum import rmsnorm
 from lesson03_rowsum.main import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from common.launch import dot_block
 from lesson05_flash_attention import backward, decode
 from lesson05_flash_attention.main import NARROW, WIDE
+from lesson06_gpt import adamw
 
 L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
 L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
@@ -118,6 +121,38 @@ def row_sum_split_job(v):
                 signature={"x_ptr": f"*{v['dtype']}", "partial_ptr": "*fp32",
                            **ints("M", "N", "stride_xm", "stride_xn", "stride_pm", "COLS_PER_PROGRAM")},
                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
+
+
+def cross_entropy_job(v, backward=False):  # lesson 2's cross-entropy (lesson 6's loss), as its launchers run it
+    BLOCK_M, BLOCK_V, num_warps = cross_entropy.settings(v["V"])
+    tensors = ({"x_ptr": f"*{v['dtype']}", "t_ptr": "*i64", **pointers("fp32", "lse_ptr", "dloss_ptr"),
+                "dx_ptr": f"*{v['dtype']}"} if backward else
+               {"x_ptr": f"*{v['dtype']}", "t_ptr": "*i64", **pointers("fp32", "loss_ptr", "lse_ptr")})
+    strides = ("M", "V", "stride_xm", "stride_xv") + (("stride_dl",) if backward else ())
+    return dict(module="lesson02_softmax.cross_entropy",
+                kernel="cross_entropy_backward_kernel" if backward else "cross_entropy_kernel",
+                signature={**tensors, **ints(*strides), "scale": "fp32"},
+                constexprs={"BLOCK_M": BLOCK_M, "BLOCK_V": BLOCK_V, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
+
+
+def rms_norm_job(v):  # lesson 3's RMSNorm (lesson 6's norm), the residual fused or not
+    BLOCK_M, BLOCK_N, num_warps = tile_config(v["N"])
+    return dict(module="lesson03_rowsum.rmsnorm", kernel="rms_norm_kernel",
+                signature={**pointers(v["dtype"], "x_ptr", "r_ptr", "h_ptr", "w_ptr", "y_ptr"), "rstd_ptr": "*fp32",
+                           **ints("M", "N", "stride_x", "stride_r", "stride_h", "stride_y"), "eps": "fp32"},
+                constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "HAS_RESIDUAL": v["residual"],
+                            "INDEX_TYPE": v["index"]}, num_warps=num_warps)
+
+
+def rms_norm_backward_job(v):  # as rmsnorm.launch_backward runs it: the whole row in one block
+    BLOCK_N = v["N"]
+    BLOCK_M = max(1, 2048 // BLOCK_N)
+    return dict(module="lesson03_rowsum.rmsnorm", kernel="rms_norm_backward_kernel",
+                signature={**pointers(v["dtype"], "dy_ptr", "x_ptr", "w_ptr"), "rstd_ptr": "*fp32",
+                           **pointers(v["dtype"], "dh_ptr", "dx_ptr"), "dw_ptr": "*fp32",
+                           **ints("M", "N", "stride_dy", "stride_x", "stride_dh", "blocks_per_program")},
+                constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "HAS_DH": v["dh"], "INDEX_TYPE": v["index"]},
+                num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
 
 
 def precision(v) -> str:  # what the launchers pass: float32 in full precision ("ieee"), else tf32 (ignored)
@@ -236,6 +271,23 @@ def families(arch: int) -> list[Family]:
                                   "N": tiles}, {"index": INDEX}, row_sum_job, size=lambda v: v["N"]),
         Family("row_sum_split_kernel", {"dtype": DTYPES, "N": tiles}, {"index": INDEX}, row_sum_split_job,
                size=lambda v: v["N"] * itemsize(v)),
+        # lessons 2 and 3's files for lesson 6: cross-entropy (tiles to 8192), RMSNorm (rows to rmsnorm.MAX_N)
+        # (the tiles' extremes and a middle: packed rows, one row a program, the widest tile)
+        Family("cross_entropy_kernel", {"dtype": DTYPES, "V": (1, 256, 8192)}, {"index": INDEX}, cross_entropy_job,
+               size=lambda v: v["V"] * itemsize(v)),
+        Family("cross_entropy_backward_kernel", {"dtype": DTYPES, "V": (1, 256, 8192)}, {"index": INDEX},
+               lambda v: cross_entropy_job(v, backward=True), size=lambda v: v["V"] * itemsize(v)),
+        Family("rms_norm_kernel", {"dtype": DTYPES, "N": (1, 64, 1024, 4096)}, {"residual": (True, False),
+                                                                                 "index": INDEX},
+               rms_norm_job, size=lambda v: v["N"] * itemsize(v)),
+        Family("rms_norm_backward_kernel", {"dtype": DTYPES, "N": (1, 1024, rmsnorm.MAX_N)},
+               {"dh": (True, False), "index": INDEX}, rms_norm_backward_job, size=lambda v: v["N"] * itemsize(v)),
+        # lesson 6: AdamW over one flat float32 buffer
+        Family("adamw_kernel", {}, {}, lambda v: dict(
+            module="lesson06_gpt.adamw", kernel="adamw_kernel",
+            signature={**pointers("fp32", "p_ptr", "g_ptr", "m_ptr", "v_ptr"), **ints("N", "n_decay"),
+                       **dict.fromkeys(("lr", "beta1", "beta2", "eps", "weight_decay", "bias1", "bias2"), "fp32")},
+            constexprs={"BLOCK_SIZE": adamw.BLOCK_SIZE}, num_warps=4)),
         # lesson 4: the autotuned list, each epilogue, both precisions of float32
         Family("matmul_kernel", {"dtype": DTYPES + ("fp32 as tf32",), "config": tuple(MATMUL_CONFIGS)},
                {"activation": ACTIVATIONS, "index": INDEX}, matmul_job,
