@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from common import bench, profile
+from common import bench, profile, roofline
 from common.chapter import Chapter, positive_int
 from common.checks import dtype_name, rel_error
 from common.table import print_table
@@ -81,7 +81,7 @@ TOY_BATCH = 1  # windows per batch of the toy runs: the interpreter runs one pro
 GPT2_SMALL = Config(layers=12, d_model=768, heads=12, kv_heads=4, seq=1024)  # GPT-2 small's size, 4 key heads
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). model/batch/
 # steps: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's.
-SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, seq=512), batch=8, steps=30,
+SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, seq=512), batch=8, steps=20,
                        warmup=5, rows=4096, vocabs=[50264]),
          "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, rows=4096, vocabs=[32000, 50264, 128256])}
 # float32 on the CPU: the interpreter computes bfloat16 through float32 anyway, only slower
@@ -757,32 +757,41 @@ def bench_loss():
         logits = torch.randn(M, V, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
         targets = torch.randint(0, V, (M,), device=DEVICE)
 
-        def step(fn):
-            return lambda: fn(logits, targets).backward()
+        def step(fn):  # (torch.autograd.grad: the gradient returned, not accumulated into logits.grad)
+            return lambda: torch.autograd.grad(fn(logits, targets), logits)
 
         cases = {"F.cross_entropy": step(F.cross_entropy), "torch.compile(F.cross_entropy)":
                  step(torch.compile(F.cross_entropy)), "course cross_entropy": step(cross_entropy)}
         peaks = {}
         for name, fn in cases.items():
-            fn()
-            logits.grad = None
+            fn()  # (compilation and the autotuner first)
             torch.cuda.synchronize()
             torch.cuda.reset_peak_memory_stats()
             base = torch.cuda.memory_allocated()
             fn()
             peaks[name] = (torch.cuda.max_memory_allocated() - base) / 2**20
-            logits.grad = None
         ms = bench.side_by_side(cases)
         nbytes = 3 * M * V * 2  # read the logits twice (forward, backward), write their gradient once
         for name in cases:
             rows.append([f"{M} x {V:,}", name, 1000 * ms[name], bench.gbps(nbytes, ms[name]),
                          ms["F.cross_entropy"] / ms[name], peaks[name]])
-    return print_table(rows, ["logits", "implementation", "kernel µs", "GB/s", "x F.cross_entropy",
-                              "peak MiB above the logits"], floatfmt=".1f",
+    table = print_table(rows, ["logits", "implementation", "kernel µs", "GB/s", "x F.cross_entropy",
+                               "peak MiB above the logits"], floatfmt=".1f",
                        title="Cross-entropy, forward and backward, bfloat16 logits",
                        note=f"{bench.TIMING_NOTE} Bytes: the logits read twice and their gradient written once. "
                             f"{bench.SIDE_BY_SIDE_NOTE} Peak: one forward and backward, above what was allocated "
                             "before it (the gradient itself included).")
+    print()
+    M, V = sizes["rows"], sizes["vocabs"][-1]  # the roofline (README): about 7 operations per logit, fwd + bwd
+    logits = torch.randn(M, V, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
+    targets = torch.randint(0, V, (M,), device=DEVICE)
+    size, flops, nbytes = f"{M} x {V} bfloat16", 7 * M * V, 3 * M * V * 2
+    points = roofline.points({
+        ("course cross_entropy, fwd + bwd", size): (lambda: torch.autograd.grad(cross_entropy(logits, targets), logits),
+                                                    flops, nbytes),
+        ("F.cross_entropy, fwd + bwd", size): (lambda: torch.autograd.grad(F.cross_entropy(logits, targets), logits),
+                                               flops, nbytes)})
+    return [table, points]
 
 
 # %%

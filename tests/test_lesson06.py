@@ -167,7 +167,8 @@ def test_a_fresh_model_starts_near_ln_256_with_either_op_set():
     x, y = batch(train, 1, TOY.seq, torch.Generator().manual_seed(0))
     with torch.no_grad():
         losses = [GPT(TOY, ops, seed=0)(x, y).item() for ops in ("course", "torch")]
-    assert abs(losses[0] - math.log(256)) < 0.1 and abs(losses[0] - losses[1]) < 1e-5
+    assert abs(losses[0] - math.log(256)) < 0.1
+    assert abs(losses[0] - losses[1]) < (1e-5 if INTERPRET else 2e-2)  # float32 here, bfloat16 on a GPU
 
 
 def test_the_course_model_trains_as_torchs_from_the_same_weights():
@@ -196,7 +197,7 @@ def test_a_step_on_the_course_ops_runs_the_course_kernels_only():
 
 
 def test_two_processes_under_ddp_keep_equal_replicas():
-    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TRITON_INTERPRET="1")  # CPU processes, gloo
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            os.path.join(ROOT, "lesson06_gpt", "ddp.py"), "--steps", "1", "--size", "toy"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
