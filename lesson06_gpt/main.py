@@ -637,6 +637,13 @@ def anatomy():
 chapter.run("anatomy", anatomy)
 
 # %% [markdown]
+# ### Your turn: the exercises
+# lesson06_gpt/exercises/, each checked when you run its file (`--hint` for a hint): rmsnorm_backward
+# (write: dx from the stored rstd, after section 4), adamw (write: the optimizer's element-wise step,
+# after section 6), cross_entropy_backward (write: softmax minus the one-hot, tile by tile, after
+# section 7) and add_rms_norm (a stretch: the residual add fused into the norm's two walks).
+
+# %% [markdown]
 # ## 8. The step on a GPU, kernel by kernel
 # torch.profiler over training steps of section 9's model: each kernel's share of the GPU time of a
 # step, for the torch model (eager) and the course's, side by side. Where the course's step is slower,
