@@ -80,10 +80,11 @@ TOY = Config()  # the CPU's model, and every run's agreement check (section 5)
 TOY_BATCH = 1  # windows per batch of the toy runs: the interpreter runs one program at a time
 GPT2_SMALL = Config(layers=12, d_model=768, heads=12, kv_heads=4, seq=1024)  # GPT-2 small's size, 4 key heads
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). model/batch/
-# steps: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's.
+# steps/lr: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's.
 SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, seq=512), batch=8, steps=20,
-                       warmup=5, rows=4096, vocabs=[50264]),
-         "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, rows=4096, vocabs=[32000, 50264, 128256])}
+                       warmup=5, lr=1e-3, rows=4096, vocabs=[50264]),
+         "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, lr=6e-4, rows=4096,
+                      vocabs=[32000, 50264, 128256])}
 # float32 on the CPU: the interpreter computes bfloat16 through float32 anyway, only slower
 DTYPE = "float32" if INTERPRET else "bfloat16"
 
@@ -307,17 +308,19 @@ def model_section():
     model = GPT(TOY, "course", seed=0)
     count = sum(p.numel() for p in model.parameters())
     print(f"The toy model: {TOY}, {count:,} parameters ({args.dtype} activations).")
-    x, y = batch(train, TOY_BATCH, TOY.seq, torch.Generator().manual_seed(0))
+    x, y = batch(train, 4, TOY.seq, torch.Generator().manual_seed(0))  # (one window's loss varies by ~0.07)
     with torch.no_grad():
         first = {ops: GPT(TOY, ops, seed=0)(x, y).item() for ops in OPS}
     unigram = unigram_entropy(train)
     rows = [("a uniform guess: ln(256)", math.log(256), 8.0),
-            *[(f"a fresh model (std 0.02 weights), {ops} ops, one batch", loss, bits_per_byte(loss))
+            *[(f"a fresh model (std 0.02 weights), {ops} ops, 4 windows", loss, bits_per_byte(loss))
               for ops, loss in first.items()],
             ("each byte's frequency alone (the train split's unigram entropy)", unigram, bits_per_byte(unigram))]
     return print_table(rows, ["predictor", "loss (nats)", "bits per byte"], floatfmt=".3f",
                        title="The first loss, and what beats it",
-                       note="A fresh model's logits are near 0, its softmax near uniform: the loss starts at ln(256). "
+                       note="A fresh model's logits are near 0, its softmax near uniform: the loss starts at ln(256), "
+                            "a few hundredths below it, as the tied head gives the input byte a slightly higher logit "
+                            "and a tenth of this text's bytes repeat the one before. "
                             "The unigram line is what knowing only how often each byte occurs reaches; training "
                             "(section 6) must go below it.")
 
@@ -651,10 +654,10 @@ chapter.run("anatomy", anatomy)
 
 
 # %%
-def train_runner(ops: str, config: Config, batch_size: int, compiled: bool = False, seed: int = 0):
+def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0):
     """A model, its optimizer and step(): one training step on fixed-seed batches."""
     model = GPT(config, ops, seed=seed)
-    opt = optimizer(model)
+    opt = optimizer(model, lr=lr)
     forward = torch.compile(model) if compiled else model
     train, _ = split(load_bytes(args.data))
     gen = torch.Generator().manual_seed(seed)
@@ -674,7 +677,7 @@ def profile_section():
     sizes = chapter.sizes(SIZES)
     shares = {}
     for ops in ("torch", "course"):
-        step = train_runner(ops, sizes["model"], sizes["batch"])
+        step = train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"])
         for _ in range(3):
             step()
         kernels = profile.kernels_launched(step, repeat=2)
@@ -713,7 +716,7 @@ def bench_training():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        step = train_runner(ops, cfg, B, compiled)
+        step = train_runner(ops, cfg, B, sizes["lr"], compiled)
         curve = []
         for i in range(steps):
             if i == warmup:
@@ -727,16 +730,20 @@ def bench_training():
         rows.append([name, B * cfg.seq * (steps - warmup) / seconds, peak, losses[name][-1]])
         del step
     eager, compiled, eager_peak = rows[0][1], rows[1][1], rows[0][2]
-    rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, loss] for name, tps, peak, loss in rows]
     params = sum(p.numel() for p in GPT(cfg, "torch").parameters())
+    state = 16 * params / 2**30  # float32 weights, gradients and AdamW's two moments: the same in every run
+    rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, peak - state, loss]
+            for name, tps, peak, loss in rows]
     t1 = print_table(rows, ["implementation", "tokens/s", "x eager", "x torch.compile", "peak GiB", "peak x eager",
-                            "loss, last step"],
+                            "of it not weights nor AdamW, GiB", "loss, last step"],
                      floatfmt=".3f",
                      title=f"Training: {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads ({cfg.kv_heads} "
                            f"key heads), seq {cfg.seq}, batch {B}, {params / 1e6:.1f} M parameters, {args.dtype}",
                      note=f"tokens/s: {steps - warmup} steps after {warmup} of warm-up, the time a caller pays "
                           "(wall clock, synchronized). Peak: torch.cuda.max_memory_allocated over the run, above what "
-                          "was allocated before it.")
+                          f"was allocated before it; of it, {state:.2f} GiB are the float32 weights, their gradients and "
+                          "AdamW's two moments (16 bytes a parameter, in every run), the rest activations kept for the "
+                          "backward and the step's temporaries.")
     every = max(1, steps // 20)
     curve_rows = [[i + 1] + [losses[name][i] for name in runs] for i in range(0, steps, every)]
     t2 = print_table(curve_rows, ["step", *runs], floatfmt=".3f", title="Training loss by step (nats)",

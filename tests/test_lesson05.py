@@ -470,8 +470,8 @@ def test_head_dim_split_gives_one_slices_gradients(D, split):
     whole = backward.launch_backward(do, q, k, v, o, lse, True, 0.3)
     sliced = backward.launch_backward(do, q, k, v, o, lse, True, 0.3, dkdv=backward.dkdv_kernel,
                                       dkdv_meta=dict(BLOCK_M=16, BLOCK_N=16, DIM_SPLIT=split))
-    for a, b in zip(sliced, whole):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    for a, b in zip(sliced, whole):  # the same float32 sums in another order (16-blocks, not the launcher's):
+        assert rel_error(a, b) < 1e-5  # ~1e-6 apart (a slice at the wrong columns is off by its whole size)
 
 
 def test_the_autotuners_lists_by_head_dim_and_problem_size():

@@ -164,10 +164,14 @@ def test_adamw_bad_input():
 
 def test_a_fresh_model_starts_near_ln_256_with_either_op_set():
     train, _ = split(load_bytes())
-    x, y = batch(train, 1, TOY.seq, torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
+        # 16 windows: one window's loss varies by about 0.07, their mean by 0.02; the tied head favours
+        # repeating the input byte (a tenth of this corpus's bytes repeat), a few hundredths below ln(256)
+        fresh = GPT(TOY, "torch", seed=0)(*batch(train, 16, TOY.seq, gen)).item()
+        x, y = batch(train, 1, TOY.seq, gen)
         losses = [GPT(TOY, ops, seed=0)(x, y).item() for ops in ("course", "torch")]
-    assert abs(losses[0] - math.log(256)) < 0.1
+    assert abs(fresh - math.log(256)) < 0.15
     assert abs(losses[0] - losses[1]) < (1e-5 if INTERPRET else 2e-2)  # float32 here, bfloat16 on a GPU
 
 
