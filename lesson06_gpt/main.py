@@ -558,7 +558,7 @@ chapter.run("train", training)
 
 # %%
 KERNELS = {  # the course's operators and the kernels each one launches
-    "lessons.matmul": "matmul_kernel (autotuned; hopper.py's TMA kernel for large float16/bfloat16 on Hopper)",
+    "lessons.matmul": "matmul_kernel (hopper.py's TMA kernel for large bfloat16 on Hopper)",
     "lessons.attention": "attention_kernel (or the Gluon kernel on Hopper at head_dim 128)",
     "lessons.attention_backward": "preprocess_kernel, dkdv_kernel, dq_kernel",
     "lessons.rms_norm": "rms_norm_kernel", "lessons.add_rms_norm": "rms_norm_kernel (HAS_RESIDUAL)",
