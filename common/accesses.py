@@ -66,9 +66,17 @@ class OutOfBounds(Exception):
 
 @dataclass
 class Log:
-    """What a run did: (kind, program, tensor name, element indices) for every masked-in access."""
+    """What a run did: (kind, program, tensor name, element indices) for every masked-in access; and,
+    for the exercises' checker, what the stores and atomics wrote, the outputs as the kernel found
+    them, outputs read before any store, and loads whose masked-off lanes had no `other=`."""
     regions: list
     accesses: list = field(default_factory=list)  # ("load" | "store" | "atomic", program, name, indices)
+    watch: dict = field(default_factory=dict)      # {output name: tensor}: the outputs to follow, if any
+    written: list = field(default_factory=list)    # (kind, name, indices, raw values, atomic op) in order
+    found: dict = field(default_factory=dict)      # {output name: its contents at the kernel's first access}
+    early_reads: list = field(default_factory=list)  # (program, output name, element, line) read before stored
+    poisoned: list = field(default_factory=list)   # (program, line) of masked loads without other=
+    _stored: dict = field(default_factory=dict)    # {output name: bool per element, stored so far}
 
     def region_of(self, addresses: np.ndarray) -> Region | None:
         """The region holding every one of `addresses`, or None."""
@@ -92,7 +100,26 @@ class Log:
         if region is None:  # part of it outside: which part, and beside which tensor
             outside = np.array([a for a in addresses if not any(r.start <= a < r.end for r in self.regions)])
             raise OutOfBounds(kind, program, outside, self.nearest(int(outside[0])))
-        self.accesses.append((kind, program, region.name, (addresses - region.start) // region.itemsize))
+        indices = (addresses - region.start) // region.itemsize
+        self.accesses.append((kind, program, region.name, indices))
+        return region, indices, keep
+
+    def follow(self, kind: str, program: tuple, region: Region, indices, keep, value=None, op=None) -> None:
+        """What the checker follows beyond addresses, for the outputs in `watch`."""
+        if region.name not in self.watch:
+            return
+        if not self.found:  # the kernel's first access: the outputs as the launcher handed them over
+            self.found = {name: raw(t).copy() for name, t in self.watch.items()}
+        stored = self._stored.setdefault(region.name, np.zeros(region.numel, dtype=bool))
+        if kind == "load":
+            early = indices[~stored[indices]]
+            if early.size:
+                self.early_reads.append((program, region.name, int(early[0]), learner_line()))
+            return
+        values = np.asarray(value.data).reshape(-1)
+        values = np.broadcast_to(values, keep.shape)[keep] if values.size != keep.size else values[keep]
+        self.written.append((kind, region.name, indices, values, op))
+        stored[indices] = True
 
     def elements(self, kind: str, name: str) -> dict:
         """{program: element indices} of every `kind` access ("load", "store", "atomic") to tensor `name`."""
@@ -121,6 +148,25 @@ class Log:
         return list(dict.fromkeys(program for _, program, _, _ in self.accesses))
 
 
+def raw(t: torch.Tensor) -> np.ndarray:
+    """A contiguous tensor's elements as unsigned integers of its itemsize: its bits, as a store writes them."""
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]
+    return t.detach().cpu().contiguous().view(bits).numpy().view(f"u{t.element_size()}").reshape(-1)
+
+
+def learner_line() -> str:
+    """The kernel's line running now: the innermost frame outside Triton, PyTorch, NumPy and common/."""
+    import os
+    import traceback
+
+    skip = (os.sep + "triton" + os.sep, os.sep + "torch" + os.sep, os.sep + "numpy" + os.sep,
+            os.path.dirname(os.path.abspath(__file__)))
+    for frame in reversed(traceback.extract_stack()):
+        if not any(part in frame.filename for part in skip):
+            return f"{os.path.basename(frame.filename)} line {frame.lineno}: `{(frame.line or '').strip()}`"
+    return "a tl.load"
+
+
 def region(name: str, t: torch.Tensor, is_input: bool) -> Region:
     """The bytes a (possibly strided) tensor spans: from its first element to its farthest one."""
     span = sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1 if t.numel() else 0
@@ -138,6 +184,23 @@ def guarded(t: torch.Tensor, fill, pad: int = 4096) -> torch.Tensor:
     return view
 
 
+def poison(ptrs):
+    """Lanes a GPU leaves undefined: NaN for floating point, the most negative integer otherwise."""
+    from triton.runtime import interpreter
+
+    dtype = ptrs.get_element_ty()
+    np_dtype = interpreter._get_np_dtype(dtype)
+    if np_dtype == np.uint16 and dtype.is_bf16():
+        fill = 0x7FC0  # bfloat16's NaN, as the interpreter holds bf16: its bits
+    elif np.issubdtype(np_dtype, np.floating):
+        fill = np.nan
+    elif np_dtype == np.bool_:
+        fill = True
+    else:
+        fill = np.iinfo(np_dtype).min
+    return interpreter.TensorHandle(np.full(np.asarray(ptrs.data).shape, fill, dtype=np_dtype), dtype)
+
+
 @contextlib.contextmanager
 def recording(log: Log):
     """Within the block, every load, store and atomic of an interpreted kernel is checked against
@@ -147,16 +210,30 @@ def recording(log: Log):
     own = {name: builder.__dict__[name] for name in names if name in builder.__dict__}  # (none, as Triton ships it)
     load, store, rmw = (getattr(builder, name) for name in names)
 
-    def masked_load(ptrs, mask, *rest):
-        log.record("load", builder.grid_idx, ptrs, mask)
-        return load(ptrs, mask, *rest)
+    def masked_load(ptrs, mask, other, *rest):
+        program = builder.grid_idx
+        found = log.record("load", program, ptrs, mask)
+        if found:
+            log.follow("load", program, *found)
+        if log.watch and other is None and mask is not None and not np.asarray(mask.data).all():
+            # a GPU leaves the masked-off lanes of a load without other= undefined (whatever the
+            # registers held); the interpreter gives 0, which hides a sum that relies on it: poison them
+            other = poison(ptrs)
+            log.poisoned.append((program, learner_line()))
+        return load(ptrs, mask, other, *rest)
 
     def masked_store(ptrs, value, mask, *rest):
-        log.record("store", builder.grid_idx, ptrs, mask)
+        program = builder.grid_idx
+        found = log.record("store", program, ptrs, mask)
+        if found:
+            log.follow("store", program, *found, value=value)
         return store(ptrs, value, mask, *rest)
 
     def atomic_rmw(op, ptr, value, mask, *rest):
-        log.record("atomic", builder.grid_idx, ptr, mask)
+        program = builder.grid_idx
+        found = log.record("atomic", program, ptr, mask)
+        if found:
+            log.follow("atomic", program, *found, value=value, op=str(op).rsplit(".", 1)[-1])
         return rmw(op, ptr, value, mask, *rest)
 
     builder.create_masked_load, builder.create_masked_store, builder.create_atomic_rmw = masked_load, masked_store, atomic_rmw

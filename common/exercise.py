@@ -172,7 +172,7 @@ class Exercise:
         kernels = {p: impl[p] for p in self.parts if p != "launch"}
         launch = impl["launch"] if "launch" in self.parts else self.launch
         log = accesses.Log([accesses.region(k, v, True) for k, v in inputs.items() if isinstance(v, torch.Tensor)]
-                           + [accesses.region(k, v, False) for k, v in outputs.items()])
+                           + [accesses.region(k, v, False) for k, v in outputs.items()], watch=outputs)
         if record and accesses.available():
             with accesses.recording(log):
                 launch(**kernels, **inputs, **outputs, **case.meta)
@@ -217,7 +217,7 @@ class Exercise:
         result = self.check(which)
         print(report(self, result))
         if which == "learner":
-            record(key, passed=result.ok)
+            record(key, result)
         if args.bench and result.ok:
             self.bench(which)
         return 0 if result.ok else 1
@@ -330,7 +330,8 @@ def oob_message(oob: accesses.OutOfBounds) -> str:
 
 
 def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
-    """Inputs written, outputs left unwritten or written twice."""
+    """Inputs written; outputs left unwritten, written twice, or holding what the kernel did not store
+    there; outputs read before the kernel stored them."""
     for r in log.regions:
         if r.is_input and (log.elements("store", r.name) or log.elements("atomic", r.name)):
             programs = sorted(set(log.elements("store", r.name)) | set(log.elements("atomic", r.name)))
@@ -357,6 +358,77 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
                     f"{name}[{_index(never[0], out.shape)}] the first: no program stored them. Does the grid "
                     "cover every element (rounded up: cdiv(N, BLOCK_SIZE), not N // BLOCK_SIZE), and does each "
                     "program store all of its part (its last tile too)?")
+        problem = host_write(name, out, log)
+        if problem:
+            return problem
+    if log.early_reads:
+        program, name, element, line = log.early_reads[0]
+        return (f"program {_program(program)} reads {name}[{_index(element, outputs[name].shape)}] before any program "
+                f"stored it ({line}): an output holds nothing the kernel may use (on a GPU, whatever the memory held "
+                "last); compute it from the inputs")
+    return None
+
+
+def host_write(name: str, out: torch.Tensor, log: accesses.Log) -> str | None:
+    """The values checked must be the kernel's: `out` must hold exactly what its stores (and atomics,
+    replayed in order from what `out` held when the kernel started) left there. A write by the host,
+    before the launch (other than zeroing it, for atomics to add into) or after it, fails."""
+    found = log.found.get(name)
+    if found is None:  # (the kernel never touched it: 'left unwritten' said so)
+        return None
+    sentinel = accesses.raw(torch.full((1,), _sentinel(out.dtype), dtype=out.dtype))[0]
+    atomics = [w for w in log.written if w[0] == "atomic" and w[1] == name]
+    touched = np.zeros(out.numel(), dtype=bool)
+    for _, n, indices, _, _ in log.written:
+        if n == name:
+            touched[indices] = True
+    start_ok = (found == sentinel) | (found == 0)  # as the checker made it, or zeroed (for atomics to add into)
+    if not start_ok[touched].all():
+        i = int(np.flatnonzero(touched & ~start_ok)[0])
+        return (f"{name}[{_index(i, out.shape)}] held a value before the kernel ran: something other than the kernel "
+                f"wrote {name} before the launch. An output starts empty (zeroed, at most, for atomics to add "
+                "into): the checker checks what the kernel computes")
+    if atomics:
+        return _replayed(name, out, log)  # (atomics' order of additions: a tolerance, not bits)
+    final, expect = accesses.raw(out), found.copy()
+    for kind, n, indices, values, _ in log.written:
+        if n == name:
+            expect[indices] = np.asarray(values).reshape(-1).view(expect.dtype)
+    differ = np.flatnonzero(final != expect)
+    if differ.size:
+        i = int(differ[0])
+        as_value = lambda bits: torch.from_numpy(np.array([bits])).view(out.dtype).item()  # noqa: E731
+        return (f"{name}[{_index(i, out.shape)}] = {as_value(final[i]):.6g} after the launch, but the kernel's stores "
+                f"left {as_value(expect[i]):.6g} there ({_count(differ.size, 'element')} so): something other than the "
+                f"kernel wrote {name} after it ran (the launcher?). The checker checks what the kernel stores")
+    return None
+
+
+def _replayed(name: str, out: torch.Tensor, log: accesses.Log) -> str | None:
+    """Atomic additions (and stores) replayed in float64 from the zeroed start; `out` within rounding of it."""
+    want = np.zeros(out.numel())
+    scale = np.zeros(out.numel())
+    for kind, n, indices, values, op in log.written:
+        if n != name:
+            continue
+        v = torch.from_numpy(np.ascontiguousarray(np.asarray(values).reshape(-1))).double().numpy() \
+            if np.asarray(values).dtype != np.uint16 else \
+            torch.from_numpy(np.asarray(values).reshape(-1).view(np.int16).copy()).view(out.dtype).double().numpy()
+        if kind == "store" or op in ("XCHG",):
+            want[indices], scale[indices] = v, np.abs(v)
+        elif op in ("ADD", "FADD"):
+            np.add.at(want, indices, v)
+            np.add.at(scale, indices, np.abs(v))
+        else:
+            return None  # (max, min, logic: the values stage judges those)
+    got = out.detach().double().cpu().reshape(-1).numpy()
+    eps = torch.finfo(out.dtype).eps if out.is_floating_point() else 0
+    bad = np.flatnonzero(np.abs(got - want) > 4 * eps * scale + 1e-30)
+    if bad.size:
+        i = int(bad[0])
+        return (f"{name}[{_index(i, out.shape)}] = {got[i]:.6g} after the launch, but the kernel's atomics add up to "
+                f"{want[i]:.6g} there: something other than the kernel wrote {name} after it ran (the launcher?). The "
+                "checker checks what the kernel computes")
     return None
 
 
@@ -395,6 +467,11 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
     shown = ", ".join(f"[{_index(int(i), out.shape)}] {got[int(i)].item():.4g} (not {want[int(i)].item():.4g})"
                       for i in where[1:4])
     text += (f"; then {shown}" if shown else "") + "."
+    if log is not None and log.poisoned and not torch.isfinite(got[where]).all():
+        program, line = log.poisoned[0]
+        text += (f" A masked load without other= ({line}) reads NaN in its masked-off lanes here, as a GPU reads "
+                 "whatever the registers held there: give it an other= that the computation ignores (0 for a sum, "
+                 "-inf for a max), or keep those lanes out of it.")
     if INTERPRET and out.dtype == torch.bfloat16 and (got - want).abs().nan_to_num(1e38).max() > 1e4 * (want.abs().max() + 1):
         text += (" Values this far off in bfloat16 are the interpreter's: NumPy has no bfloat16, so arithmetic on "
                  "bf16 blocks gives garbage there. Convert each loaded block with .to(tl.float32) before computing "
@@ -520,11 +597,13 @@ def save_progress(progress: dict) -> None:
         json.dump(progress, f, indent=1)
 
 
-def record(key: str, passed: bool) -> None:
+def record(key: str, result: Result) -> None:
+    """What the last check found: an untouched stub is not started (and not tried); a failing check
+    clears an earlier pass, as the file no longer passes."""
     progress = load_progress()
     entry = progress.setdefault(key, {})
-    entry["tried"] = True
-    entry["passed"] = bool(passed or entry.get("passed"))
+    entry["tried"] = result.stage != "started"
+    entry["passed"] = result.ok
     save_progress(progress)
 
 
@@ -555,11 +634,10 @@ def progress_table(check: bool = False) -> None:
     for lesson, name, exercise in all_exercises():
         key = f"{lesson}/{name}"
         if check:
-            result = exercise.check("learner")
-            record(key, result.ok)
+            record(key, exercise.check("learner"))
             progress = load_progress()
         entry = progress.get(key, {})
-        status = "passed" if entry.get("passed") else "tried" if entry.get("tried") else "not tried"
+        status = "passed" if entry.get("passed") else "tried" if entry.get("tried") else "not started"
         rows.append((lesson, f"exercises/{name}.py", exercise.kind, status,
                      f"{entry.get('hints', 0)} of {len(exercise.hints)}"))
     done = sum(row[3] == "passed" for row in rows)

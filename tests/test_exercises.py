@@ -93,10 +93,24 @@ def test_hints_one_at_a_time_and_the_progress_table(tmp_path, monkeypatch, capsy
         ex.main(["--hint"])
     out = capsys.readouterr().out
     assert out.count("Hint 1 of") == 1 and f"Hint {len(ex.hints)} of" in out and "No more hints" in out
-    assert ex.main([]) == 1  # the stub: not started, and recorded as tried
+    assert ex.main([]) == 1  # the stub as shipped: not started, and recorded so (not "tried")
+    capsys.readouterr()
     checker.progress_table()
     table = capsys.readouterr().out
-    assert f"exercises/{name}.py" in table and "tried" in table and f"{len(ex.hints)} of {len(ex.hints)}" in table
+    row = next(line for line in table.splitlines() if f"exercises/{name}.py" in line)
+    assert "not started" in row and "tried" not in row and f"{len(ex.hints)} of {len(ex.hints)}" in row
+
+
+def test_progress_tells_the_truth(tmp_path, monkeypatch):
+    # an untouched stub is "not started"; a pass is recorded; a failing re-check clears it
+    monkeypatch.setattr(checker, "PROGRESS", str(tmp_path / "progress.json"))
+    key = "lessonXX/example"
+    checker.record(key, checker.Result("started", "not started"))
+    assert checker.load_progress()[key] == {"tried": False, "passed": False}
+    checker.record(key, checker.Result("passed", "all pass", ("started", "runs", "memory", "values")))
+    assert checker.load_progress()[key] == {"tried": True, "passed": True}
+    checker.record(key, checker.Result("values", "wrong", ("started", "runs", "memory")))
+    assert checker.load_progress()[key] == {"tried": True, "passed": False}
 
 
 def test_an_exercise_file_runs_as_a_script():
@@ -106,3 +120,92 @@ def test_an_exercise_file_runs_as_a_script():
     assert stub.returncode == 1 and "not started" in stub.stdout
     solution = child.script(path, "--solution")
     assert solution.returncode == 0 and "PASSED" in solution.stdout, solution.stdout + solution.stderr
+
+
+# ----- the guards against shortcuts (issue 40): each shortcut rebuilt, each seen to pass before its guard
+def _cheat(monkeypatch, ex, launch):
+    """The exercise with its launcher replaced, as a learner can edit the one in their file."""
+    import dataclasses
+
+    return dataclasses.replace(ex, launch=launch)
+
+
+@pytest.mark.skipif(not accesses.available(), reason="the checker's memory stage records the interpreter's stores")
+def test_a_launcher_that_writes_the_answer_after_the_kernel_fails(monkeypatch):
+    from lesson01_vector_add.exercises import axpy
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def stores_zeros(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
+        offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        tl.store(out_ptr + offsets, tl.zeros([BLOCK_SIZE], dtype=tl.float32).to(out_ptr.dtype.element_ty),
+                 mask=offsets < N)
+
+    def launch(axpy_kernel, x, y, out, a, BLOCK_SIZE=1024):
+        axpy.launch(stores_zeros, x, y, out, a, BLOCK_SIZE)
+        out.copy_(axpy.reference(x, y, a)["out"])  # the answer, by torch, after the launch
+
+    result = _cheat(monkeypatch, axpy.EXERCISE, launch).stages("solution")
+    assert result.stage == "memory" and "after it ran" in result.message and "out[0]" in result.message
+
+
+@pytest.mark.skipif(not accesses.available(), reason="the checker's memory stage records the interpreter's loads")
+def test_a_launcher_that_fills_the_output_for_the_kernel_to_store_back_fails(monkeypatch):
+    from lesson01_vector_add.exercises import axpy
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def stores_back(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
+        offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offsets < N
+        tl.store(out_ptr + offsets, tl.load(out_ptr + offsets, mask=mask), mask=mask)
+
+    def launch(axpy_kernel, x, y, out, a, BLOCK_SIZE=1024):
+        out.copy_(axpy.reference(x, y, a)["out"])  # the answer, by torch, before the launch
+        axpy.launch(stores_back, x, y, out, a, BLOCK_SIZE)
+
+    result = _cheat(monkeypatch, axpy.EXERCISE, launch).stages("solution")
+    assert result.stage == "memory" and "before the launch" in result.message
+
+    def launch_reads_early(axpy_kernel, x, y, out, a, BLOCK_SIZE=1024):  # the fill undone: the read itself is the fault
+        axpy.launch(stores_back, x, y, out, a, BLOCK_SIZE)
+
+    result = _cheat(monkeypatch, axpy.EXERCISE, launch_reads_early).stages("solution")
+    assert result.stage == "memory" and "before any program stored it" in result.message
+
+
+@pytest.mark.skipif(not accesses.available(), reason="the checker poisons the interpreter's masked loads")
+def test_a_masked_load_without_other_reads_nan_where_a_gpu_reads_garbage():
+    import dataclasses
+
+    from common.exercise import Wrong
+    from lesson03_rowsum.exercises import rmsnorm
+    from lesson03_rowsum.exercises.solutions import rmsnorm as solution
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def no_other(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
+        row = tl.program_id(axis=0)
+        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N).to(tl.float32)  # other= forgotten
+            acc += x * x
+        rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
+        for start in range(0, N, BLOCK_N):
+            cols = start + tl.arange(0, BLOCK_N)
+            mask = cols < N
+            x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
+            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+            tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+
+    wrong = Wrong("other= forgotten in the sum", "values", "without other=", dict(rmsnorm_kernel=no_other))
+    solution.WRONG.append(wrong)
+    try:
+        result = rmsnorm.EXERCISE.stages(f"wrong:{wrong.label}")
+    finally:
+        solution.WRONG.remove(wrong)
+    assert result.stage == "values" and "without other=" in result.message and "line" in result.message
