@@ -113,6 +113,13 @@ class Exercise:
         if not INTERPRET and not compiled and self.kind != "predict":
             raise RuntimeError("the memory stage needs Triton's interpreter: on a GPU, check() runs it in a child process")
         impl, files = self.implementation(which)
+        if which == "learner":
+            borrowed = [p for p in self.parts if p != "ANSWER" and _source_file(impl[p]) not in (None, files[0])]
+            if borrowed:
+                p = borrowed[0]
+                return Result("started", f"{p} is not written in {self.name}.py: it comes from "
+                                         f"{os.path.relpath(_source_file(impl[p]), ROOT)}. Write it in your file; "
+                                         "the checker checks your own code (`--solution` runs ours).")
         if fingerprint(impl) == self.stub and which == "learner":
             return Result("started", f"{', '.join(self.parts)} {'is' if len(self.parts) == 1 else 'are'} as shipped: "
                                      f"not started. Edit {self.name}.py; `--hint` gives a first hint.")
@@ -480,9 +487,22 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
 
 
 def budget_problem(log: accesses.Log, inputs: dict, budget: dict, why: str) -> str | None:
+    """Both ways: every element of a budgeted input read at least once, and no more than the budget in all."""
     for name, most in budget.items():
-        numel = inputs[name].numel()
+        t = inputs[name]
+        numel = t.numel()
         loads = log.count("load", name)
+        # the log's indices count from the first element in memory: a strided view's elements are where
+        # its strides put them (gaps between its rows belong to no element)
+        span = sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1 if numel else 0
+        where = torch.arange(span).as_strided(t.shape, t.stride()).reshape(-1).numpy()
+        read = np.zeros(span, dtype=bool)
+        for indices in log.elements("load", name).values():
+            read[indices] = True
+        unread = np.flatnonzero(~read[where])
+        if unread.size:
+            return (f"{name}[{_index(int(unread[0]), t.shape)}] is never read ({_count(unread.size, 'element')} of "
+                    f"{name} not read): the result depends on every element of {name}, so every one must be loaded")
         if loads > most * numel:
             return (f"{name} was read {loads / numel:.2f} times over ({_count(loads, 'element load')} for its "
                     f"{_count(numel, 'element')}); the budget is {most}. {why}")
@@ -563,6 +583,15 @@ def _cause(error: BaseException, kind):
             return error
         error = error.__cause__ or error.__context__
     return None
+
+
+def _source_file(part) -> str | None:
+    """The file a function or kernel was written in (None for a value, such as a predicted ANSWER)."""
+    fn = getattr(part, "fn", part)
+    try:
+        return os.path.abspath(inspect.getsourcefile(fn)) if callable(fn) else None
+    except TypeError:  # (a builtin)
+        return None
 
 
 def _file(module) -> str:

@@ -5,7 +5,9 @@ arguments. Then the checker's command line: hints one at a time, the progress ta
 import inspect
 import os
 
+import numpy as np
 import pytest
+import torch
 
 from conftest import INTERPRET, ROOT  # noqa: F401  (common.device before triton)
 from common import accesses, child, exercise as checker
@@ -209,3 +211,69 @@ def test_a_masked_load_without_other_reads_nan_where_a_gpu_reads_garbage():
     finally:
         solution.WRONG.remove(wrong)
     assert result.stage == "values" and "without other=" in result.message and "line" in result.message
+
+
+def test_a_part_imported_from_elsewhere_is_refused(monkeypatch):
+    from lesson01_vector_add.exercises import axpy
+    from lesson01_vector_add.exercises.solutions import axpy as solution
+
+    monkeypatch.setattr(axpy, "axpy_kernel", solution.axpy_kernel)  # `from ...solutions.axpy import axpy_kernel`
+    result = axpy.EXERCISE.stages("learner")
+    assert result.stage == "started" and "is not written in axpy.py" in result.message
+    assert "solutions/axpy.py" in result.message
+
+
+@pytest.mark.skipif(not accesses.available(), reason="the budget counts the interpreter's loads")
+def test_a_budget_holds_both_ways():
+    from common.exercise import budget_problem
+
+    x = torch.zeros(4, 3)
+    region = accesses.region("x", x, True)
+    base = region.start // region.itemsize
+
+    class Pointers:  # what the interpreter hands a load: addresses, and a mask
+        def __init__(self, elements):
+            self.data = (np.array(elements) + base) * region.itemsize
+
+    log = accesses.Log([region])
+    log.record("load", (0, 0, 0), Pointers(range(11)), None)  # x[3, 2] never read
+    message = budget_problem(log, {"x": x}, {"x": 1}, "")
+    assert message is not None and "x[3, 2] is never read" in message
+    log.record("load", (1, 0, 0), Pointers([11, 0]), None)  # now all read, x[0, 0] twice: 13 loads for 12
+    assert "read 1.08 times over" in budget_problem(log, {"x": x}, {"x": 1}, "")
+    assert budget_problem(log, {"x": x}, {"x": 2}, "") is None
+
+
+def test_the_values_tolerance_is_twice_torchs_error_not_more():
+    # the checker's boundary: an output 3x torch's own error away fails, 1.5x passes (a tolerance made
+    # 5x looser would pass both and fail this test)
+    from common.exercise import compare
+
+    exact = torch.linspace(1.0, 2.0, 100, dtype=torch.float64)
+    ours = (exact + 1e-3).float()  # torch's result in the dtype: 1e-3 off everywhere (far above float32's rounding)
+    good, bad = (exact + 1.5e-3).float(), exact.float().clone()
+    bad[37] += 3e-3
+    assert compare("y", good, exact, ours, None) is None
+    message = compare("y", bad, exact, ours, None)
+    assert message is not None and "y[37]" in message and "1 of 100 elements" in message
+
+
+@pytest.mark.skipif(not accesses.available(), reason="the memory stage records the interpreter's stores")
+def test_an_output_with_one_element_unwritten_fails(monkeypatch):
+    import dataclasses
+
+    from lesson01_vector_add.exercises import axpy
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def one_short(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
+        offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+        mask = offsets < N - 1  # the last element never stored
+        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        y = tl.load(y_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + offsets, (a * x + y).to(out_ptr.dtype.element_ty), mask=mask)
+
+    ex = dataclasses.replace(axpy.EXERCISE, launch=lambda axpy_kernel, **kw: axpy.launch(one_short, **kw))
+    result = ex.stages("solution")
+    assert result.stage == "memory" and "1 of its" in result.message and "left unwritten" in result.message

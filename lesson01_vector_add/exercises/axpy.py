@@ -8,7 +8,9 @@ steps of lesson 1 section 1 (pid, offsets, mask, load, compute, store): about 7 
 
 The cases: N = 1, 127, 128, 129, 1000 and 4099, with BLOCK_SIZE 128 or 1024 (the last block is
 ragged in most of them, and N = 1 leaves all but one lane of the only program masked off),
-values that are not symmetric (so that a + for a - or x for y shows), a = 1.5 and a = -3.
+values that are not symmetric (so that a + for a - or x for y shows), a = 1.5 and a = -3; and a
+float16 case where a * x nearly cancels y (a * x near 450, the sum near 1), so that a * x rounded
+to float16 on its own (an ulp of 0.25 there) shows against float32 arithmetic.
 
 Run it: python lesson01_vector_add/exercises/axpy.py      (--hint for a hint, --solution for ours)
 """
@@ -38,6 +40,13 @@ def reference(x, y, a):
     return {"out": (a * x.to(acc) + y.to(acc)).to(x.dtype)}
 
 
+def cancelling(N: int = 300, a: float = 3.0) -> Case:
+    """float16 x near 150 and y near -a * x: the sum is small, a * x alone is not."""
+    x = torch.arange(N, dtype=torch.float32).mul(0.37).sin().mul(50).add(150).half()
+    y = (-a * x.float() + torch.arange(N, dtype=torch.float32).mul(0.11).cos()).half()
+    return Case(f"N = {N}, a = {a}, float16, a x near -y (they cancel)", dict(x=x, y=y, a=a), dict(BLOCK_SIZE=128))
+
+
 def case(N: int, BLOCK_SIZE: int, a: float = 1.5, dtype=torch.float32) -> Case:
     x = torch.arange(N, dtype=torch.float32).mul(0.37).sin().add(0.1).to(dtype)  # no symmetry to hide a sign
     y = torch.arange(N, dtype=torch.float32).mul(0.11).cos().sub(0.3).to(dtype)
@@ -49,7 +58,7 @@ EXERCISE = Exercise(
     lesson="lesson01_vector_add", name="axpy", kind="write", parts=("axpy_kernel",), stub="21476b90c9ac",
     launch=launch, reference=reference, lines=7,
     cases=[case(1, 128), case(127, 128), case(128, 128), case(129, 128, a=-3.0), case(1000, 1024),
-           case(4099, 1024, dtype=torch.float16), case(4099, 128, a=-3.0, dtype=torch.bfloat16)],
+           case(4099, 1024, dtype=torch.float16), cancelling(), case(4099, 128, a=-3.0, dtype=torch.bfloat16)],
     bench_case=lambda: case(1 << 24, 1024),
     hints=["A program owns BLOCK_SIZE consecutive elements, starting at pid * BLOCK_SIZE: "
            "pid = tl.program_id(axis=0), offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE).",
