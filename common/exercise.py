@@ -85,7 +85,8 @@ class Exercise:
     budget_note: str = ""          # why, in one sentence
     budget_check: Callable | None = None  # budget_check(log, **inputs) -> message or None (accesses.Log: who read what)
     lines: int | None = None       # the kernel body's line budget (told, not enforced)
-    answer: Callable | None = None  # predict: answer() -> (the right value, why); the part is ANSWER
+    # predict: the part is ANSWER; the right value and why come from solutions/<name>.py's answer(),
+    # read only when checking (or with --solution), never from the learner's file
     bench_case: Callable | None = None  # --bench: a function that makes a large case (made only then)
     stretch: bool = False          # for those who want more
 
@@ -201,7 +202,7 @@ class Exercise:
         return None
 
     def _predicted(self, impl: dict) -> Result:
-        right, why = self.answer()
+        right, why = importlib.import_module(f"{self.lesson}.exercises.solutions.{self.name}").answer()
         given = impl["ANSWER"]
         close = (isinstance(right, (int, float)) and isinstance(given, (int, float)) and not isinstance(given, bool)
                  and math.isclose(given, right, rel_tol=0.1)) or given == right

@@ -277,3 +277,15 @@ def test_an_output_with_one_element_unwritten_fails(monkeypatch):
     ex = dataclasses.replace(axpy.EXERCISE, launch=lambda axpy_kernel, **kw: axpy.launch(one_short, **kw))
     result = ex.stages("solution")
     assert result.stage == "memory" and "1 of its" in result.message and "left unwritten" in result.message
+
+
+def test_a_predict_exercises_answer_is_not_in_the_learners_file():
+    # the right value and why live in solutions/, read only when checking: nothing a few lines below
+    # ANSWER = None hands it over
+    import importlib
+
+    for lesson, name, ex in EXERCISES:
+        if ex.kind == "predict":
+            module = importlib.import_module(f"{lesson}.exercises.{name}")
+            assert not hasattr(module, "answer") and not hasattr(ex, "answer"), name
+            assert callable(importlib.import_module(f"{lesson}.exercises.solutions.{name}").answer), name

@@ -18,21 +18,9 @@ from common.exercise import Exercise, fingerprint
 ANSWER = None  # (CUDA blocks, CUDA threads, Triton programs, Triton threads)
 
 
-def answer():
-    N, block_size, BLOCK_SIZE, num_warps = 2**20, 1024, 1024, 4
-    cuda_blocks = (N + block_size - 1) // block_size
-    programs = (N + BLOCK_SIZE - 1) // BLOCK_SIZE
-    right = (cuda_blocks, cuda_blocks * block_size, programs, programs * num_warps * 32)
-    return right, (f"Both launches start {cuda_blocks} blocks (a Triton program IS a CUDA thread block), but CUDA's "
-                   f"hold 1024 threads of one element each, {right[1]} threads in all, while each Triton program "
-                   f"runs 128 threads over its 1024 elements, 8 each: {right[3]} threads in all. Triton chose "
-                   "the elements per thread (thread coarsening), which the PTX of section 8 shows as two 128-bit "
-                   "loads per thread.")
-
-
 EXERCISE = Exercise(
     lesson="lesson01_vector_add", name="cuda_unit", kind="predict", parts=("ANSWER",),
-    stub=fingerprint({"ANSWER": None}), answer=answer,
+    stub=fingerprint({"ANSWER": None}),
     hints=["A CUDA launch <<<num_blocks, block_size>>> starts num_blocks x block_size threads; a Triton launch "
            "kernel[grid] starts grid programs, each one CUDA thread block.",
            "Both grids are cdiv(N, 1024) = 1024. What differs is the threads per block.",

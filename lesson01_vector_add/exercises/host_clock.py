@@ -24,10 +24,6 @@ ANSWER = None  # "a", "b" or "c"
 EXERCISE = Exercise(
     lesson="lesson01_vector_add", name="host_clock", kind="predict", parts=("ANSWER",),
     stub=fingerprint({"ANSWER": None}),
-    answer=lambda: ("a", "A launch only queues the kernel and returns: the host's cost of a call (checks, the output's "
-                         "allocation, Triton's launch, the driver) does not grow with N, so a clock that does not wait "
-                         "for the GPU reads that cost at any size; it reads the kernel only when a synchronize comes "
-                         "before it. At 2^24 the two happen to be close."),
     hints=["What does the Python call add(x, y) wait for before it returns?",
            "The driver puts the kernel in a queue; the GPU runs it later. Does queueing take longer for more bytes?",
            "Lesson 1's 'Host cost per call' table: add(x, y) costs the host the same few tens of µs at 4096 floats "

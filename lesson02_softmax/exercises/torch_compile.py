@@ -16,8 +16,8 @@ Of the four functions below (x a float32 matrix), which ONE does Dynamo split in
     "c": layered: a Python `for` loop applying tanh(x * scale) for three scales.
     "d": rescaled_where: the same as "b", the choice made by torch.where, row by row.
 
-Write your choice below, then run this file. The right letter is not written in it: answer()
-runs torch._dynamo.explain on each function (it records, it does not compile: a second or two)
+Write your choice below, then run this file. The right letter is not written in it: the checker's
+answer() (in solutions/, read only when checking) runs torch._dynamo.explain on each function (it records, it does not compile: a second or two)
 and counts the graphs; once you have it, the counts are shown, with why.
 
 Then explain it to yourself, before reading the answer: what does Python need at that line that
@@ -58,43 +58,11 @@ def rescaled_where(x):
 
 
 OPTIONS = {"a": softmax_naive, "b": rescaled, "c": layered, "d": rescaled_where}
-WHY = ("Dynamo records tensor operations without running them on values; a Python `if` on a tensor needs a "
-       "True or False now, so the graph stops there: y.sum() > 1000 is computed, copied to the host (on a GPU, a "
-       "synchronisation), Python takes the branch, and a second graph starts after it. The two reductions of "
-       "softmax_naive are no obstacle: Inductor fuses a reduction with the one that needs its result when both run "
-       "along the same row (section 9: one kernel for the five steps). A Python loop over constants is unrolled into "
-       "one graph, and torch.where makes the choice data, inside the graph. Other graph breaks: .item() or "
-       ".tolist(), print, calls into C extensions Dynamo does not know; torch._dynamo.explain(f)(x) lists them, and "
-       "TORCH_LOGS=graph_breaks prints them as they happen. Beyond graph breaks, what no compiler does is change the "
-       "algorithm: the online softmax of section 3, the heart of flash attention, is a rewrite, not a fusion.")
-
-
-def graphs() -> dict:
-    """{option: how many graphs Dynamo records for it}, by torch._dynamo.explain (nothing is compiled)."""
-    import torch._dynamo as dynamo
-
-    x = torch.arange(48, dtype=torch.float32).reshape(6, 8).mul(0.7).sin().mul(9)
-    counts = {}
-    for letter, fn in OPTIONS.items():
-        dynamo.reset()
-        counts[letter] = dynamo.explain(fn)(x).graph_count
-    dynamo.reset()
-    return counts
-
-
-def answer():
-    try:
-        counts = graphs()
-    except Exception as error:  # noqa: BLE001  (an old or unusual torch: the answer without the count)
-        return "b", f"{WHY} (torch._dynamo.explain failed here, {type(error).__name__}: the counts are not shown.)"
-    split = [letter for letter, n in counts.items() if n > 1]
-    shown = ", ".join(f'"{k}" {n} graph{"s" if n > 1 else ""}' for k, n in counts.items())
-    return (split[0] if len(split) == 1 else tuple(split)), f"torch._dynamo.explain counts {shown}. {WHY}"
 
 
 EXERCISE = Exercise(
     lesson="lesson02_softmax", name="torch_compile", kind="predict", parts=("ANSWER",),
-    stub=fingerprint({"ANSWER": None}), answer=answer,
+    stub=fingerprint({"ANSWER": None}),
     hints=["Dynamo records operations on tensors without their values. Which line needs a value, now, in Python?",
            "Two reductions in a row are fine for Inductor when they run along the same row: section 9's profile of "
            "torch.compile(softmax_naive) shows one kernel. A loop over a tuple of constants is just three calls.",
