@@ -12,14 +12,22 @@ Running the file checks your work:
     python -m common.exercise                                 # your progress over every lesson
 
 The stages, in order:
-1. started: the stub as shipped is "not started" (and `--hint` says where to begin);
+1. started: the stub as shipped is "not started" (and `--hint` says where to begin); a part not
+   written in your file (imported from elsewhere) is refused, and so is a file whose given code
+   (cases, reference, launcher, Exercise) is no longer the course's (solutions/<name>.py keeps its
+   fingerprint, GIVEN): only the parts are yours;
 2. runs: under Triton's interpreter; an error becomes one sentence naming your line;
 3. memory: every load and store checked against the tensors' bounds before it happens
-   (common/accesses.py), no input written, every output element written by exactly one program;
+   (common/accesses.py), no input written, every output element written by exactly one program,
+   no output read before the kernel stored it, and each output holding exactly what the kernel's
+   stores (or its atomics) put there: a write by the host, before or after the launch, fails;
 4. values: each named case against a float64 reference, within a tolerance from torch's own
    error in that dtype (so a correct tl.exp passes and an all-zero output fails); the wrong
-   elements named, with the programs that wrote them;
-5. budget, where traffic is the point: how many times each tensor was read.
+   elements named, with the programs that wrote them. The masked-off lanes of a load without
+   other= read NaN here, as a GPU's are undefined (the interpreter alone would give 0);
+5. budget, where traffic is the point: every element of a budgeted tensor read, and how many
+   times each tensor was read in all.
+A predict exercise's answer lives in solutions/<name>.py, read only when checking.
 On a GPU, stages 2-5 run under the interpreter in a child process (the same messages), then the
 values are checked again with the kernel compiled, and `--bench` times it against the solution.
 """
@@ -115,6 +123,14 @@ class Exercise:
             raise RuntimeError("the memory stage needs Triton's interpreter: on a GPU, check() runs it in a child process")
         impl, files = self.implementation(which)
         if which == "learner":
+            given = getattr(importlib.import_module(f"{self.lesson}.exercises.solutions.{self.name}"), "GIVEN", None)
+            with open(files[0]) as f:
+                if given is not None and given_fingerprint(f.read(), self.parts) != given:
+                    return Result("started", f"{self.name}.py's given code (its cases, reference, launcher or "
+                                             f"Exercise) is not the course's any more: only {', '.join(self.parts)} "
+                                             f"{'is' if len(self.parts) == 1 else 'are'} yours to write (and "
+                                             "@triton.jit helpers). Put the rest back (git checkout -- the file, "
+                                             "keeping your code aside) and check again.")
             borrowed = [p for p in self.parts if p != "ANSWER" and _source_file(impl[p]) not in (None, files[0])]
             if borrowed:
                 p = borrowed[0]
@@ -534,6 +550,29 @@ def fingerprint(parts: dict) -> str:
         else:
             text.append(repr(obj))
     return hashlib.sha256("\n".join(text).encode()).hexdigest()[:12]
+
+
+def given_fingerprint(source: str, parts: tuple) -> str:
+    """A short hash of what an exercise file gives the learner: every top-level statement but the parts
+    they write, the imports, the @triton.jit helpers they may add and the docstrings (comments and
+    layout ignored). The course keeps its own in solutions/<name>.py as GIVEN: the cases, the
+    reference, the launcher and the Exercise the checker runs are the course's, not an edited copy."""
+    tree = ast.parse(source)
+    kept = []
+    for node in tree.body:
+        name = getattr(node, "name", None)
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+        jit = any("jit" in ast.dump(d) for d in getattr(node, "decorator_list", []))
+        if name in parts or jit or isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        if isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant):
+            continue  # the module's docstring: the statement
+        for inner in ast.walk(node):
+            if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(inner) is not None:
+                inner.body = inner.body[1:] or [ast.Pass()]
+        kept.append(_shape(node))
+    return hashlib.sha256("\n".join(kept).encode()).hexdigest()[:12]
 
 
 def _shape(node) -> str:

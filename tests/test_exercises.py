@@ -289,3 +289,31 @@ def test_a_predict_exercises_answer_is_not_in_the_learners_file():
             module = importlib.import_module(f"{lesson}.exercises.{name}")
             assert not hasattr(module, "answer") and not hasattr(ex, "answer"), name
             assert callable(importlib.import_module(f"{lesson}.exercises.solutions.{name}").answer), name
+
+
+def test_the_given_code_is_the_courses():
+    # each exercise file as shipped matches its solution's GIVEN (update GIVEN when an exercise changes)
+    import importlib
+
+    for lesson, name, ex in EXERCISES:
+        with open(os.path.join(ROOT, lesson, "exercises", f"{name}.py")) as f:
+            given = checker.given_fingerprint(f.read(), ex.parts)
+        assert given == importlib.import_module(f"{lesson}.exercises.solutions.{name}").GIVEN, name
+
+
+@pytest.mark.parametrize("edit", [("    cases=[", "    cases=[][:0] + ["),  # "all 0 cases pass"
+                                  ("def reference(x, y, a):\n", "def reference(x, y, a):\n    return {'out': x}\n")])
+def test_an_edited_case_list_or_reference_is_refused(tmp_path, monkeypatch, edit):
+    from lesson01_vector_add.exercises import axpy
+
+    with open(os.path.join(ROOT, "lesson01_vector_add", "exercises", "axpy.py")) as f:
+        source = f.read()
+    assert edit[0] in source
+    edited = tmp_path / "axpy.py"
+    edited.write_text(source.replace(edit[0], edit[1], 1))
+    monkeypatch.setattr(checker, "_file", lambda module: str(edited))
+    result = axpy.EXERCISE.stages("learner")
+    assert result.stage == "started" and "given code" in result.message and "not the course's" in result.message
+    # a kernel written in the file changes nothing given: the stub as shipped still reads "not started"
+    edited.write_text(source.replace("    pass\n", "    pid = tl.program_id(axis=0)\n", 1))
+    assert "given code" not in axpy.EXERCISE.stages("learner").message

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "75e7e02e4909"  # common.exercise.given_fingerprint of axpy.py as the course ships it
+
+
 @triton.jit
 def axpy_kernel(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
     """out[i] = a * x[i] + y[i] for the BLOCK_SIZE elements of this program."""

@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 1.6."""
+GIVEN = "ee112ff03c71"  # common.exercise.given_fingerprint of cuda_unit.py as the course ships it
+
+
 ANSWER = (1024, 1048576, 1024, 131072)
 
 

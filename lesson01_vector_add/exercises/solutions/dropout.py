@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "6325e35d68af"  # common.exercise.given_fingerprint of dropout.py as the course ships it
+
+
 @triton.jit
 def dropout_kernel(x_ptr, out_ptr, N, p, seed, BLOCK_SIZE: tl.constexpr):
     """out = x / (1 - p) where tl.rand(seed, offsets) > p, else 0."""

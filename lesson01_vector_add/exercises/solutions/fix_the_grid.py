@@ -8,6 +8,9 @@ from common.launch import cdiv
 from lesson01_vector_add.exercises import fix_the_grid as shipped
 
 
+GIVEN = "9468c9bc6d01"  # common.exercise.given_fingerprint of fix_the_grid.py as the course ships it
+
+
 @triton.jit
 def scale_kernel(x_ptr, out_ptr, N, BLOCK_SIZE: tl.constexpr):
     """out = 2 x, one block of BLOCK_SIZE elements per program."""

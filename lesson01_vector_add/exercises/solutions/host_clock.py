@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 1.4."""
+GIVEN = "5ef83ba32191"  # common.exercise.given_fingerprint of host_clock.py as the course ships it
+
+
 ANSWER = "a"
 
 

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "130bbae5de07"  # common.exercise.given_fingerprint of swiglu.py as the course ships it
+
+
 @triton.jit
 def swiglu_kernel(a_ptr, b_ptr, out_ptr, N, BLOCK_SIZE: tl.constexpr):
     """out = a * sigmoid(a) * b, in float32, stored in out's dtype."""

@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 2.1: 8 elements per element of x (read 5MN, write 3MN)."""
+GIVEN = "fbdb2f6905d4"  # common.exercise.given_fingerprint of count_traffic.py as the course ships it
+
+
 ANSWER = 8  # elements moved per element of x: read 5MN, write 3MN
 
 

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "17cd81fba5ac"  # common.exercise.given_fingerprint of log_softmax.py as the course ships it
+
+
 @triton.jit
 def log_softmax_kernel(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
     """y[row] = x[row] - max(x[row]) - log(sum(exp(x[row] - max(x[row])))), for row = this program's."""

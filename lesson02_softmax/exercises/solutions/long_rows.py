@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "02fddbc8c935"  # common.exercise.given_fingerprint of long_rows.py as the course ships it
+
+
 @triton.jit
 def online_softmax_kernel(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
     """y[row] = softmax(x[row]), walking the row twice in tiles of BLOCK_N columns."""

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "407c6208a896"  # common.exercise.given_fingerprint of softmax_backward.py as the course ships it
+
+
 @triton.jit
 def softmax_backward_kernel(y_ptr, dy_ptr, dx_ptr, N, stride_ym, stride_dym, stride_dxm, BLOCK_N: tl.constexpr):
     """dx[row] = y[row] * (dy[row] - sum(dy[row] * y[row])), for row = this program's."""

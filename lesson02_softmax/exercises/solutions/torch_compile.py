@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 2.5: "b", the Python if on a tensor's value breaks the graph."""
+GIVEN = "50c85b5e9efa"  # common.exercise.given_fingerprint of torch_compile.py as the course ships it
+
+
 ANSWER = "b"
 
 

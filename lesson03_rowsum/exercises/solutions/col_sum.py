@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "38ac368d5a34"  # common.exercise.given_fingerprint of col_sum.py as the course ships it
+
+
 @triton.jit
 def col_sum_kernel(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """y[cols] = the sums of x's columns pid * BLOCK_N ..., walking down the rows BLOCK_M at a time."""

@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "5f6d7896173d"  # common.exercise.given_fingerprint of layernorm.py as the course ships it
+
+
 @triton.jit
 def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
     """y[row] = (x[row] - mean) / sqrt(var + eps) * w + b, program `row` walking its row in tiles."""

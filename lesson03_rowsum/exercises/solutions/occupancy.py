@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 3.4."""
+GIVEN = "1140e9e2e96c"  # common.exercise.given_fingerprint of occupancy.py as the course ships it
+
+
 ANSWER = 25.0
 
 

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "0731c9972ed6"  # common.exercise.given_fingerprint of rmsnorm.py as the course ships it
+
+
 @triton.jit
 def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
     """y[row] = x[row] / sqrt(mean(x[row]^2) + eps) * w: program `row` walks its row in tiles of

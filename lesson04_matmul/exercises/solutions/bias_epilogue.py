@@ -8,6 +8,9 @@ from common.exercise import Wrong
 from lesson04_matmul.exercises.bias_epilogue import gelu_tanh  # noqa: F401  (the given GELU, called by the kernels)
 
 
+GIVEN = "6e548cbb4941"  # common.exercise.given_fingerprint of bias_epilogue.py as the course ships it
+
+
 @triton.jit
 def k_loop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols,
            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "55a296e20b0f"  # common.exercise.given_fingerprint of grouped_order.py as the course ships it
+
+
 @triton.jit
 def tile_product(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                  pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "461c15eb804e"  # common.exercise.given_fingerprint of k_loop.py as the course ships it
+
+
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):

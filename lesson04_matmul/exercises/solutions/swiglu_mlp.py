@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "330a57bfc5e0"  # common.exercise.given_fingerprint of swiglu_mlp.py as the course ships it
+
+
 @triton.jit
 def swiglu_mlp_kernel(x_ptr, w1_ptr, w3_ptr, out_ptr, M, N, K, stride_xm, stride_xk, stride_wk, stride_wn,
                       stride_om, stride_on, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):

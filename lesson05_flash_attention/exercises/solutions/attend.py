@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "9e38d276acd6"  # common.exercise.given_fingerprint of attend.py as the course ships it
+
+
 @triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, seq_len,
                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,

@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "c4f6480510ab"  # common.exercise.given_fingerprint of causal.py as the course ships it
+
+
 @triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, seq_len,
                      HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,

@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 5.3: 2 + 4 + 6 + 8 key blocks."""
+GIVEN = "5f739974d804"  # common.exercise.given_fingerprint of causal_blocks.py as the course ships it
+
+
 ANSWER = 20
 
 

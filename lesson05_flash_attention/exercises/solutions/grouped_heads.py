@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "f905884a0194"  # common.exercise.given_fingerprint of grouped_heads.py as the course ships it
+
+
 @triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, o_ptr, sm_scale, seq_len, H_Q, H_KV,
                      stride_qb, stride_qh, stride_qn, stride_kb, stride_kh, stride_kn,

@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "1d449bc9295c"  # common.exercise.given_fingerprint of merge_splits.py as the course ships it
+
+
 @triton.jit
 def merge_kernel(part_o_ptr, part_lse_ptr, o_ptr, lse_ptr, num_splits, rows,
                  HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr):

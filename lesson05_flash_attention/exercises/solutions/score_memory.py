@@ -1,4 +1,7 @@
 """SPOILER: the answer of exercise 5.5: 2 x 32 x 32768^2 x 2 bytes."""
+GIVEN = "e91a7576a078"  # common.exercise.given_fingerprint of score_memory.py as the course ships it
+
+
 ANSWER = 137.4
 
 

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "45705b815948"  # common.exercise.given_fingerprint of adamw.py as the course ships it
+
+
 @triton.jit
 def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
                  lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):

@@ -7,6 +7,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "9ec70c6257ba"  # common.exercise.given_fingerprint of add_rms_norm.py as the course ships it
+
+
 @triton.jit
 def add_rms_norm_kernel(x_ptr, r_ptr, w_ptr, h_ptr, y_ptr, rstd_ptr, N, stride_xm, stride_rm, eps,
                         BLOCK_N: tl.constexpr):

@@ -6,6 +6,9 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
+GIVEN = "e44d3941b178"  # common.exercise.given_fingerprint of cross_entropy_backward.py as the course ships it
+
+
 @triton.jit
 def cross_entropy_backward_kernel(x_ptr, t_ptr, lse_ptr, dloss_ptr, dx_ptr, V, stride_xm, stride_dxm,
                                   BLOCK_V: tl.constexpr):
