@@ -87,7 +87,7 @@ class Exercise:
     cases: list = field(default_factory=list)
     launch: Callable | None = None  # launch(**kernels, **inputs, **outputs, **meta); None: a part named "launch"
     reference: Callable | None = None  # reference(**inputs) -> {output name: tensor}, in torch
-    verify: Callable | None = None  # verify(outputs, **inputs) -> message or None, where no reference can say
+    verify: Callable | None = None  # verify(outputs, **inputs, **meta) -> message or None, where no reference can say
     outputs: Callable | None = None  # with verify: outputs(**inputs) -> {name: an empty tensor of its shape and dtype}
     budget: dict = field(default_factory=dict)  # {tensor: element loads allowed per element}: {"x": 1}
     budget_note: str = ""          # why, in one sentence
@@ -207,7 +207,7 @@ class Exercise:
 
     def _wrong_values(self, case: Case, inputs: dict, outputs: dict, log) -> str | None:
         if self.verify is not None:
-            return self.verify(outputs, **inputs)
+            return self.verify(outputs, **inputs, **case.meta)
         exact = self.reference(**{k: v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                                   for k, v in inputs.items()})
         ours = self.reference(**inputs)  # torch in the inputs' dtype: the yardstick

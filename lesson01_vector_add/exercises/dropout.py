@@ -10,8 +10,13 @@ it regenerates the mask from the seed. About 8 lines.
 
 The checks (no torch function makes Triton's random numbers, so they are properties):
 - every element is 0 or x / (1 - p), rounded once;
-- the share of zeros is p, within 5 standard deviations of a binomial count;
-- the same seed gives the same output twice; another seed gives another mask.
+- the same seed gives the same output twice, and the same output with blocks twice as large (the
+  mask is a function of the seed and each element's offset, not of its lane or its program);
+- the share of zeros is p, and neighbouring elements are dropped together as often as chance has
+  it (p^2 of the pairs), each within 5 standard deviations of its count: a correct kernel fails one
+  of the 8 counts by chance about once in 10^6 checks;
+- no block dropped or kept whole (where chance does that less than once in 10^5), no block's mask
+  repeating the first block's; another seed gives another mask.
 The cases: N = 1, 129 and 12345 with blocks of 128, 512 or 1024, p = 0.1, 0.5 and 0.9.
 
 Run it: python lesson01_vector_add/exercises/dropout.py      (--hint for a hint, --solution for ours)
@@ -33,21 +38,23 @@ def dropout_kernel(x_ptr, out_ptr, N, p, seed, BLOCK_SIZE: tl.constexpr):
     pass
 
 
-def launch(dropout_kernel, x, out, again, other, p, seed, BLOCK_SIZE=1024):
-    """Given: three runs, the seed, the same seed again, and another seed."""
+def launch(dropout_kernel, x, out, again, reblocked, other, p, seed, BLOCK_SIZE=1024):
+    """Given: four runs, the seed, the same seed again, the same seed with blocks twice as large
+    (half the programs), and another seed."""
     N = x.numel()
     grid = (cdiv(N, BLOCK_SIZE),)
     dropout_kernel[grid](x, out, N, p, seed, BLOCK_SIZE=BLOCK_SIZE)
     dropout_kernel[grid](x, again, N, p, seed, BLOCK_SIZE=BLOCK_SIZE)
+    dropout_kernel[(cdiv(N, 2 * BLOCK_SIZE),)](x, reblocked, N, p, seed, BLOCK_SIZE=2 * BLOCK_SIZE)
     dropout_kernel[grid](x, other, N, p, seed + 1, BLOCK_SIZE=BLOCK_SIZE)
 
 
 def outputs(x, p, seed):
-    return {name: torch.empty_like(x) for name in ("out", "again", "other")}
+    return {name: torch.empty_like(x) for name in ("out", "again", "reblocked", "other")}
 
 
-def verify(outputs, x, p, seed):
-    out, again, other = (outputs[k].double().cpu() for k in ("out", "again", "other"))
+def verify(outputs, x, p, seed, BLOCK_SIZE=1024):
+    out, again, reblocked, other = (outputs[k].double().cpu() for k in ("out", "again", "reblocked", "other"))
     x = x.double().cpu()
     kept = x / (1 - p)
     # within 4 float32 steps: a compiled kernel gets p as a float32, whose rounding 1 - p turns into
@@ -56,15 +63,42 @@ def verify(outputs, x, p, seed):
     if not (zero | scaled).all():
         i = int((~(zero | scaled)).nonzero()[0])
         return f"out[{i}] = {out[i].item():.6g} is neither 0 nor x[{i}] / (1 - p) = {kept[i].item():.6g}"
-    n = x.numel()
-    zeros = int((zero & (x != 0)).sum())
-    mean, sigma = p * n, math.sqrt(max(n * p * (1 - p), 1e-12))
-    if n >= 100 and abs(zeros - mean) > 5 * sigma + 1:
-        return (f"{zeros} of {n} elements are zero, where p = {p} makes about {mean:.0f} (within {5 * sigma:.0f}): "
-                "is the test r > p (keep) the right way round?")
     if not torch.equal(out, again):
         return "the same seed gave two different outputs: the random numbers must come from tl.rand(seed, offsets)"
-    if n >= 100 and torch.equal(out, other):
+    if not torch.equal(out, reblocked):
+        i = int((out != reblocked).nonzero()[0])
+        return (f"the same seed with blocks of {2 * BLOCK_SIZE} instead of {BLOCK_SIZE} changed out[{i}]: each "
+                "element's random number must depend on the seed and its own offset alone (tl.rand(seed, offsets) with "
+                "offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)), not on its lane in the block or its program")
+    n, dropped = x.numel(), zero.double()
+    for b in range(n // BLOCK_SIZE):  # a whole block dropped or kept together: one number for the block
+        block = zero[b * BLOCK_SIZE:(b + 1) * BLOCK_SIZE]
+        if (block.all() or not block.any()) and p ** BLOCK_SIZE + (1 - p) ** BLOCK_SIZE < 1e-5:
+            return (f"every element of block {b} was {'dropped' if block.all() else 'kept'}, all {BLOCK_SIZE} of them "
+                    "(by chance: less than once in 10^5): one random number served the whole block (tl.rand(seed, pid)?); "
+                    "each element needs its own, tl.rand(seed, offsets)")
+    if n < 100:
+        return None
+    zeros, mean, sigma = int(dropped.sum()), p * n, math.sqrt(n * p * (1 - p))
+    if abs(zeros - mean) > 5 * sigma:
+        return (f"{zeros} of {n} elements are zero, where p = {p} makes about {mean:.0f} (within {5 * sigma:.0f}): "
+                "is the test r > p (keep) the right way round?")
+    # neighbours dropped together: n - 1 overlapping pairs, each p^2; the variance of their count counts
+    # the overlaps (pairs i, i + 1 and i + 1, i + 2 share an element: p^3 together)
+    both = int((dropped[1:] * dropped[:-1]).sum())
+    q = p * p
+    pairs_mean, pairs_var = (n - 1) * q, (n - 1) * q * (1 - q) + 2 * (n - 2) * (p ** 3 - q * q)
+    if abs(both - pairs_mean) > 5 * math.sqrt(pairs_var):
+        return (f"{both} pairs of neighbouring elements are both dropped, where independent ones make about "
+                f"{pairs_mean:.0f} (within {5 * math.sqrt(pairs_var):.0f}): neighbours' random numbers follow from "
+                "each other (a formula of the offset, such as a hash, is not random enough); take them from "
+                "tl.rand(seed, offsets)")
+    blocks = n // BLOCK_SIZE
+    if blocks >= 2 and any(torch.equal(zero[:BLOCK_SIZE], zero[b * BLOCK_SIZE:(b + 1) * BLOCK_SIZE])
+                           for b in range(1, blocks)):
+        return ("a block's mask repeats the first block's: the random numbers must differ from block to block "
+                "(tl.rand(seed, offsets), with each element's own offset)")
+    if torch.equal(out, other):
         return "another seed gave the same output: the seed must go into tl.rand"
     return None
 
