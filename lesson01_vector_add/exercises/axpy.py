@@ -64,8 +64,8 @@ EXERCISE = Exercise(
            "pid = tl.program_id(axis=0), offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE).",
            "The last program's offsets run past N: mask = offsets < N, and give that mask to every tl.load "
            "and to the tl.store, so that the lanes past the end read and write nothing.",
-           "x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32), the same for y; then "
-           "tl.store(out_ptr + offsets, (a * x + y).to(out_ptr.dtype.element_ty), mask=mask)."],
+           "Load x and y under the mask and convert each to float32 as it arrives; compute in float32, and "
+           "convert to the output's dtype (out_ptr.dtype.element_ty) only at the store, under the same mask."],
 )
 
 if __name__ == "__main__":

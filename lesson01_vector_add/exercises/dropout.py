@@ -116,8 +116,8 @@ EXERCISE = Exercise(
     hints=["The six steps of add_kernel, with one more value per element: r = tl.rand(seed, offsets), a block of "
            "uniform numbers in [0, 1), one per offset.",
            "keep = r > p is a block of booleans; tl.where(keep, x / (1 - p), 0.0) picks, element by element.",
-           "x = tl.load(x_ptr + offsets, mask=mask); r = tl.rand(seed, offsets); "
-           "tl.store(out_ptr + offsets, tl.where(r > p, x / (1 - p), 0.0), mask=mask)."],
+           "r must come from the seed and each element's own offset, the same offsets that address x: then "
+           "another BLOCK_SIZE or grid gives the same mask. What goes into tl.rand, and what into tl.where?"],
 )
 
 if __name__ == "__main__":

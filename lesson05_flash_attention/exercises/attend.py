@@ -117,9 +117,10 @@ EXERCISE = Exercise(
            "Before the loop: m_i = tl.full([BLOCK_M], float('-inf'), tl.float32), l_i = tl.zeros([BLOCK_M], "
            "dtype=tl.float32), acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32). A per-row vector meets a "
            "tile as m_new[:, None] or alpha[:, None].",
-           "m_new = tl.maximum(m_i, tl.max(s, axis=1)); alpha = tl.exp(m_i - m_new); p = tl.exp(s - m_new[:, None]); "
-           "l_i = l_i * alpha + tl.sum(p, axis=1); acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], "
-           "input_precision=INPUT_PRECISION); m_i = m_new; and after the loop out = acc / l_i[:, None]."],
+           "Per key block, in this order: the new running max from the old one and the block's; alpha, what the "
+           "old max turns into under the new one; p, the block's exp against the new max; then l_i and acc each "
+           "rescaled by alpha before the block's share is added (tl.dot takes acc as its accumulator). Which "
+           "division is left for after the loop?"],
 )
 
 if __name__ == "__main__":

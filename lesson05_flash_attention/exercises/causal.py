@@ -131,8 +131,8 @@ EXERCISE = Exercise(
            "The last row of program pid_m is (pid_m + 1) * BLOCK_M - 1, and no row sees a key past it: a key block "
            "starting at or after (pid_m + 1) * BLOCK_M is all -inf. The loop may stop there, or at seq_len if that "
            "comes first. The mask compares columns with rows: cols[None, :] against rows[:, None].",
-           "end = tl.minimum((pid_m + 1) * BLOCK_M, seq_len); keep = (cols[None, :] < seq_len) & "
-           "(cols[None, :] <= rows[:, None])."],
+           "Two conditions make a score visible: its key exists (a column below seq_len) and it is not in the "
+           "future of its query (a column at most its row). The loop's end is the smaller of two numbers: which?"],
 )
 
 if __name__ == "__main__":

@@ -99,9 +99,9 @@ EXERCISE = Exercise(
            "The decay is a choice per element, not a branch per program (n_decay can fall inside a block): "
            "p = tl.where(offsets < n_decay, p * (1 - lr * weight_decay), p), before the step. The step uses the "
            "new m and v, and divides by bias1 and by sqrt(bias2) where the formula does.",
-           "m = beta1 * m + (1 - beta1) * g; v = beta2 * v + (1 - beta2) * g * g; then "
-           "p = p - lr / bias1 * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps); tl.store(p_new_ptr + offsets, p, "
-           "mask=mask), and m_new, v_new alike."],
+           "m and v first, each from its old value and g; the step then uses the new ones, with the bias "
+           "corrections where the formula puts them: under m, and under sqrt(v). Which elements decay, and does "
+           "the decay use p before or after the step?"],
 )
 
 if __name__ == "__main__":

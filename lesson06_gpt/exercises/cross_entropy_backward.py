@@ -94,9 +94,9 @@ EXERCISE = Exercise(
            "The onehot is where the column is the target: tl.where(cols == target, 1.0, 0.0), with cols the "
            "row's column numbers (start + ...), not the lane numbers within the tile. Convert x with "
            ".to(tl.float32) as it is loaded, and mask the load and the store with cols < V.",
-           "x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < V, other=0.0).to(tl.float32); "
-           "dx = (tl.exp(x - lse) - onehot) * dloss; store it at dx_ptr + row * stride_dxm + cols, "
-           ".to(dx_ptr.dtype.element_ty), with the same mask."],
+           "In float32: p from x and the stored lse, never from exp(x) alone; the one-hot from the column numbers "
+           "against the target; both times dloss. What goes out is rounded once, to dx's dtype, under the mask "
+           "that the load used."],
 )
 
 if __name__ == "__main__":

@@ -97,9 +97,8 @@ EXERCISE = Exercise(
            "The masked lanes must add nothing to the sum: load x, w and dy with mask=cols < N and other=0.0 "
            "(then g * xh = 0 there), each converted with .to(tl.float32) at once, and divide by N, the real "
            "columns, not by BLOCK_N.",
-           "row = tl.program_id(axis=0); cols = tl.arange(0, BLOCK_N); x from x_ptr + row * stride_xm + cols, "
-           "dy from dy_ptr + row * stride_dym + cols, w from w_ptr + cols; dx is contiguous: its row starts "
-           "at dx_ptr + row * N; store it .to(dx_ptr.dtype.element_ty) with the mask."],
+           "Mind the strides: x's and dy's rows lie their own strides apart, dx's N apart. The two reductions of "
+           "the formula are one tl.sum over the row; which quantity must it sum, and what divides it?"],
 )
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "75e7e02e4909"  # common.exercise.given_fingerprint of axpy.py as the course ships it
+GIVEN = "f3d1080cc704"  # common.exercise.given_fingerprint of axpy.py as the course ships it
 
 
 @triton.jit

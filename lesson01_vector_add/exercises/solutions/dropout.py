@@ -6,7 +6,7 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "ee5d6510c390"  # common.exercise.given_fingerprint of dropout.py as the course ships it
+GIVEN = "1a6637fa66c3"  # common.exercise.given_fingerprint of dropout.py as the course ships it
 
 
 @triton.jit

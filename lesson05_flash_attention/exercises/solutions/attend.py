@@ -7,7 +7,7 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "9e38d276acd6"  # common.exercise.given_fingerprint of attend.py as the course ships it
+GIVEN = "6138b0658678"  # common.exercise.given_fingerprint of attend.py as the course ships it
 
 
 @triton.jit

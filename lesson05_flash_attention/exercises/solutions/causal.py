@@ -7,7 +7,7 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "c4f6480510ab"  # common.exercise.given_fingerprint of causal.py as the course ships it
+GIVEN = "09327a3e93df"  # common.exercise.given_fingerprint of causal.py as the course ships it
 
 
 @triton.jit

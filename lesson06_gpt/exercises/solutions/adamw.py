@@ -6,7 +6,7 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "45705b815948"  # common.exercise.given_fingerprint of adamw.py as the course ships it
+GIVEN = "6e7d26d8fce2"  # common.exercise.given_fingerprint of adamw.py as the course ships it
 
 
 @triton.jit

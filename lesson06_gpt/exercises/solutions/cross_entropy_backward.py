@@ -6,7 +6,7 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "e44d3941b178"  # common.exercise.given_fingerprint of cross_entropy_backward.py as the course ships it
+GIVEN = "998e44e151a9"  # common.exercise.given_fingerprint of cross_entropy_backward.py as the course ships it
 
 
 @triton.jit
