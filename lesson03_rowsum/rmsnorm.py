@@ -113,19 +113,13 @@ def rms_norm_backward_kernel(
     tl.store(dw_ptr + pid.to(INDEX_TYPE) * N + cols, tl.sum(dw, axis=0), mask=cols < N)
 
 
-def settings(N: int) -> tuple[int, int, int]:
-    """The forward's BLOCK_M, BLOCK_N, num_warps: lesson 3's tile_config (tiles up to 4096 columns, short
-    rows packed until a program holds 2048 elements, 8 per thread)."""
-    return tile_config(N)
-
-
 def launch(x, w, eps: float, residual=None, *, kernel=rms_norm_kernel) -> tuple:
     """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w, rstd per row."""
     M, N = x.shape
     y, rstd = x.new_empty((M, N)), x.new_empty(M, dtype=torch.float32)
     h = x.new_empty((M, N)) if residual is not None else None
     if M:
-        BLOCK_M, BLOCK_N, num_warps = settings(N)
+        BLOCK_M, BLOCK_N, num_warps = tile_config(N)  # lesson 3's tile: short rows packed, 8 per thread
         r = residual if residual is not None else x  # (a pointer the kernel never reads)
         kernel[(cdiv(M, BLOCK_M),)](x, r, h if h is not None else y, w, y, rstd, M, N, x.stride(0), r.stride(0),
                                     (h if h is not None else y).stride(0), y.stride(0), eps, BLOCK_M=BLOCK_M,

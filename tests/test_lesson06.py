@@ -11,42 +11,20 @@ import torch
 import torch.nn.functional as F
 
 from conftest import DEVICE, INTERPRET, ROOT, run_as_notebook, run_script, parse_command_line
-from common.checks import rel_error
+from common.checks import grad_ok, rel_error
 from lesson02_softmax.cross_entropy import cross_entropy
 from lesson03_rowsum import rmsnorm
 from lesson03_rowsum.rmsnorm import MAX_N, rms_norm
 from lesson06_gpt import adamw
-from lesson06_gpt.main import GPT, SECTIONS, TOY, agree, batch, load_bytes, optimizer, split, step_ops
+from lesson06_gpt.main import GPT, SECTIONS, TOY, agree, batch, errors, load_bytes, split, step_ops
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
-# relative error allowed against float64: twice the error of torch's own computation in the dtype
-# (measured per case, below), plus 1e-5 for float32's few ulps of difference in summation order
 
 
-def both_errors(ours, theirs, inputs, cotangents_seed=0):
-    """[(ours, torch's)] relative errors of every output and every input's gradient, against torch in float64."""
-    gen = torch.Generator().manual_seed(cotangents_seed)
-
-    def run(fn, dtype):
-        xs = [x.detach().to(dtype).requires_grad_() if x.is_floating_point() else x for x in inputs]
-        out = fn(*xs)
-        out = out if isinstance(out, tuple) else (out,)
-        leaves = [x for x in xs if x.is_floating_point()]
-        grads = torch.autograd.grad([o.double().mul(c).sum() for o, c in zip(out, cots)], leaves)
-        return [*out, *grads]
-
-    with torch.no_grad():
-        probe = theirs(*[x.double() if x.is_floating_point() else x for x in inputs])
-    probe = probe if isinstance(probe, tuple) else (probe,)
-    cots = [torch.randn(p.shape, generator=gen, dtype=torch.float64).to(DEVICE) for p in probe]
-    exact, dtype = run(theirs, torch.float64), inputs[0].dtype
-    return list(zip((rel_error(a, e) for a, e in zip(run(ours, dtype), exact)),
-                    (rel_error(a, e) for a, e in zip(run(theirs, dtype), exact))))
-
-
-def assert_as_good_as_torch(errors):
-    for i, (ours, theirs) in enumerate(errors):
-        assert ours <= 2 * theirs + 1e-5, f"output/gradient {i}: {ours:.2e} against torch's {theirs:.2e}"
+def assert_as_good_as_torch(pairs):
+    """The course's check (common.checks.grad_ok): within twice torch's own error in the dtype, plus 1e-5."""
+    for i, (ours, theirs) in enumerate(pairs):
+        assert grad_ok(ours, theirs), f"output/gradient {i}: {ours:.2e} against torch's {theirs:.2e}"
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -55,10 +33,10 @@ def test_cross_entropy_and_its_gradient_match_float64(rows, V, dtype):
     logits = torch.randn(rows, V, device=DEVICE) * 4
     targets = torch.randint(0, V, (rows,), device=DEVICE)
     targets[-1] = V - 1  # a target in the last (partial) tile
-    errors = both_errors(lambda x: cross_entropy(x, targets),
+    pairs = errors(lambda x: cross_entropy(x, targets),
                          lambda x: F.cross_entropy(x.float() if x.dtype != torch.float64 else x, targets),
                          [logits.to(dtype)])
-    assert_as_good_as_torch(errors)
+    assert_as_good_as_torch(pairs)
     per_row = cross_entropy(logits.to(dtype), targets, reduction="none")
     assert per_row.dtype == torch.float32 and per_row.shape == (rows,)
     assert rel_error(per_row, F.cross_entropy(logits.to(dtype).double(), targets, reduction="none")) < 1e-5
@@ -68,9 +46,9 @@ def test_cross_entropy_any_upstream_gradient_and_strided_logits():
     logits = torch.randn(6, 300, device=DEVICE)[:, ::2]  # a view: columns 2 apart
     targets = torch.randint(0, 150, (6,), device=DEVICE)
     weights = torch.rand(6, device=DEVICE)
-    errors = both_errors(lambda x: cross_entropy(x, targets, reduction="none") * weights,
+    pairs = errors(lambda x: cross_entropy(x, targets, reduction="none") * weights,
                          lambda x: F.cross_entropy(x, targets, reduction="none") * weights, [logits])
-    assert_as_good_as_torch(errors)
+    assert_as_good_as_torch(pairs)
 
 
 def test_cross_entropy_large_logits_stay_finite():
@@ -98,9 +76,9 @@ def test_rms_norm_and_the_fused_residual_match_float64(shape, dtype):
     N = shape[-1]
     x, r = torch.randn(*shape, device=DEVICE), torch.randn(*shape, device=DEVICE)
     w = torch.rand(N, device=DEVICE) + 0.5
-    plain = both_errors(lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (N,), w, 1e-6),
+    plain = errors(lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (N,), w, 1e-6),
                         [x.to(dtype), w.to(dtype)])
-    fused = both_errors(lambda x, w, r: rms_norm(x, w, residual=r),
+    fused = errors(lambda x, w, r: rms_norm(x, w, residual=r),
                         lambda x, w, r: (x + r, F.rms_norm(x + r, (N,), w, 1e-6)), [t.to(dtype) for t in (x, w, r)])
     assert_as_good_as_torch(plain)  # y, dx, dw
     assert_as_good_as_torch(fused)  # h, y, dx, dw, dresidual
@@ -110,7 +88,7 @@ def test_rms_norm_backward_stretches_of_rows(monkeypatch):
     # one SM: 4 programs for 19 blocks of 16 rows, each program a stretch of 5 blocks, the last one short
     monkeypatch.setattr(rmsnorm, "sm_count", lambda: 1)
     x, w = torch.randn(300, 100, device=DEVICE), torch.rand(100, device=DEVICE) + 0.5
-    assert_as_good_as_torch(both_errors(lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (100,), w, 1e-6),
+    assert_as_good_as_torch(errors(lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (100,), w, 1e-6),
                                         [x, w]))
 
 
