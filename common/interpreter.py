@@ -6,10 +6,11 @@ Imported by common.device when the kernels run under the interpreter (numpy on t
 - a helper's call patched once: the interpreter redoes, at every call of a @triton.jit helper from
   inside a kernel, the patching of triton.language that the launch already did (a third of a
   lesson's check time);
-- NumPy's overflow and invalid-value warnings silenced where the interpreter's own arithmetic
-  raises them (a GPU gives inf, or a NaN in lanes the mask then drops, quietly): the lessons'
-  correct kernels do both (gelu's exp(-2u) for very negative u; -inf - -inf in the padded rows of
-  a softmax block). Only there: the same warning from any other code still shows;
+- NumPy's overflow, invalid-value and divide-by-zero warnings silenced where the interpreter's
+  own arithmetic raises them (a GPU gives inf, or a NaN in lanes the mask then drops, quietly):
+  the lessons' correct kernels do all three (gelu's exp(-2u) for very negative u; -inf - -inf in
+  the padded rows of a softmax block; log(0) in those of a cross-entropy). Only there: the same
+  warning from any other code still shows;
 - and one rule the launchers follow (common.device.interpretable): NumPy has no bfloat16, so the
   interpreter holds bf16 values as raw 16-bit integers, and arithmetic or tl.dot on them gives
   garbage (about 1e10 for a dot of unit normals). Handed float32 copies instead, the kernels
@@ -107,6 +108,6 @@ def _patch_once() -> None:
 _fix_loops()
 _round_bfloat16()
 _patch_once()
-warnings.filterwarnings("ignore", message="(overflow|invalid value) encountered", category=RuntimeWarning,
-                        module=r"triton\.runtime\.interpreter")
+warnings.filterwarnings("ignore", message="(overflow|invalid value|divide by zero) encountered",
+                        category=RuntimeWarning, module=r"triton\.runtime\.interpreter")
 
