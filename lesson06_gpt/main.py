@@ -718,7 +718,7 @@ def bench_training():
         seconds = time.perf_counter() - start
         losses[name] = [c.item() for c in curve]
         peak = (torch.cuda.max_memory_allocated() - base) / 2**30
-        rows.append([name, B * cfg.seq * (steps - warmup) / seconds, peak, losses[name][-1]])
+        rows.append([name, round(B * cfg.seq * (steps - warmup) / seconds), peak, losses[name][-1]])
         del step
     eager, compiled, eager_peak = rows[0][1], rows[1][1], rows[0][2]
     params = sum(p.numel() for p in GPT(cfg, "torch").parameters())

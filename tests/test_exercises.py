@@ -125,6 +125,15 @@ def test_an_exercise_file_runs_as_a_script():
 
 
 # ----- the guards against shortcuts (issue 40): each shortcut rebuilt, each seen to pass before its guard
+# These tests run the checker's stages in this process, with a launcher or a kernel swapped in, which
+# a child process cannot be handed. The memory stage records the interpreter's loads and stores, so
+# on a GPU (where check() runs that stage in an interpreter child) they are left to the CPU run; the
+# refusals at the "started" stage need no kernel run and run on both (compiled=not INTERPRET).
+IN_THIS_PROCESS = pytest.mark.skipif(not (INTERPRET and accesses.available()), reason=(
+    "runs the checker's memory stage in this process, which needs Triton's interpreter (on a GPU, check() "
+    "runs it in a child)"))
+
+
 def _cheat(monkeypatch, ex, launch):
     """The exercise with its launcher replaced, as a learner can edit the one in their file."""
     import dataclasses
@@ -132,7 +141,7 @@ def _cheat(monkeypatch, ex, launch):
     return dataclasses.replace(ex, launch=launch)
 
 
-@pytest.mark.skipif(not accesses.available(), reason="the checker's memory stage records the interpreter's stores")
+@IN_THIS_PROCESS
 def test_a_launcher_that_writes_the_answer_after_the_kernel_fails(monkeypatch):
     from lesson01_vector_add.exercises import axpy
     import triton
@@ -152,7 +161,7 @@ def test_a_launcher_that_writes_the_answer_after_the_kernel_fails(monkeypatch):
     assert result.stage == "memory" and "after it ran" in result.message and "out[0]" in result.message
 
 
-@pytest.mark.skipif(not accesses.available(), reason="the checker's memory stage records the interpreter's loads")
+@IN_THIS_PROCESS
 def test_a_launcher_that_fills_the_output_for_the_kernel_to_store_back_fails(monkeypatch):
     from lesson01_vector_add.exercises import axpy
     import triton
@@ -178,7 +187,7 @@ def test_a_launcher_that_fills_the_output_for_the_kernel_to_store_back_fails(mon
     assert result.stage == "memory" and "before any program stored it" in result.message
 
 
-@pytest.mark.skipif(not accesses.available(), reason="the checker poisons the interpreter's masked loads")
+@IN_THIS_PROCESS
 def test_a_masked_load_without_other_reads_nan_where_a_gpu_reads_garbage():
     import dataclasses
 
@@ -218,7 +227,7 @@ def test_a_part_imported_from_elsewhere_is_refused(monkeypatch):
     from lesson01_vector_add.exercises.solutions import axpy as solution
 
     monkeypatch.setattr(axpy, "axpy_kernel", solution.axpy_kernel)  # `from ...solutions.axpy import axpy_kernel`
-    result = axpy.EXERCISE.stages("learner")
+    result = axpy.EXERCISE.stages("learner", compiled=not INTERPRET)
     assert result.stage == "started" and "is not written in axpy.py" in result.message
     assert "solutions/axpy.py" in result.message
 
@@ -258,7 +267,7 @@ def test_the_values_tolerance_is_twice_torchs_error_not_more():
     assert message is not None and "y[37]" in message and "1 of 100 elements" in message
 
 
-@pytest.mark.skipif(not accesses.available(), reason="the memory stage records the interpreter's stores")
+@IN_THIS_PROCESS
 def test_an_output_with_one_element_unwritten_fails(monkeypatch):
     import dataclasses
 
@@ -312,8 +321,8 @@ def test_an_edited_case_list_or_reference_is_refused(tmp_path, monkeypatch, edit
     edited = tmp_path / "axpy.py"
     edited.write_text(source.replace(edit[0], edit[1], 1))
     monkeypatch.setattr(checker, "_file", lambda module: str(edited))
-    result = axpy.EXERCISE.stages("learner")
+    result = axpy.EXERCISE.stages("learner", compiled=not INTERPRET)
     assert result.stage == "started" and "given code" in result.message and "not the course's" in result.message
     # a kernel written in the file changes nothing given: the stub as shipped still reads "not started"
     edited.write_text(source.replace("    pass\n", "    pid = tl.program_id(axis=0)\n", 1))
-    assert "given code" not in axpy.EXERCISE.stages("learner").message
+    assert "given code" not in axpy.EXERCISE.stages("learner", compiled=not INTERPRET).message

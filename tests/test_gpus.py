@@ -286,7 +286,7 @@ def families(arch: int) -> list[Family]:
         Family("adamw_kernel", {}, {}, lambda v: dict(
             module="lesson06_gpt.adamw", kernel="adamw_kernel",
             signature={**pointers("fp32", "p_ptr", "g_ptr", "m_ptr", "v_ptr"), **ints("N", "n_decay"),
-                       **dict.fromkeys(("lr", "beta1", "beta2", "eps", "weight_decay", "bias1", "bias2"), "fp32")},
+                       **dict.fromkeys(("lr", "one_minus_beta1", "one_minus_beta2", "eps", "weight_decay", "bias1", "bias2"), "fp32")},
             constexprs={"BLOCK_SIZE": adamw.BLOCK_SIZE}, num_warps=4)),
         # lesson 4: the autotuned list, each epilogue, both precisions of float32
         Family("matmul_kernel", {"dtype": DTYPES + ("fp32 as tf32",), "config": tuple(MATMUL_CONFIGS)},

@@ -15,9 +15,13 @@ lesson lays every parameter of the model out in one flat float32 buffer, the wei
 (matrices, embeddings) first, so one launch updates them all and tells the decaying ones by their
 offset: the first n_decay elements decay, the others (norms' weights) do not. Write the kernel:
 p, g, m, v are flat float32 tensors of N elements; the launcher below (given) computes bias1 and
-bias2 from the step t on the host and launches cdiv(N, BLOCK_SIZE) programs. The lesson's kernel
-(lesson06_gpt/adamw.py) writes p, m and v back in place and zeros g; here the checker wants every
-input left as it is, so write the new values to p_new, m_new and v_new (same size, float32).
+bias2 from the step t on the host and launches cdiv(N, BLOCK_SIZE) programs. It hands the kernel
+1 - beta1 and 1 - beta2, not the betas: a float argument arrives as a float32, and 0.999 is not one
+(the nearest is 0.99900001), so `1 - beta2` taken on the GPU is 1.3e-5 off. Write the moments as
+torch's lerp_ does, m <- m + (1 - beta1) * (g - m): the same value as beta1 * m + (1 - beta1) * g.
+The lesson's kernel (lesson06_gpt/adamw.py) writes p, m and v back in place and zeros g; here the
+checker wants every input left as it is, so write the new values to p_new, m_new and v_new (same
+size, float32).
 About 14 lines.
 
 The check: p_new, m_new and v_new against the formula above in float64 (which is
@@ -44,7 +48,7 @@ from common.launch import cdiv
 
 @triton.jit
 def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                 lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+                 lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     """One AdamW step for elements [pid * BLOCK_SIZE, (pid + 1) * BLOCK_SIZE) of the flat buffers,
     the decay only where offsets < n_decay; the new p, m, v stored in p_new, m_new, v_new."""
     pass
@@ -52,10 +56,11 @@ def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N,
 
 def launch(adamw_kernel, p, g, m, v, p_new, m_new, v_new, n_decay, lr, beta1, beta2, eps, weight_decay, step,
            BLOCK_SIZE=128):
-    """Given: the bias corrections of step `step` (counted from 1), once on the host; one program per block."""
+    """Given: 1 - beta1, 1 - beta2 and the bias corrections of step `step` (counted from 1), once on the
+    host in double precision; one program per block."""
     N = p.numel()
     bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
-    adamw_kernel[(cdiv(N, BLOCK_SIZE),)](p, g, m, v, p_new, m_new, v_new, N, n_decay, lr, beta1, beta2, eps,
+    adamw_kernel[(cdiv(N, BLOCK_SIZE),)](p, g, m, v, p_new, m_new, v_new, N, n_decay, lr, 1 - beta1, 1 - beta2, eps,
                                          weight_decay, bias1, bias2, BLOCK_SIZE=BLOCK_SIZE)
 
 
@@ -87,7 +92,7 @@ def case(N: int, n_decay: int, BLOCK_SIZE: int, step: int = 2, betas=(0.9, 0.999
 
 
 EXERCISE = Exercise(
-    lesson="lesson06_gpt", name="adamw", kind="write", parts=("adamw_kernel",), stub="41568259ffbf",
+    lesson="lesson06_gpt", name="adamw", kind="write", parts=("adamw_kernel",), stub="a8f4d5bf566f",
     launch=launch, reference=reference, lines=14,
     cases=[case(1, 1, 128), case(1, 0, 128, seed=1), case(127, 100, 128, seed=2), case(128, 100, 128, seed=3),
            case(129, 100, 128, seed=4), case(1000, 600, 256, seed=5), case(300, 150, 128, step=1, seed=6),

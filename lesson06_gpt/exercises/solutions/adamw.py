@@ -6,12 +6,12 @@ import triton.language as tl
 from common.exercise import Wrong
 
 
-GIVEN = "6e7d26d8fce2"  # common.exercise.given_fingerprint of adamw.py as the course ships it
+GIVEN = "3e3f80f3ae8b"  # common.exercise.given_fingerprint of adamw.py as the course ships it
 
 
 @triton.jit
 def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                 lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+                 lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     """One AdamW step for elements [pid * BLOCK_SIZE, (pid + 1) * BLOCK_SIZE) of the flat buffers,
     the decay only where offsets < n_decay; the new p, m, v stored in p_new, m_new, v_new."""
     pid = tl.program_id(axis=0)
@@ -22,8 +22,8 @@ def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N,
     m = tl.load(m_ptr + offsets, mask=mask, other=0.0)
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     p = tl.where(offsets < n_decay, p * (1 - lr * weight_decay), p)  # decoupled decay, element by element
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    m = m + one_minus_beta1 * (g - m)
+    v = v + one_minus_beta2 * (g * g - v)
     p = p - (lr / bias1) * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps)   # the new m and v, bias-corrected
     tl.store(p_new_ptr + offsets, p, mask=mask)
     tl.store(m_new_ptr + offsets, m, mask=mask)
@@ -32,7 +32,7 @@ def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N,
 
 @triton.jit
 def decay_everywhere(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                     lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+                     lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
@@ -41,8 +41,8 @@ def decay_everywhere(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr
     m = tl.load(m_ptr + offsets, mask=mask, other=0.0)
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     p = p * (1 - lr * weight_decay)                # the norms' weights decay too
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    m = m + one_minus_beta1 * (g - m)
+    v = v + one_minus_beta2 * (g * g - v)
     p = p - (lr / bias1) * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps)
     tl.store(p_new_ptr + offsets, p, mask=mask)
     tl.store(m_new_ptr + offsets, m, mask=mask)
@@ -51,7 +51,7 @@ def decay_everywhere(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr
 
 @triton.jit
 def decay_in_the_gradient(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                          lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+                          lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
@@ -60,8 +60,8 @@ def decay_in_the_gradient(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_ne
     m = tl.load(m_ptr + offsets, mask=mask, other=0.0)
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     g = tl.where(offsets < n_decay, g + weight_decay * p, g)  # Adam's L2 penalty, not AdamW's decoupled decay
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    m = m + one_minus_beta1 * (g - m)
+    v = v + one_minus_beta2 * (g * g - v)
     p = p - (lr / bias1) * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps)
     tl.store(p_new_ptr + offsets, p, mask=mask)
     tl.store(m_new_ptr + offsets, m, mask=mask)
@@ -70,7 +70,7 @@ def decay_in_the_gradient(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_ne
 
 @triton.jit
 def no_bias_correction(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                       lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+                       lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
@@ -79,8 +79,8 @@ def no_bias_correction(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_p
     m = tl.load(m_ptr + offsets, mask=mask, other=0.0)
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     p = tl.where(offsets < n_decay, p * (1 - lr * weight_decay), p)
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    m = m + one_minus_beta1 * (g - m)
+    v = v + one_minus_beta2 * (g * g - v)
     p = p - lr * m / (tl.sqrt(v) + eps)            # bias1 and bias2 left out
     tl.store(p_new_ptr + offsets, p, mask=mask)
     tl.store(m_new_ptr + offsets, m, mask=mask)
@@ -89,7 +89,7 @@ def no_bias_correction(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_p
 
 @triton.jit
 def the_old_moments(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                    lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+                    lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
@@ -99,8 +99,8 @@ def the_old_moments(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr,
     v = tl.load(v_ptr + offsets, mask=mask, other=0.0)
     p = tl.where(offsets < n_decay, p * (1 - lr * weight_decay), p)
     p = p - (lr / bias1) * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps)  # the step before the moments are updated
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    m = m + one_minus_beta1 * (g - m)
+    v = v + one_minus_beta2 * (g * g - v)
     tl.store(p_new_ptr + offsets, p, mask=mask)
     tl.store(m_new_ptr + offsets, m, mask=mask)
     tl.store(v_new_ptr + offsets, v, mask=mask)
@@ -108,7 +108,7 @@ def the_old_moments(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr,
 
 @triton.jit
 def no_mask(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-            lr, beta1, beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
+            lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     p = tl.load(p_ptr + offsets)
@@ -116,8 +116,8 @@ def no_mask(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_de
     m = tl.load(m_ptr + offsets)
     v = tl.load(v_ptr + offsets)
     p = tl.where(offsets < n_decay, p * (1 - lr * weight_decay), p)
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
+    m = m + one_minus_beta1 * (g - m)
+    v = v + one_minus_beta2 * (g * g - v)
     p = p - (lr / bias1) * m / (tl.sqrt(v) / tl.sqrt(bias2) + eps)
     tl.store(p_new_ptr + offsets, p)
     tl.store(m_new_ptr + offsets, m)
