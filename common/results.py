@@ -51,9 +51,9 @@ def machine_stamp() -> dict:
 
 
 def plot(table: Table, path: str, x: str, y: str | list, series: list, ceiling: float | None,
-         ceiling_label: str = "", logx: bool = True, logy: bool = False) -> bool:
+         ceiling_label: str = "", logx: bool = True, logy: bool = False, ylabel: str = "") -> bool:
     """y against x, one line per distinct value of the `series` columns (or, where y names several
-    columns, one line per column), the ceiling dashed. Returns False (and draws nothing) when
+    columns, one line per column, the axis named by ylabel), the ceiling dashed. Returns False (and draws nothing) when
     matplotlib is not installed."""
     try:
         import matplotlib
@@ -83,7 +83,7 @@ def plot(table: Table, path: str, x: str, y: str | list, series: list, ceiling: 
     if not numeric:
         ax.set_xticks(range(len(labels)), labels, rotation=20, fontsize=8)
     ax.set_xlabel(x)
-    ax.set_ylabel(y if isinstance(y, str) else "µs")
+    ax.set_ylabel(ylabel or (y if isinstance(y, str) else ""))
     ax.set_title(table.title.splitlines()[0][:90], fontsize=9)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)

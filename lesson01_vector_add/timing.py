@@ -172,7 +172,7 @@ def host_section(cases: str, add, processes: int = 3, sizes=tuple(2**k for k in 
     by_size = print_table(rows, headers, title="Kernel time against host cost, by size",
                           note="float32. Kernel: bench.kernel_time_ms (L2 flushed); host: the 'Host cost per call' "
                                "table (the host's cost does not grow with N).",
-                          plot=dict(x="N", y=headers[1:], series=[], ceiling=None, logy=True))
+                          plot=dict(x="N", y=headers[1:], series=[], ceiling=None, logy=True, ylabel="µs"))
     for name, host, column in (("torch x + y", torch_us, 1), ("Triton add", add_us, 2)):
         n = crossover(list(sizes), host, [row[column] for row in rows])
         where = f"N = 2^{math.log2(n):.1f} = {n / 1e6:.1f} M elements ({12 * n / 1e6:.0f} MB moved)" if n else "never"

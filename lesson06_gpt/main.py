@@ -693,7 +693,10 @@ chapter.run("profile", profile_section, gpu=True)
 # course kernel through its registered operator and fuses the casts and reshapes between them).
 # Tokens per second over the steps after the warm-up (compilation and autotuning stay out), the
 # peak memory of the whole run (weights, gradients, optimizer state and activations), and the loss
-# at each step: the four curves should lie on top of each other.
+# at each step. The four curves lie on top of each other for the first steps; then bfloat16's
+# roundings, which differ between any two implementations (eager and torch.compile of the same torch
+# model too), are amplified step by step as in any training run, and the curves part by a few
+# hundredths of a nat or more (RESULTS.md shows by how much): the same training, another trajectory.
 
 
 # %%
@@ -738,7 +741,7 @@ def bench_training():
     every = max(1, steps // 20)
     curve_rows = [[i + 1] + [losses[name][i] for name in runs] for i in range(0, steps, every)]
     t2 = print_table(curve_rows, ["step", *runs], floatfmt=".3f", title="Training loss by step (nats)",
-                     plot=dict(x="step", y=list(runs), series=[], ceiling=None, logx=False))
+                     plot=dict(x="step", y=list(runs), series=[], ceiling=None, logx=False, ylabel="loss (nats)"))
     return [t1, t2]
 
 
