@@ -38,6 +38,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import linecache
 import math
 import os
 import sys
@@ -113,7 +114,8 @@ class Exercise:
             return {p: getattr(solutions, p) for p in self.parts}, [_file(solutions)]
         label = which.split(":", 1)[1]
         wrong = next(w for w in solutions.WRONG if w.label == label)
-        return {p: wrong.parts.get(p, getattr(solutions, p)) for p in self.parts}, [_file(solutions)]
+        parts = {p: wrong.parts.get(p, getattr(solutions, p)) for p in self.parts}
+        return parts, [_file(solutions)] + [f for f in map(_source_file, wrong.parts.values()) if "#patch" in (f or "")]
 
     # ----- the stages
     def stages(self, which: str = "learner", compiled: bool = False) -> Result:
@@ -645,12 +647,37 @@ def _is_main(exercise: Exercise) -> bool:
 
 @dataclass
 class Wrong:
-    """A wrong solution made of a mistake learners make: the parts it replaces, and the stage and the
-    phrase its failure must name."""
+    """A wrong solution made of a mistake learners make: the parts it replaces (most of them the
+    solution's own, patched()), and the stage and the phrase its failure must name."""
     label: str
     stage: str
     phrase: str
     parts: dict
+
+
+def patched(part, *edits: tuple):
+    """The solution's kernel (or function) `part` with one mistake made in its source: each edit
+    (old, new) replaces text found exactly once in it. The mistake is the edit, written in one place,
+    and the rest stays the solution's; compiled anew in the solution's module, at its line numbers,
+    from a source file of its own (so a message can show the patched line). An edit (old, new, n)
+    replaces text found exactly n times."""
+    fn = getattr(part, "fn", part)
+    source = inspect.getsource(fn)
+    for old, new, *times in edits:
+        n = times[0] if times else 1
+        if source.count(old) != n:
+            raise ValueError(f"a patch of {fn.__name__}: {old!r} is {source.count(old)} times in it, not {n}")
+        source = source.replace(old, new)
+    _patches.append(source)
+    path = f"{inspect.getsourcefile(fn)}#patch{len(_patches)}"  # a name of its own for linecache
+    text = "\n" * (fn.__code__.co_firstlineno - 1) + source
+    linecache.cache[path] = (len(text), None, text.splitlines(True), path)
+    namespace = dict(fn.__globals__)
+    exec(compile(text, path, "exec"), namespace)
+    return namespace[fn.__name__]
+
+
+_patches = []
 
 
 def load_progress() -> dict:
