@@ -16,7 +16,10 @@ The stages, in order:
    written in your file (imported from elsewhere) is refused, and so is a file whose given code
    (cases, reference, launcher, Exercise) is no longer the course's (solutions/<name>.py keeps its
    fingerprint, GIVEN): only the parts are yours;
-2. runs: under Triton's interpreter; an error becomes one sentence naming your line;
+2. runs: under Triton's interpreter; an error becomes one sentence naming your line. Then, on a
+   machine without a GPU, each kernel is compiled for one (sm_90, in a child process, once per set
+   of argument types): the interpreter runs code a GPU's compiler refuses, such as a float16
+   accumulator that its first float32 update turns float32;
 3. memory: every load and store checked against the tensors' bounds before it happens
    (common/accesses.py), no input written, every output element written by exactly one program,
    no output read before the kernel stored it, and each output holding exactly what the kernel's
@@ -145,10 +148,10 @@ class Exercise:
         if self.kind == "predict":
             return self._predicted(impl)
         passed = ["started"]
-        runs, skipped = [], []
+        runs, skipped, launches = [], [], {}
         for case in self.cases:
             try:
-                inputs, outputs, log = self._run(case, impl, record=not compiled)
+                inputs, outputs, log = self._run(case, impl, record=not compiled, launches=launches)
             except Exception as error:  # noqa: BLE001  (the learner's code: any error is a message)
                 if not compiled and accesses.lacks_bf16(error):
                     skipped.append(case.name)  # this Triton's interpreter cannot: the GPU checks it compiled
@@ -161,6 +164,11 @@ class Exercise:
         if skipped:
             print(f"(not checked here: {', '.join(skipped)}. This Triton's interpreter cannot run bfloat16; "
                   "a GPU checks those cases compiled.)")
+        # no GPU here: compile for one (with a GPU, check() runs the compiled kernel itself after this)
+        if INTERPRET and not compiled and not torch.cuda.is_available() and self.compile_check(which):
+            problem = gpu_compile_problem(self.module, which, launches)
+            if problem:
+                return Result("runs", problem, tuple(passed))
         passed.append("runs")
         if not compiled:
             if accesses.available():
@@ -187,8 +195,19 @@ class Exercise:
             passed.append("budget")
         return Result("passed", f"all {len(self.cases)} cases pass.", tuple(passed))
 
-    def _run(self, case: Case, impl: dict, record: bool):
-        """Launch on guarded copies of the case's tensors; returns (inputs, outputs, log)."""
+    def compile_check(self, which: str) -> bool:
+        """Is `which` compiled for a GPU here, after its interpreted runs? The learner's file and the
+        solution always; a wrong solution only where its mistake is one the compiler stops (a
+        Wrong with compiles=False), as each compilation takes a second or two."""
+        if which in ("learner", "solution"):
+            return True
+        label = which.split(":", 1)[1]
+        solutions = importlib.import_module(f"{self.lesson}.exercises.solutions.{self.name}")
+        return not next(w for w in solutions.WRONG if w.label == label).compiles
+
+    def _run(self, case: Case, impl: dict, record: bool, launches: dict | None = None):
+        """Launch on guarded copies of the case's tensors; returns (inputs, outputs, log). launches: a
+        dict that gets each kernel's first launch (its arguments), for the GPU compile check."""
         inputs = {k: accesses.guarded(v.to(DEVICE), _sentinel(v.dtype)) if isinstance(v, torch.Tensor) else v
                   for k, v in case.inputs.items()}
         like = self.reference or self.outputs  # the outputs' shapes and dtypes: torch's result in the inputs' dtype
@@ -196,6 +215,8 @@ class Exercise:
         outputs = {k: accesses.guarded(torch.full_like(v, _sentinel(v.dtype)), _sentinel(v.dtype))
                    for k, v in expected.items()}
         kernels = {p: impl[p] for p in self.parts if p != "launch"}
+        if launches is not None:
+            kernels = {p: _FirstLaunch(k, p, launches) for p, k in kernels.items()}
         launch = impl["launch"] if "launch" in self.parts else self.launch
         log = accesses.Log([accesses.region(k, v, True) for k, v in inputs.items() if isinstance(v, torch.Tensor)]
                            + [accesses.region(k, v, False) for k, v in outputs.items()], watch=outputs)
@@ -246,6 +267,9 @@ class Exercise:
             record(key, result)
         if args.bench and result.ok:
             self.bench(which)
+        elif args.bench:  # a wrong kernel's time is no kernel's speed
+            print(f"--bench: not timed, as the check stops at its {result.stage} stage: a kernel is timed once "
+                  "every stage passes.")
         return 0 if result.ok else 1
 
     def check(self, which: str = "learner") -> Result:
@@ -653,6 +677,7 @@ class Wrong:
     stage: str
     phrase: str
     parts: dict
+    compiles: bool = True  # False: a GPU's compiler refuses it (the checker compiles only those wrongs)
 
 
 def patched(part, *edits: tuple):
@@ -701,6 +726,119 @@ def record(key: str, result: Result) -> None:
     entry["tried"] = result.stage != "started"
     entry["passed"] = result.ok
     save_progress(progress)
+
+
+class _FirstLaunch:
+    """A kernel as a launcher uses it, kernel[grid](...), that notes in launches[part] the arguments of
+    its first launch with each new set of types (its tensors' element types, its tl.dtype arguments):
+    what the GPU compile check compiles it for (a second or so each)."""
+
+    def __init__(self, kernel, part: str, launches: dict):
+        self.kernel, self.part, self.launches = kernel, part, launches
+
+    def __getitem__(self, grid):
+        run = self.kernel[grid]
+
+        def launch(*args, **kwargs):
+            values = _launch_values(getattr(self.kernel, "fn", self.kernel), args, kwargs)
+            key = json.dumps([values["values"][name] for name in sorted(values["values"])  # the types only
+                              if values["values"][name][0] in ("tensor", "dtype")])
+            self.launches.setdefault(self.part, {}).setdefault(key, values)
+            return run(*args, **kwargs)
+        return launch
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+_TYPES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16", torch.float64: "fp64",
+          torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+          torch.bool: "i1"}
+
+
+def _launch_values(fn, args, kwargs) -> dict:
+    """A launch's arguments by parameter, as JSON can carry them: a tensor as its element type,
+    numbers and strings as themselves, a tl.dtype by its name; and the launch's options."""
+    import triton.language as tl
+
+    params = inspect.signature(fn).parameters
+    options = {k: v for k, v in kwargs.items() if k not in params}
+    bound = dict(zip(params, args), **{k: v for k, v in kwargs.items() if k in params})
+    values = {}
+    for name, value in bound.items():
+        annotation = params[name].annotation
+        constexpr = annotation is tl.constexpr or str(annotation).split(".")[-1] == "constexpr"
+        if isinstance(value, torch.Tensor):
+            values[name] = ["tensor", _TYPES.get(value.dtype, "fp32")]
+        elif isinstance(value, tl.dtype):
+            values[name] = ["dtype", value.name]
+        elif value is None or isinstance(value, (bool, int, float, str)):  # a number: its type, not its value
+            values[name] = ["value" if constexpr or value is None else "number", value]
+    return {"values": values, "num_warps": options.get("num_warps", 4), "num_stages": options.get("num_stages")}
+
+
+def gpu_compile_problem(module: str, which: str, launches: dict) -> str | None:
+    """Under the interpreter: compile each kernel for an H100/H200 (sm_90) as it was first launched,
+    in a child process without the interpreter. The interpreter runs some kernels a GPU's compiler
+    refuses (a loop-carried value whose type changes in the loop, such as a float16 accumulator that
+    the first float32 update turns float32): None, or the message for the first such kernel."""
+    if not launches:
+        return None
+    _, errors = child.run("common.exercise:compile_parts", dict(module=module, which=which, launches=launches),
+                          interpret=False, keep=True)
+    for part, error in errors.items():
+        if error:
+            return (f"{part} runs under the interpreter, but a GPU's compiler refuses it: {error}. The "
+                    "interpreter computes each line as numpy does and lets a value change type; compiled, "
+                    "every value keeps one type (a loop's too: make it that type before the loop).")
+    return None
+
+
+def compile_parts(module: str, which: str, launches: dict) -> dict:
+    """In a child without the interpreter: {part: None, or why it does not compile}, each kernel of
+    the exercise's `which` compiled for sm_90 with the types of its first launch."""
+    import triton
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+
+    impl, _ = importlib.import_module(module).EXERCISE.implementation(which)
+    errors = {}
+    for part, launch in ((part, launch) for part, each in launches.items() for launch in each.values()):
+        if errors.get(part):
+            continue
+        fn, values = impl[part], launch["values"]
+        signature, constexprs = {}, {}
+        for param in fn.params:
+            kind, value = values.get(param.name, ["value", param.default])
+            if kind == "dtype":
+                value = getattr(tl, value)
+            if param.is_constexpr or value is None:
+                signature[param.name], constexprs[param.name] = "constexpr", value
+            elif kind == "tensor":
+                signature[param.name] = "*" + value
+            elif isinstance(value, bool):
+                signature[param.name] = "i1"
+            elif isinstance(value, int):
+                signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
+            else:
+                signature[param.name] = "fp32"
+        options = {"num_warps": launch["num_warps"], **({"num_stages": launch["num_stages"]}
+                                                        if launch["num_stages"] else {})}
+        try:
+            triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs),
+                           target=GPUTarget("cuda", 90, 32), options=options)
+            errors[part] = None
+        except triton.compiler.errors.CompilationError as error:
+            lines, start = inspect.getsourcelines(fn.fn)
+            at_def = start + next(i for i, line in enumerate(lines) if line.lstrip().startswith("def "))
+            cause = error.error_message
+            text = str(cause) if isinstance(cause, Exception) else str(cause or error).strip().splitlines()[-1]
+            line = at_def + error.node.lineno - 1 if getattr(error, "node", None) is not None else None
+            source = linecache.getline(inspect.getsourcefile(fn.fn), line).strip() if line else ""
+            errors[part] = (f"{text} (line {line}: `{source}`)" if line else text)
+        except Exception as error:  # noqa: BLE001  (a learner's kernel: anything it raises is the message)
+            errors[part] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[-1][:300]}"
+    return errors
 
 
 def interpreted_stages(module: str, which: str) -> list:

@@ -326,3 +326,27 @@ def test_an_edited_case_list_or_reference_is_refused(tmp_path, monkeypatch, edit
     # a kernel written in the file changes nothing given: the stub as shipped still reads "not started"
     edited.write_text(source.replace("    pass\n", "    pid = tl.program_id(axis=0)\n", 1))
     assert "given code" not in axpy.EXERCISE.stages("learner", compiled=not INTERPRET).message
+
+
+def test_bench_says_why_it_does_not_time_a_failing_kernel(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(checker, "PROGRESS", str(tmp_path / "progress.json"))
+    _, _, ex = EXERCISES[0]
+    assert ex.main(["--bench"]) == 1  # the stub as shipped
+    out = capsys.readouterr().out
+    assert "--bench: not timed" in out and "started stage" in out
+
+
+def test_a_patch_makes_its_edit_or_says_why_not():
+    # a wrong solution is the solution with one edit (common.exercise.patched): the edit must find its
+    # text exactly as often as it says, and the patched kernel computes the mistake
+    from lesson01_vector_add.exercises import axpy
+    from lesson01_vector_add.exercises.solutions import axpy as solution
+
+    with pytest.raises(ValueError, match="is 0 times in it, not 1"):
+        checker.patched(solution.axpy_kernel, ("no such text", "x"))
+    with pytest.raises(ValueError, match="not 2"):
+        checker.patched(solution.axpy_kernel, ("tl.program_id(axis=0)", "0", 2))
+    launch = checker.patched(axpy.launch, ("BLOCK_SIZE=BLOCK_SIZE", "BLOCK_SIZE=BLOCK_SIZE // 2"))
+    assert "BLOCK_SIZE // 2" in inspect.getsource(launch) and "BLOCK_SIZE // 2" not in inspect.getsource(axpy.launch)
+    # the solution's line numbers: a message naming a line names the edited one
+    assert launch.__code__.co_firstlineno == axpy.launch.__code__.co_firstlineno
