@@ -44,6 +44,7 @@ import json
 import linecache
 import math
 import os
+import re
 import sys
 import textwrap
 import traceback
@@ -807,6 +808,7 @@ def compile_parts(module: str, which: str, launches: dict) -> dict:
         if errors.get(part):
             continue
         fn, values = impl[part], launch["values"]
+        types = sorted({value for kind, value in values.values() if kind == "tensor"})
         signature, constexprs = {}, {}
         for param in fn.params:
             kind, value = values.get(param.name, ["value", param.default])
@@ -833,9 +835,11 @@ def compile_parts(module: str, which: str, launches: dict) -> dict:
             at_def = start + next(i for i, line in enumerate(lines) if line.lstrip().startswith("def "))
             cause = error.error_message
             text = str(cause) if isinstance(cause, Exception) else str(cause or error).strip().splitlines()[-1]
+            text = re.sub(r'^\w+\("(.*)"\)$', r"\1", text.strip())  # AssertionError("...") -> ...
             line = at_def + error.node.lineno - 1 if getattr(error, "node", None) is not None else None
             source = linecache.getline(inspect.getsourcefile(fn.fn), line).strip() if line else ""
-            errors[part] = (f"{text} (line {line}: `{source}`)" if line else text)
+            errors[part] = (f"{text} (line {line}: `{source}`, compiled for {'/'.join(types)} tensors)" if line
+                            else text)
         except Exception as error:  # noqa: BLE001  (a learner's kernel: anything it raises is the message)
             errors[part] = f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[-1][:300]}"
     return errors

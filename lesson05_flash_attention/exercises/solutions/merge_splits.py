@@ -4,7 +4,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "1d449bc9295c"  # common.exercise.given_fingerprint of merge_splits.py as the course ships it
@@ -30,80 +30,16 @@ def merge_kernel(part_o_ptr, part_lse_ptr, o_ptr, lse_ptr, num_splits, rows,
     tl.store(lse_ptr + row, lse)
 
 
-@triton.jit
-def no_max_subtracted(part_o_ptr, part_lse_ptr, o_ptr, lse_ptr, num_splits, rows,
-                      HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr):
-    row = tl.program_id(axis=0)
-    splits = tl.arange(0, MAX_SPLITS)
-    dims = tl.arange(0, HEAD_DIM)
-    lse_s = tl.load(part_lse_ptr + splits * rows + row, mask=splits < num_splits, other=float("-inf"))
-    o_s = tl.load(part_o_ptr + (splits[:, None] * rows + row) * HEAD_DIM + dims[None, :],
-                  mask=splits[:, None] < num_splits, other=0.0)
-    w = tl.exp2(lse_s)                                 # the mistake: 2^lse itself, past float32 at 128
-    total = tl.sum(w, axis=0)
-    out = tl.sum(o_s * w[:, None], axis=0) / tl.where(total > 0, total, 1.0)
-    lse = tl.where(total > 0, tl.log2(tl.where(total > 0, total, 1.0)), float("-inf"))
-    tl.store(o_ptr + row * HEAD_DIM + dims, out)
-    tl.store(lse_ptr + row, lse)
-
-
-@triton.jit
-def max_unguarded(part_o_ptr, part_lse_ptr, o_ptr, lse_ptr, num_splits, rows,
-                  HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr):
-    row = tl.program_id(axis=0)
-    splits = tl.arange(0, MAX_SPLITS)
-    dims = tl.arange(0, HEAD_DIM)
-    lse_s = tl.load(part_lse_ptr + splits * rows + row, mask=splits < num_splits, other=float("-inf"))
-    o_s = tl.load(part_o_ptr + (splits[:, None] * rows + row) * HEAD_DIM + dims[None, :],
-                  mask=splits[:, None] < num_splits, other=0.0)
-    m = tl.max(lse_s, axis=0)
-    w = tl.exp2(lse_s - m)                             # the mistake: -inf - -inf is NaN where no share saw a key
-    total = tl.sum(w, axis=0)
-    out = tl.sum(o_s * w[:, None], axis=0) / total
-    lse = m + tl.log2(total)
-    tl.store(o_ptr + row * HEAD_DIM + dims, out)
-    tl.store(lse_ptr + row, lse)
-
-
-@triton.jit
-def not_divided(part_o_ptr, part_lse_ptr, o_ptr, lse_ptr, num_splits, rows,
-                HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr):
-    row = tl.program_id(axis=0)
-    splits = tl.arange(0, MAX_SPLITS)
-    dims = tl.arange(0, HEAD_DIM)
-    lse_s = tl.load(part_lse_ptr + splits * rows + row, mask=splits < num_splits, other=float("-inf"))
-    o_s = tl.load(part_o_ptr + (splits[:, None] * rows + row) * HEAD_DIM + dims[None, :],
-                  mask=splits[:, None] < num_splits, other=0.0)
-    m = tl.max(lse_s, axis=0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp2(lse_s - m_safe)
-    total = tl.sum(w, axis=0)
-    out = tl.sum(o_s * w[:, None], axis=0)             # the mistake: the weights not divided by their sum
-    lse = tl.where(total > 0, m_safe + tl.log2(tl.where(total > 0, total, 1.0)), float("-inf"))
-    tl.store(o_ptr + row * HEAD_DIM + dims, out)
-    tl.store(lse_ptr + row, lse)
-
-
-@triton.jit
-def max_not_put_back(part_o_ptr, part_lse_ptr, o_ptr, lse_ptr, num_splits, rows,
-                     HEAD_DIM: tl.constexpr, MAX_SPLITS: tl.constexpr):
-    row = tl.program_id(axis=0)
-    splits = tl.arange(0, MAX_SPLITS)
-    dims = tl.arange(0, HEAD_DIM)
-    lse_s = tl.load(part_lse_ptr + splits * rows + row, mask=splits < num_splits, other=float("-inf"))
-    o_s = tl.load(part_o_ptr + (splits[:, None] * rows + row) * HEAD_DIM + dims[None, :],
-                  mask=splits[:, None] < num_splits, other=0.0)
-    m = tl.max(lse_s, axis=0)
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
-    w = tl.exp2(lse_s - m_safe)
-    total = tl.sum(w, axis=0)
-    out = tl.sum(o_s * w[:, None], axis=0) / tl.where(total > 0, total, 1.0)
-    lse = tl.where(total > 0, tl.log2(tl.where(total > 0, total, 1.0)), float("-inf"))  # the mistake: no m
-    tl.store(o_ptr + row * HEAD_DIM + dims, out)
-    tl.store(lse_ptr + row, lse)
-
-
-WRONG = [Wrong("2^lse computed", "values", "case 'large sums", dict(merge_kernel=no_max_subtracted)),
-         Wrong("-inf - -inf", "values", "case 'rows that saw nothing", dict(merge_kernel=max_unguarded)),
-         Wrong("not divided by the weights' sum", "values", "case 'three shares", dict(merge_kernel=not_divided)),
-         Wrong("lse without the max", "values", "elements of lse are wrong", dict(merge_kernel=max_not_put_back))]
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+W = "w = tl.exp2(lse_s - m_safe)"
+DIVIDED = " / tl.where(total > 0, total, 1.0)"
+LSE = 'lse = tl.where(total > 0, m_safe + tl.log2(tl.where(total > 0, total, 1.0)), float("-inf"))'
+WRONG = [Wrong("2^lse computed", "values", "case 'large sums",
+               dict(merge_kernel=patched(merge_kernel, (W, "w = tl.exp2(lse_s)"), ("m_safe + tl.log2", "tl.log2")))),
+         Wrong("-inf - -inf", "values", "case 'rows that saw nothing",
+               dict(merge_kernel=patched(merge_kernel, (W, "w = tl.exp2(lse_s - m)"), (DIVIDED, " / total"),
+                                         (LSE, "lse = m + tl.log2(total)")))),
+         Wrong("not divided by the weights' sum", "values", "case 'three shares",
+               dict(merge_kernel=patched(merge_kernel, (DIVIDED, "")))),
+         Wrong("lse without the max", "values", "elements of lse are wrong",
+               dict(merge_kernel=patched(merge_kernel, ("m_safe + tl.log2", "tl.log2"))))]
