@@ -3,7 +3,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "38ac368d5a34"  # common.exercise.given_fingerprint of col_sum.py as the course ships it
@@ -24,69 +24,33 @@ def col_sum_kernel(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N
     tl.store(y_ptr + cols, total.to(y_ptr.dtype.element_ty), mask=cols < N)
 
 
-@triton.jit
-def a_column_at_a_time(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    for col in range(pid * BLOCK_N, tl.minimum(pid * BLOCK_N + BLOCK_N, N)):  # each column walked down alone
-        acc = tl.zeros([BLOCK_M], dtype=tl.float32)
-        for start in range(0, M, BLOCK_M):
-            rows = start + tl.arange(0, BLOCK_M)
-            x = tl.load(x_ptr + rows * stride_xm + col, mask=rows < M, other=0.0)  # one element per row
-            acc += x.to(tl.float32)
-        tl.store(y_ptr + col, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
-
-
-@triton.jit
-def summed_along_the_rows(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in range(0, M, BLOCK_M):
-        rows = start + tl.arange(0, BLOCK_M)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        acc += tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    total = tl.sum(acc, axis=1)  # row_sum's axis: BLOCK_M sums, not BLOCK_N
-    tl.store(y_ptr + cols, total.to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def rows_unmasked(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in range(0, M, BLOCK_M):
-        rows = start + tl.arange(0, BLOCK_M)
-        mask = cols[None, :] < N  # the columns masked, the last tile of rows not
-        acc += tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + cols, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def last_row_tile_missed(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in range(0, M - BLOCK_M, BLOCK_M):  # one tile of rows short
-        rows = start + tl.arange(0, BLOCK_M)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        acc += tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + cols, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def rows_n_apart(x_ptr, y_ptr, M, N, stride_xm, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in range(0, M, BLOCK_M):
-        rows = start + tl.arange(0, BLOCK_M)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)
-        acc += tl.load(x_ptr + rows[:, None] * N + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-    tl.store(y_ptr + cols, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-WRONG = [Wrong("a column at a time", "budget", "times the", dict(col_sum_kernel=a_column_at_a_time)),
-         Wrong("tl.sum over axis 1", "runs", "do not", dict(col_sum_kernel=summed_along_the_rows)),
-         Wrong("rows not masked", "memory", "past the end of x", dict(col_sum_kernel=rows_unmasked)),
-         Wrong("range(0, M - BLOCK_M, BLOCK_M)", "values", "are wrong", dict(col_sum_kernel=last_row_tile_missed)),
-         Wrong("N as the row stride", "values", "rows 192 apart", dict(col_sum_kernel=rows_n_apart))]
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+TILES = ("    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)\n"
+         "    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)\n"
+         "    for start in range(0, M, BLOCK_M):\n"
+         "        rows = start + tl.arange(0, BLOCK_M)\n"
+         "        mask = (rows[:, None] < M) & (cols[None, :] < N)\n"
+         "        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :], mask=mask, other=0.0)\n"
+         "        acc += x.to(tl.float32)  # lane by lane: a row of the tile is BLOCK_N neighbouring elements\n"
+         "    total = tl.sum(acc, axis=0)  # down the rows, once, after the loop\n"
+         "    tl.store(y_ptr + cols, total.to(y_ptr.dtype.element_ty), mask=cols < N)\n")  # the body, all but pid
+COLUMNS = ("    for col in range(pid * BLOCK_N, tl.minimum(pid * BLOCK_N + BLOCK_N, N)):"
+           "  # each column walked down alone\n"
+           "        acc = tl.zeros([BLOCK_M], dtype=tl.float32)\n"
+           "        for start in range(0, M, BLOCK_M):\n"
+           "            rows = start + tl.arange(0, BLOCK_M)\n"
+           "            x = tl.load(x_ptr + rows * stride_xm + col, mask=rows < M, other=0.0)  # one element per row\n"
+           "            acc += x.to(tl.float32)\n"
+           "        tl.store(y_ptr + col, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))\n")
+WRONG = [Wrong("a column at a time", "budget", "times the",
+               dict(col_sum_kernel=patched(col_sum_kernel, (TILES, COLUMNS)))),
+         Wrong("tl.sum over axis 1", "runs", "do not",
+               dict(col_sum_kernel=patched(col_sum_kernel, ("tl.sum(acc, axis=0)", "tl.sum(acc, axis=1)")))),
+         Wrong("rows not masked", "memory", "past the end of x",
+               dict(col_sum_kernel=patched(col_sum_kernel, ("mask = (rows[:, None] < M) & (cols[None, :] < N)",
+                                                            "mask = cols[None, :] < N")))),
+         Wrong("range(0, M - BLOCK_M, BLOCK_M)", "values", "are wrong",
+               dict(col_sum_kernel=patched(col_sum_kernel,
+                                           ("range(0, M, BLOCK_M)", "range(0, M - BLOCK_M, BLOCK_M)")))),
+         Wrong("N as the row stride", "values", "rows 192 apart",
+               dict(col_sum_kernel=patched(col_sum_kernel, ("rows[:, None] * stride_xm", "rows[:, None] * N"))))]

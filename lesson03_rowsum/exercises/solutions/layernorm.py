@@ -4,7 +4,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "5f6d7896173d"  # common.exercise.given_fingerprint of layernorm.py as the course ships it
@@ -36,103 +36,32 @@ def layernorm_kernel(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_xm, stride_ym, eps, B
         tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def padding_in_the_variance(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        acc += tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / N
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += (x - mean) * (x - mean)  # the padded lanes add mean^2 each
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def one_walk_shortcut(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):  # sum and sum of squares in one walk
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += x
-        acc2 += x * x
-    mean = tl.sum(acc, axis=0) / N
-    var = tl.sum(acc2, axis=0) / N - mean * mean  # two nearly equal numbers subtracted
-    rstd = 1 / tl.sqrt(var + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def unbiased_variance(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        acc += tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / N
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        d = tl.where(mask, x - mean, 0.0)
-        acc += d * d
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / (N - 1) + eps)  # torch.var's default, not layer_norm's
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def weights_unmasked(x_ptr, w_ptr, b_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        acc += tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-    mean = tl.sum(acc, axis=0) / N
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        d = tl.where(mask, x - mean, 0.0)
-        acc += d * d
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols).to(tl.float32)  # "the store is masked, that is enough"
-        b = tl.load(b_ptr + cols).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, ((x - mean) * rstd * w + b).to(y_ptr.dtype.element_ty), mask=mask)
-
-
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+MEAN_LOAD = "        acc += tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
+VARIANCE_WALK = ("    acc = tl.zeros([BLOCK_N], dtype=tl.float32)\n"
+                 "    for start in range(0, N, BLOCK_N):  # 2. the variance around it\n"
+                 "        cols = start + tl.arange(0, BLOCK_N)\n"
+                 "        mask = cols < N\n"
+                 "        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)\n"
+                 "        d = tl.where(mask, x - mean, 0.0)  # a padded lane's 0 - mean kept out of the sum\n"
+                 "        acc += d * d\n"
+                 "    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)\n")
+ONE_WALK = (("    row = tl.program_id(axis=0)\n",
+             "    row = tl.program_id(axis=0)\n    acc2 = tl.zeros([BLOCK_N], dtype=tl.float32)\n"),
+            (MEAN_LOAD, "        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
+                        "        acc += x\n"
+                        "        acc2 += x * x  # the sum of squares in the mean's walk\n"),
+            (VARIANCE_WALK, "    var = tl.sum(acc2, axis=0) / N - mean * mean  # two nearly equal numbers subtracted\n"
+                            "    rstd = 1 / tl.sqrt(var + eps)\n"))
 WRONG = [Wrong("padded lanes in the variance", "values", "3 x 127, BLOCK_N 128",
-               dict(layernorm_kernel=padding_in_the_variance)),
-         Wrong("var = mean(x^2) - mean^2", "values", "offset 1000", dict(layernorm_kernel=one_walk_shortcut)),
-         Wrong("variance over N - 1", "values", "are wrong", dict(layernorm_kernel=unbiased_variance)),
-         Wrong("w and b loaded unmasked", "memory", "past the end of w", dict(layernorm_kernel=weights_unmasked))]
+               dict(layernorm_kernel=patched(layernorm_kernel, ("d = tl.where(mask, x - mean, 0.0)", "d = x - mean")))),
+         Wrong("var = mean(x^2) - mean^2", "values", "offset 1000",
+               dict(layernorm_kernel=patched(layernorm_kernel, *ONE_WALK))),
+         Wrong("variance over N - 1", "values", "are wrong",
+               dict(layernorm_kernel=patched(layernorm_kernel, ("tl.sum(acc, axis=0) / N + eps",
+                                                                "tl.sum(acc, axis=0) / (N - 1) + eps")))),
+         Wrong("w and b loaded unmasked", "memory", "past the end of w",
+               dict(layernorm_kernel=patched(layernorm_kernel, ("tl.load(w_ptr + cols, mask=mask, other=0.0)",
+                                                                "tl.load(w_ptr + cols)"),
+                                             ("tl.load(b_ptr + cols, mask=mask, other=0.0)",
+                                              "tl.load(b_ptr + cols)"))))]

@@ -3,7 +3,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "0731c9972ed6"  # common.exercise.given_fingerprint of rmsnorm.py as the course ships it
@@ -28,126 +28,47 @@ def rmsnorm_kernel(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: t
         tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def float16_accumulator(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=x_ptr.dtype.element_ty)  # the input's dtype: float16 for float16 rows
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0).to(tl.float32) / N + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def last_tile_missed(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N - BLOCK_N, BLOCK_N):  # stops one tile early (none at all when N <= BLOCK_N)
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def last_tile_missed_twice(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N - BLOCK_N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for start in range(0, N - BLOCK_N, BLOCK_N):  # the same loop twice: the last tile never stored
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def mean_over_the_lanes(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    walked = 0
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += x * x
-        walked += BLOCK_N  # the padded length: every lane walked, masked or not
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / walked + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def rows_n_apart(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * N + cols, mask=cols < N, other=0.0).to(tl.float32)  # N for the stride
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = cols < N
-        x = tl.load(x_ptr + row * N + cols, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-        tl.store(y_ptr + row * N + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def one_tile_of_n(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    cols = tl.arange(0, N)  # the whole row at once: N is not known when the kernel compiles
-    x = tl.load(x_ptr + row * stride_xm + cols).to(tl.float32)
-    rstd = 1 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)
-    w = tl.load(w_ptr + cols).to(tl.float32)
-    tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty))
-
-
-@triton.jit
-def second_pass_unmasked(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)
-        acc += x * x
-    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_ptr + row * stride_xm + cols).to(tl.float32)
-        w = tl.load(w_ptr + cols).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty))
-
-
-WRONG = [Wrong("float16 accumulator", "values", "5000, BLOCK_N 512, float16", dict(rmsnorm_kernel=float16_accumulator)),
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+ACC = "    acc = tl.zeros([BLOCK_N], dtype=tl.float32)  # fp32 partial sums of x^2, carried across the tiles\n"
+LOOP = "    for start in range(0, N, BLOCK_N):\n"
+SHORT_LOOP = "    for start in range(0, N - BLOCK_N, BLOCK_N):  # stops one tile early (none when N <= BLOCK_N)\n"
+WALKS = (ACC + LOOP +
+         "        cols = start + tl.arange(0, BLOCK_N)\n"
+         "        x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
+         "        acc += x * x\n"
+         "    rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)  # the mean over the N real columns\n" + LOOP +
+         "        cols = start + tl.arange(0, BLOCK_N)\n"
+         "        mask = cols < N\n"
+         "        x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)\n"
+         "        w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)\n"
+         "        tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)\n")
+WHOLE_ROW = ("    cols = tl.arange(0, N)  # the whole row at once: N is not known when the kernel compiles\n"
+             "    x = tl.load(x_ptr + row * stride_xm + cols).to(tl.float32)\n"
+             "    rstd = 1 / tl.sqrt(tl.sum(x * x, axis=0) / N + eps)\n"
+             "    w = tl.load(w_ptr + cols).to(tl.float32)\n"
+             "    tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty))\n")
+WRONG = [Wrong("float16 accumulator", "values", "5000, BLOCK_N 512, float16",
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel,
+                                           (ACC, "    acc = tl.zeros([BLOCK_N], dtype=x_ptr.dtype.element_ty)"
+                                                 "  # the input's dtype: float16 for float16 rows\n"),
+                                           ("mask=cols < N, other=0.0).to(tl.float32)", "mask=cols < N, other=0.0)"),
+                                           ("tl.sum(acc, axis=0) / N", "tl.sum(acc, axis=0).to(tl.float32) / N")))),
          Wrong("range(0, N - BLOCK_N, BLOCK_N) in the sum", "values", "are wrong",
-               dict(rmsnorm_kernel=last_tile_missed)),
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel, (ACC + LOOP, ACC + SHORT_LOOP)))),
          Wrong("range(0, N - BLOCK_N, BLOCK_N) in both loops", "memory", "left unwritten",
-               dict(rmsnorm_kernel=last_tile_missed_twice)),
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel, (LOOP, SHORT_LOOP, 2)))),
          Wrong("divided by the lanes walked, not N", "values", "1 x 1, BLOCK_N 128",
-               dict(rmsnorm_kernel=mean_over_the_lanes)),
-         Wrong("N as the row stride", "values", "rows 1100 apart", dict(rmsnorm_kernel=rows_n_apart)),
-         Wrong("tl.arange(0, N)", "runs", "constexpr", dict(rmsnorm_kernel=one_tile_of_n)),
-         Wrong("second pass unmasked", "memory", "past the end of", dict(rmsnorm_kernel=second_pass_unmasked))]
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel, (ACC, ACC + "    walked = 0\n"),
+                                           ("        acc += x * x\n",
+                                            "        acc += x * x\n"
+                                            "        walked += BLOCK_N"
+                                            "  # the padded length: every lane walked, masked or not\n"),
+                                           ("/ N + eps)  # the mean over the N real columns", "/ walked + eps)")))),
+         Wrong("N as the row stride", "values", "rows 1100 apart",
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel, ("row * stride_xm", "row * N", 2),
+                                           ("row * stride_ym", "row * N")))),
+         Wrong("tl.arange(0, N)", "runs", "constexpr",  # a larger edit: no walks, the whole body replaced
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel, (WALKS, WHOLE_ROW)))),
+         Wrong("second pass unmasked", "memory", "past the end of",
+               dict(rmsnorm_kernel=patched(rmsnorm_kernel, (", mask=mask, other=0.0)", ")", 2),
+                                           (", mask=mask)", ")"))))]

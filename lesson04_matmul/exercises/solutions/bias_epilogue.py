@@ -4,7 +4,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 from lesson04_matmul.exercises.bias_epilogue import gelu_tanh  # noqa: F401  (the given GELU, called by the kernels)
 
 
@@ -49,66 +49,19 @@ def matmul_bias_act_kernel(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, st
              mask=(rows[:, None] < M) & (cols[None, :] < N))
 
 
-@triton.jit
-def bias_by_rows(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                 stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, ACTIVATION: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = k_loop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols,
-                 BLOCK_M, BLOCK_N, BLOCK_K)
-    bias = tl.load(bias_ptr + rows, mask=rows < M, other=0.0).to(tl.float32)  # one per row of C: M of them
-    acc = acc + bias[:, None]
-    if ACTIVATION == "relu":
-        acc = tl.maximum(acc, 0.0)
-    if ACTIVATION == "gelu":
-        acc = gelu_tanh(acc)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-@triton.jit
-def bias_as_a_column(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                     stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, ACTIVATION: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = k_loop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols,
-                 BLOCK_M, BLOCK_N, BLOCK_K)
-    bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    acc = acc + bias[:, None]  # the right numbers, the wrong axis: a column of BLOCK_N against BLOCK_M rows
-    if ACTIVATION == "relu":
-        acc = tl.maximum(acc, 0.0)
-    if ACTIVATION == "gelu":
-        acc = gelu_tanh(acc)
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-@triton.jit
-def activation_first(a_ptr, b_ptr, bias_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn,
-                     stride_cm, stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                     BLOCK_K: tl.constexpr, ACTIVATION: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = k_loop(a_ptr, b_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, rows, cols,
-                 BLOCK_M, BLOCK_N, BLOCK_K)
-    if ACTIVATION == "relu":  # act(A @ B) + bias: the bias after the activation
-        acc = tl.maximum(acc, 0.0)
-    if ACTIVATION == "gelu":
-        acc = gelu_tanh(acc)
-    bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
-    acc = acc + bias[None, :]
-    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn, acc.to(c_ptr.dtype.element_ty),
-             mask=(rows[:, None] < M) & (cols[None, :] < N))
-
-
-WRONG = [Wrong("bias by rows", "memory", "past the end of bias", dict(matmul_bias_act_kernel=bias_by_rows)),
-         Wrong("bias[:, None]", "runs", "do not match", dict(matmul_bias_act_kernel=bias_as_a_column)),
-         Wrong("activation before the bias", "values", "are wrong", dict(matmul_bias_act_kernel=activation_first))]
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+BIAS = ("    bias = tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)  # this tile's columns' bias\n"
+        "    acc = acc + bias[None, :]                                                  # down every row\n")
+ACTIVATION = ('    if ACTIVATION == "relu":\n'
+              "        acc = tl.maximum(acc, 0.0)\n"
+              '    if ACTIVATION == "gelu":\n'
+              "        acc = gelu_tanh(acc)\n")
+WRONG = [Wrong("bias by rows", "memory", "past the end of bias",
+               dict(matmul_bias_act_kernel=patched(matmul_bias_act_kernel,
+                                                   ("bias_ptr + cols, mask=cols < N,",
+                                                    "bias_ptr + rows, mask=rows < M,"),
+                                                   ("bias[None, :]", "bias[:, None]")))),
+         Wrong("bias[:, None]", "runs", "do not match",
+               dict(matmul_bias_act_kernel=patched(matmul_bias_act_kernel, ("bias[None, :]", "bias[:, None]")))),
+         Wrong("activation before the bias", "values", "are wrong",
+               dict(matmul_bias_act_kernel=patched(matmul_bias_act_kernel, (BIAS + ACTIVATION, ACTIVATION + BIAS))))]

@@ -3,7 +3,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "55a296e20b0f"  # common.exercise.given_fingerprint of grouped_order.py as the course ships it
@@ -47,61 +47,21 @@ def grouped_matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, st
                  pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
 
 
-@triton.jit
-def row_major(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    pid_m = pid // num_pid_n  # GROUP_M ignored: a bijection, but a wave reads a strip of C
-    pid_n = pid % num_pid_n
-    tile_product(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def column_major(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    pid_m = pid % num_pid_m  # down whole columns of C: one band as tall as C, a wave reads all of A
-    pid_n = pid // num_pid_m
-    tile_product(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def last_band_by_group_m(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                         stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         GROUP_M: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_band = GROUP_M * num_pid_n
-    first_pid_m = (pid // per_band) * GROUP_M
-    rows_here = min(num_pid_m - first_pid_m, GROUP_M)
-    local = pid % per_band
-    pid_m = first_pid_m + local % rows_here
-    pid_n = local // GROUP_M  # GROUP_M, not the band's own rows: in a short last band two programs share a tile
-    tile_product(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-@triton.jit
-def no_short_band(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr):
-    pid = tl.program_id(axis=0)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    per_band = GROUP_M * num_pid_n
-    local = pid % per_band
-    pid_m = (pid // per_band) * GROUP_M + local % GROUP_M  # every band GROUP_M tall: the last one runs off C
-    pid_n = local // GROUP_M
-    tile_product(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K)
-
-
-WRONG = [Wrong("row-major order", "budget", "row-major order reads", dict(grouped_matmul_kernel=row_major)),
-         Wrong("column-major order", "budget", "row-major order reads", dict(grouped_matmul_kernel=column_major)),
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+PLACE = ("    pid_m = first_pid_m + local % rows_here               # down the band's column ...\n"
+         "    pid_n = local // rows_here                            # ... then one column right\n")
+ROW_MAJOR = ("    pid_m = pid // num_pid_n  # GROUP_M ignored: a bijection, but a wave reads a strip of C\n"
+             "    pid_n = pid % num_pid_n\n")
+COLUMN_MAJOR = ("    pid_m = pid % num_pid_m  # down whole columns of C: one band as tall as C, a wave reads all of A\n"
+                "    pid_n = pid // num_pid_m\n")
+WRONG = [Wrong("row-major order", "budget", "row-major order reads",
+               dict(grouped_matmul_kernel=patched(grouped_matmul_kernel, (PLACE, ROW_MAJOR)))),
+         Wrong("column-major order", "budget", "row-major order reads",
+               dict(grouped_matmul_kernel=patched(grouped_matmul_kernel, (PLACE, COLUMN_MAJOR)))),
          Wrong("two programs on one tile", "memory", "is written 2 times",
-               dict(grouped_matmul_kernel=last_band_by_group_m)),
+               dict(grouped_matmul_kernel=patched(grouped_matmul_kernel,
+                                                  ("pid_n = local // rows_here", "pid_n = local // GROUP_M")))),
          Wrong("the last band as tall as the others", "memory", "left unwritten",
-               dict(grouped_matmul_kernel=no_short_band))]
+               dict(grouped_matmul_kernel=patched(grouped_matmul_kernel,
+                                                  ("rows_here = min(num_pid_m - first_pid_m, GROUP_M)",
+                                                   "rows_here = GROUP_M"))))]

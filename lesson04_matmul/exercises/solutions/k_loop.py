@@ -3,7 +3,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "461c15eb804e"  # common.exercise.given_fingerprint of k_loop.py as the course ships it
@@ -34,93 +34,20 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk,
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
-@triton.jit
-def missed_last_step(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, K // BLOCK_K):  # floor: the ragged last step never runs
-        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
-        a_offsets = rows[:, None] * stride_am + ks[None, :] * stride_ak
-        b_offsets = ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        a_mask = (rows[:, None] < M) & (ks[None, :] < K)
-        b_mask = (ks[:, None] < K) & (cols[None, :] < N)
-        a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
-        b = tl.load(b_ptr + b_offsets, mask=b_mask, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-    c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-@triton.jit
-def no_mask_on_k(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
-        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
-        a_offsets = rows[:, None] * stride_am + ks[None, :] * stride_ak
-        b_offsets = ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        a = tl.load(a_ptr + a_offsets, mask=rows[:, None] < M, other=0.0)  # the rows masked, not the ks
-        b = tl.load(b_ptr + b_offsets, mask=cols[None, :] < N, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-    c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-@triton.jit
-def float16_accumulator(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
-                        stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=c_ptr.dtype.element_ty)  # "in the output's dtype"
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
-        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
-        a_offsets = rows[:, None] * stride_am + ks[None, :] * stride_ak
-        b_offsets = ks[:, None] * stride_bk + cols[None, :] * stride_bn
-        a_mask = (rows[:, None] < M) & (ks[None, :] < K)
-        b_mask = (ks[:, None] < K) & (cols[None, :] < N)
-        a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
-        b = tl.load(b_ptr + b_offsets, mask=b_mask, other=0.0)
-        acc += tl.dot(a, b, input_precision="ieee").to(c_ptr.dtype.element_ty)  # rounded at every step
-    c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-@triton.jit
-def contiguous_only(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    pid_m = tl.program_id(axis=0)
-    pid_n = tl.program_id(axis=1)
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
-        ks = step * BLOCK_K + tl.arange(0, BLOCK_K)
-        a_offsets = rows[:, None] * K + ks[None, :]  # as if A were contiguous: strides ignored
-        b_offsets = ks[:, None] * N + cols[None, :]
-        a_mask = (rows[:, None] < M) & (ks[None, :] < K)
-        b_mask = (ks[:, None] < K) & (cols[None, :] < N)
-        a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
-        b = tl.load(b_ptr + b_offsets, mask=b_mask, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-    c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-WRONG = [Wrong("K // BLOCK_K steps", "values", "are wrong", dict(matmul_kernel=missed_last_step)),
-         Wrong("no mask on K", "memory", "past the end of a", dict(matmul_kernel=no_mask_on_k)),
-         Wrong("float16 accumulator", "values", "case '50 x 37 x 200", dict(matmul_kernel=float16_accumulator)),
-         Wrong("strides ignored", "values", "transposed views", dict(matmul_kernel=contiguous_only))]
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+WRONG = [Wrong("K // BLOCK_K steps", "values", "are wrong",
+               dict(matmul_kernel=patched(matmul_kernel, ("range(0, tl.cdiv(K, BLOCK_K))", "range(0, K // BLOCK_K)")))),
+         Wrong("no mask on K", "memory", "past the end of a",
+               dict(matmul_kernel=patched(matmul_kernel, ("a_mask = (rows[:, None] < M) & (ks[None, :] < K)",
+                                                          "a_mask = rows[:, None] < M"),
+                                          ("b_mask = (ks[:, None] < K) & (cols[None, :] < N)",
+                                           "b_mask = cols[None, :] < N")))),
+         Wrong("float16 accumulator", "values", "case '50 x 37 x 200",
+               dict(matmul_kernel=patched(matmul_kernel, ("dtype=tl.float32)", "dtype=c_ptr.dtype.element_ty)"),
+                                          ('acc = tl.dot(a, b, acc, input_precision="ieee")',
+                                           'acc += tl.dot(a, b, input_precision="ieee").to(c_ptr.dtype.element_ty)')))),
+         Wrong("strides ignored", "values", "transposed views",
+               dict(matmul_kernel=patched(matmul_kernel, ("rows[:, None] * stride_am + ks[None, :] * stride_ak",
+                                                          "rows[:, None] * K + ks[None, :]"),
+                                          ("ks[:, None] * stride_bk + cols[None, :] * stride_bn",
+                                           "ks[:, None] * N + cols[None, :]"))))]
