@@ -3,9 +3,8 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 from common.launch import cdiv
-from lesson01_vector_add.exercises import fix_the_grid as shipped
 
 
 GIVEN = "9468c9bc6d01"  # common.exercise.given_fingerprint of fix_the_grid.py as the course ships it
@@ -28,7 +27,10 @@ def launch(scale_kernel, x, out, BLOCK_SIZE=256):
     scale_kernel[grid](x, out, N, BLOCK_SIZE=BLOCK_SIZE)
 
 
-WRONG = [Wrong("as shipped", "memory", "left unwritten", dict(scale_kernel=shipped.scale_kernel,
-                                                                   launch=shipped.launch)),
-         Wrong("only the mask mended", "memory", "left unwritten", dict(launch=shipped.launch)),
-         Wrong("only the grid mended", "memory", "past the end of x", dict(scale_kernel=shipped.scale_kernel))]
+# The mistakes, each an edit of the solution above (common.exercise.patched): the two bugs as shipped
+MASK = ("offsets < N", "offsets <= N")
+GRID = ("cdiv(N, BLOCK_SIZE)", "N // BLOCK_SIZE")
+WRONG = [Wrong("as shipped", "memory", "left unwritten", dict(scale_kernel=patched(scale_kernel, MASK),
+                                                                   launch=patched(launch, GRID))),
+         Wrong("only the mask mended", "memory", "left unwritten", dict(launch=patched(launch, GRID))),
+         Wrong("only the grid mended", "memory", "past the end of x", dict(scale_kernel=patched(scale_kernel, MASK)))]

@@ -4,7 +4,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong
+from common.exercise import Wrong, patched
 
 
 GIVEN = "02fddbc8c935"  # common.exercise.given_fingerprint of long_rows.py as the course ships it
@@ -30,101 +30,24 @@ def online_softmax_kernel(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.con
         tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) / l).to(y_ptr.dtype.element_ty), mask=cols < N)
 
 
-@triton.jit
-def three_walks(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    x_row = x_ptr + row * stride_xm
-    m = tl.full([], float("-inf"), tl.float32)
-    for start in range(0, N, BLOCK_N):           # the max
-        cols = start + tl.arange(0, BLOCK_N)
-        m = tl.maximum(m, tl.max(tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32), axis=0))
-    l = tl.zeros([], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):           # the sum
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        l += tl.sum(tl.exp(x - m), axis=0)
-    for start in range(0, N, BLOCK_N):           # the output
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) / l).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def no_rescale(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    x_row = x_ptr + row * stride_xm
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.zeros([], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        l += tl.sum(tl.exp(x - m_safe), axis=0)  # the old terms still scaled by the old max
-        m = m_new
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) / l).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def max_from_zero(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    x_row = x_ptr + row * stride_xm
-    m = tl.zeros([], dtype=tl.float32)  # 0 is above every value of an all-negative row
-    l = tl.zeros([], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)
-        m = m_new
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) / l).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def no_guard(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    x_row = x_ptr + row * stride_xm
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.zeros([], dtype=tl.float32)
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        l = l * tl.exp(m - m_new) + tl.sum(tl.exp(x - m_new), axis=0)  # NaN while the row is all -inf
-        m = m_new
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) / l).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-@triton.jit
-def last_tile_missed(x_ptr, y_ptr, N, stride_xm, stride_ym, BLOCK_N: tl.constexpr):
-    row = tl.program_id(axis=0)
-    x_row = x_ptr + row * stride_xm
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.zeros([], dtype=tl.float32)
-    for start in range(0, N - BLOCK_N + 1, BLOCK_N):  # whole tiles only: the ragged last one is left out
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)
-        m = m_new
-    for start in range(0, N - BLOCK_N + 1, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)
-        tl.store(y_ptr + row * stride_ym + cols, (tl.exp(x - m) / l).to(y_ptr.dtype.element_ty), mask=cols < N)
-
-
-WRONG = [Wrong("three walks", "budget", "loaded 3 times", dict(online_softmax_kernel=three_walks)),
-         Wrong("l not rescaled", "values", "case 'ragged last tile", dict(online_softmax_kernel=no_rescale)),
-         Wrong("running max from 0", "values", "case 'all negative", dict(online_softmax_kernel=max_from_zero)),
-         Wrong("-inf - -inf", "values", "case 'the first 40 columns -inf", dict(online_softmax_kernel=no_guard)),
-         Wrong("last tile missed", "memory", "left unwritten", dict(online_softmax_kernel=last_tile_missed))]
+# The mistakes, each an edit of the solution above (common.exercise.patched)
+LOAD = ('        cols = start + tl.arange(0, BLOCK_N)\n'
+        '        x = tl.load(x_row + cols, mask=cols < N, other=float("-inf")).to(tl.float32)\n')
+GUARD = 'm_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # all -inf so far: -inf - (-inf) would be NaN'
+UPDATE = ("        m_new = tl.maximum(m, tl.max(x, axis=0))\n        " + GUARD + "\n"
+          "        l = l * tl.exp(m - m_safe) + tl.sum(tl.exp(x - m_safe), axis=0)\n        m = m_new\n")
+WRONG = [Wrong("three walks", "budget", "loaded 3 times",  # walk 1 finds the max alone, a walk more for the sum
+               dict(online_softmax_kernel=patched(online_softmax_kernel, (
+                   UPDATE, "        m = tl.maximum(m, tl.max(x, axis=0))\n"
+                           "    for start in range(0, N, BLOCK_N):           # walk 1b: the sum\n"
+                           + LOAD + "        l += tl.sum(tl.exp(x - m), axis=0)\n")))),
+         Wrong("l not rescaled", "values", "case 'ragged last tile",  # the old terms still scaled by the old max
+               dict(online_softmax_kernel=patched(online_softmax_kernel, ("l = l * tl.exp(m - m_safe) + ", "l += ")))),
+         Wrong("running max from 0", "values", "case 'all negative",  # 0 is above every value of an all-negative row
+               dict(online_softmax_kernel=patched(online_softmax_kernel, ('m = tl.full([], float("-inf"), tl.float32)',
+                                                                          "m = tl.zeros([], dtype=tl.float32)")))),
+         Wrong("-inf - -inf", "values", "case 'the first 40 columns -inf",  # NaN while the row is all -inf
+               dict(online_softmax_kernel=patched(online_softmax_kernel, (GUARD, "m_safe = m_new")))),
+         Wrong("last tile missed", "memory", "left unwritten",  # whole tiles only: the ragged last one is left out
+               dict(online_softmax_kernel=patched(online_softmax_kernel, ("range(0, N, BLOCK_N)",
+                                                                          "range(0, N - BLOCK_N + 1, BLOCK_N)", 2))))]
