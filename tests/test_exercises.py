@@ -350,3 +350,12 @@ def test_a_patch_makes_its_edit_or_says_why_not():
     assert "BLOCK_SIZE // 2" in inspect.getsource(launch) and "BLOCK_SIZE // 2" not in inspect.getsource(axpy.launch)
     # the solution's line numbers: a message naming a line names the edited one
     assert launch.__code__.co_firstlineno == axpy.launch.__code__.co_firstlineno
+
+
+@pytest.mark.parametrize("ex, wrong", list(wrong_ones()))
+def test_each_wrong_solution_is_an_edit_of_the_solution(ex, wrong):
+    # written once: each function a wrong solution replaces is the solution's, patched (common.exercise.patched),
+    # not a copy of its code beside it
+    for part, fn in wrong.parts.items():
+        if callable(fn):
+            assert "#patch" in (checker._source_file(fn) or ""), f"{part} of '{wrong.label}' is not patched()"
