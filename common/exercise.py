@@ -327,6 +327,9 @@ class Exercise:
 
 # ----- messages
 KNOWN_ERRORS = [  # a clue in Triton's message, and what it means
+    ("Loop-carried variable", "a value carried through a loop changes type in the loop (a float16 accumulator "
+                              "that its first float32 update makes float32, say): compiled, every value keeps "
+                              "one type, so make it that type before the loop"),
     ("power of 2", "tl.arange(start, end) needs end - start to be a power of two: round the block up "
                    "(triton.next_power_of_2) and mask the lanes past the end"),
     ("of type tl.constexpr", "a block size must be known when the kernel compiles: declare it "
@@ -789,9 +792,9 @@ def gpu_compile_problem(module: str, which: str, launches: dict) -> str | None:
                           interpret=False, keep=True)
     for part, error in errors.items():
         if error:
-            return (f"{part} runs under the interpreter, but a GPU's compiler refuses it: {error}. The "
-                    "interpreter computes each line as numpy does and lets a value change type; compiled, "
-                    "every value keeps one type (a loop's too: make it that type before the loop).")
+            sentence = next((say for clue, say in KNOWN_ERRORS if clue in error), None)
+            return (f"{part} runs under the interpreter, but a GPU's compiler refuses it: "
+                    + (f"{sentence} ({error})." if sentence else f"{error}."))
     return None
 
 

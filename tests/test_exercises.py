@@ -359,3 +359,18 @@ def test_each_wrong_solution_is_an_edit_of_the_solution(ex, wrong):
     for part, fn in wrong.parts.items():
         if callable(fn):
             assert "#patch" in (checker._source_file(fn) or ""), f"{part} of '{wrong.label}' is not patched()"
+
+
+def test_a_value_that_changes_type_in_a_loop_is_explained_where_a_gpu_compiles():
+    # on a GPU the compiled run raises the compiler's error itself (no interpreter child to compile
+    # it): its message names the mistake as the CPU's compile check does
+    import ast
+
+    from triton.compiler.errors import CompilationError
+
+    source = "def kernel():\n    acc = zeros()\n    for i in range(3):\n        acc = acc * 1.0\n"
+    loop = ast.parse(source).body[0].body[1]
+    error = CompilationError(source, loop, "Loop-carried variable acc has initial type <['16', '16'], fp16> but "
+                                           "is re-assigned to <['16', '16'], fp32> in loop!")
+    message = checker.error_message(error, [])
+    assert "changes type in the loop (a float16 accumulator" in message, message

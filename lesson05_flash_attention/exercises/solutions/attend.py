@@ -61,7 +61,7 @@ WRONG = [Wrong("l_i rescaled, acc not", "values", "are wrong",
          Wrong("not divided by l", "values", "are wrong",
                dict(attention_kernel=patched(attention_kernel, ("out = acc / l_i[:, None]", "out = acc")))),
          # the interpreter runs it (its first update makes acc float32); compiled, acc must keep one type
-         Wrong("a float16 accumulator", "runs", "a GPU's compiler refuses it: Loop-carried variable acc",
+         Wrong("a float16 accumulator", "runs", "changes type in the loop (a float16 accumulator",
                dict(attention_kernel=patched(attention_kernel, ("acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)",
                                                                 "acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=q.dtype)"))),
                compiles=False)]
