@@ -36,6 +36,7 @@ values are checked again with the kernel compiled, and `--bench` times it agains
 """
 import argparse
 import ast
+import atexit
 import glob
 import hashlib
 import importlib
@@ -148,6 +149,10 @@ class Exercise:
                                      f"not started. Edit {self.name}.py; `--hint` gives a first hint.")
         if self.kind == "predict":
             return self._predicted(impl)
+        # no GPU here: compile for one (with a GPU, check() runs the compiled kernel itself after this)
+        compile_check = INTERPRET and not compiled and not torch.cuda.is_available() and self.compile_check(which)
+        if compile_check:
+            compiler_child()  # starting now, beside the interpreted runs
         passed = ["started"]
         runs, skipped, launches = [], [], {}
         for case in self.cases:
@@ -165,8 +170,7 @@ class Exercise:
         if skipped:
             print(f"(not checked here: {', '.join(skipped)}. This Triton's interpreter cannot run bfloat16; "
                   "a GPU checks those cases compiled.)")
-        # no GPU here: compile for one (with a GPU, check() runs the compiled kernel itself after this)
-        if INTERPRET and not compiled and not torch.cuda.is_available() and self.compile_check(which):
+        if compile_check:
             problem = gpu_compile_problem(self.module, which, launches)
             if problem:
                 return Result("runs", problem, tuple(passed))
@@ -788,14 +792,38 @@ def gpu_compile_problem(module: str, which: str, launches: dict) -> str | None:
     the first float32 update turns float32): None, or the message for the first such kernel."""
     if not launches:
         return None
-    _, errors = child.run("common.exercise:compile_parts", dict(module=module, which=which, launches=launches),
-                          interpret=False, keep=True)
+    compiler = compiler_child()
+    compiler.ask("common.exercise:compile_parts", dict(module=module, which=which, launches=launches))
+    while len(compiler.asked) > 1:  # its start's answer first
+        compiler.result()
+    _, errors = compiler.result()
     for part, error in errors.items():
         if error:
             sentence = next((say for clue, say in KNOWN_ERRORS if clue in error), None)
             return (f"{part} runs under the interpreter, but a GPU's compiler refuses it: "
                     + (f"{sentence} ({error})." if sentence else f"{error}."))
     return None
+
+
+_compiler = None  # the child process that compiles for the GPU compile check, kept for the next check
+
+
+def compiler_child() -> child.Child:
+    """The compile check's child process (without the interpreter), started at once if it is not
+    running: stages() asks for it before its interpreted runs, so that its imports (torch, Triton's
+    compiler) overlap them."""
+    global _compiler
+    if _compiler is None or _compiler.process.poll() is not None:
+        _compiler = child.start("common.exercise:compiler_ready", interpret=False)
+        atexit.register(_compiler.close)
+    return _compiler
+
+
+def compiler_ready() -> bool:
+    import triton.backends.nvidia.compiler  # noqa: F401  (what compile_parts needs, imported ahead)
+    import triton.compiler  # noqa: F401
+
+    return True
 
 
 def compile_parts(module: str, which: str, launches: dict) -> dict:
