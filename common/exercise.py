@@ -41,6 +41,7 @@ import glob
 import hashlib
 import importlib
 import inspect
+import itertools
 import json
 import linecache
 import math
@@ -701,8 +702,7 @@ def patched(part, *edits: tuple):
         if source.count(old) != n:
             raise ValueError(f"a patch of {fn.__name__}: {old!r} is {source.count(old)} times in it, not {n}")
         source = source.replace(old, new)
-    _patches.append(source)
-    path = f"{inspect.getsourcefile(fn)}#patch{len(_patches)}"  # a name of its own for linecache
+    path = f"{inspect.getsourcefile(fn)}#patch{next(_patches)}"  # a name of its own, for linecache
     text = "\n" * (fn.__code__.co_firstlineno - 1) + source
     linecache.cache[path] = (len(text), None, text.splitlines(True), path)
     namespace = dict(fn.__globals__)
@@ -710,7 +710,7 @@ def patched(part, *edits: tuple):
     return namespace[fn.__name__]
 
 
-_patches = []
+_patches = itertools.count(1)
 
 
 def load_progress() -> dict:
@@ -831,35 +831,35 @@ def compile_parts(module: str, which: str, launches: dict) -> dict:
     the exercise's `which` compiled for sm_90 with the types of its first launch."""
     import triton
     import triton.language as tl
-    from triton.backends.compiler import GPUTarget
+
+    from common import ptx
 
     impl, _ = importlib.import_module(module).EXERCISE.implementation(which)
     errors = {}
     for part, launch in ((part, launch) for part, each in launches.items() for launch in each.values()):
         if errors.get(part):
             continue
-        fn, values = impl[part], launch["values"]
+        fn, values = impl[part], dict(launch["values"])
+        for param in fn.params:  # arguments the launch left to their defaults
+            if param.name not in values and not param.is_constexpr:
+                values[param.name] = ["value" if param.default is None else "number", param.default]
         types = sorted({value for kind, value in values.values() if kind == "tensor"})
-        signature, constexprs = {}, {}
-        for param in fn.params:
-            kind, value = values.get(param.name, ["value", param.default])
-            if kind == "dtype":
-                value = getattr(tl, value)
-            if param.is_constexpr or value is None:
-                signature[param.name], constexprs[param.name] = "constexpr", value
-            elif kind == "tensor":
-                signature[param.name] = "*" + value
-            elif isinstance(value, bool):
-                signature[param.name] = "i1"
-            elif isinstance(value, int):
-                signature[param.name] = "i32" if -2**31 <= value < 2**31 else "i64"
-            else:
-                signature[param.name] = "fp32"
-        options = {"num_warps": launch["num_warps"], **({"num_stages": launch["num_stages"]}
-                                                        if launch["num_stages"] else {})}
+        signature, constexprs = {}, {}  # ptx.compile_job's: the types of the others, the constexprs' values
+        for name, (kind, value) in values.items():
+            if kind == "tensor":
+                signature[name] = "*" + value
+            elif kind == "dtype":
+                constexprs[name] = getattr(tl, value)
+            elif kind == "value":  # a constexpr, or None (which Triton makes one)
+                constexprs[name] = value
+            else:  # a number
+                signature[name] = ("i1" if isinstance(value, bool) else "fp32" if isinstance(value, float)
+                                   else "i32" if -2**31 <= value < 2**31 else "i64")
+        stages = {"num_stages": launch["num_stages"]} if launch["num_stages"] else {}
+        job = dict(kernel=fn, signature=signature, constexprs=constexprs, divisible_by_16=[], arch=90, asm=[],
+                   num_warps=launch["num_warps"], **stages)
         try:
-            triton.compile(triton.compiler.ASTSource(fn=fn, signature=signature, constexprs=constexprs),
-                           target=GPUTarget("cuda", 90, 32), options=options)
+            ptx.compile_job(job)
             errors[part] = None
         except triton.compiler.errors.CompilationError as error:
             lines, start = inspect.getsourcelines(fn.fn)

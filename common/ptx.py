@@ -75,7 +75,8 @@ def compile_all(jobs: list) -> list:
     return [_compile_or_error(job) for job in jobs]
 
 
-def _compile(job: dict) -> dict:
+def compile_job(job: dict) -> dict:
+    """One job of compile_kernels, here, its kernel handed over; raises what triton.compile raises."""
     import importlib
 
     import triton
@@ -136,7 +137,7 @@ def access_bits(op: str) -> int:
 
 def _compile_or_error(job: dict) -> dict:
     try:
-        return _compile(job)
+        return compile_job(job)
     except Exception as error:  # noqa: BLE001  (reported per job by the parent)
         return {"error": f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[-1][:500]}"}
 

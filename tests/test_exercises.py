@@ -189,29 +189,11 @@ def test_a_launcher_that_fills_the_output_for_the_kernel_to_store_back_fails(mon
 
 @IN_THIS_PROCESS
 def test_a_masked_load_without_other_reads_nan_where_a_gpu_reads_garbage():
-    import dataclasses
-
     from common.exercise import Wrong
     from lesson03_rowsum.exercises import rmsnorm
     from lesson03_rowsum.exercises.solutions import rmsnorm as solution
-    import triton
-    import triton.language as tl
 
-    @triton.jit
-    def no_other(x_ptr, w_ptr, y_ptr, N, stride_xm, stride_ym, eps, BLOCK_N: tl.constexpr):
-        row = tl.program_id(axis=0)
-        acc = tl.zeros([BLOCK_N], dtype=tl.float32)
-        for start in range(0, N, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            x = tl.load(x_ptr + row * stride_xm + cols, mask=cols < N).to(tl.float32)  # other= forgotten
-            acc += x * x
-        rstd = 1 / tl.sqrt(tl.sum(acc, axis=0) / N + eps)
-        for start in range(0, N, BLOCK_N):
-            cols = start + tl.arange(0, BLOCK_N)
-            mask = cols < N
-            x = tl.load(x_ptr + row * stride_xm + cols, mask=mask, other=0.0).to(tl.float32)
-            w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
-            tl.store(y_ptr + row * stride_ym + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)
+    no_other = checker.patched(solution.rmsnorm_kernel, ("mask=cols < N, other=0.0)", "mask=cols < N)"))  # the sum's load
 
     wrong = Wrong("other= forgotten in the sum", "values", "without other=", dict(rmsnorm_kernel=no_other))
     solution.WRONG.append(wrong)
@@ -272,17 +254,9 @@ def test_an_output_with_one_element_unwritten_fails(monkeypatch):
     import dataclasses
 
     from lesson01_vector_add.exercises import axpy
-    import triton
-    import triton.language as tl
+    from lesson01_vector_add.exercises.solutions import axpy as solution
 
-    @triton.jit
-    def one_short(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < N - 1  # the last element never stored
-        x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        y = tl.load(y_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + offsets, (a * x + y).to(out_ptr.dtype.element_ty), mask=mask)
-
+    one_short = checker.patched(solution.axpy_kernel, ("mask = offsets < N", "mask = offsets < N - 1"))  # the last one
     ex = dataclasses.replace(axpy.EXERCISE, launch=lambda axpy_kernel, **kw: axpy.launch(one_short, **kw))
     result = ex.stages("solution")
     assert result.stage == "memory" and "1 of its" in result.message and "left unwritten" in result.message
