@@ -325,6 +325,264 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
             "attention(q, k, v) at head_dim 128: the Gluon kernel": lambda: attention(q, k, v)}
 
 
+# %% The backward in Gluon: FlashAttention-3's structure
+# backward.py derives the gradients and runs them as three Triton kernels: Delta, then dK and dV
+# (a program per key block), then dQ (a program per query block, which recomputes S and dP: 7
+# matmuls for the 5 the maths needs). FlashAttention-3 (and cuDNN, on Hopper) run one kernel per key
+# block that also makes each query block's share of dQ and adds it into a float32 dQ in memory: 5
+# matmuls, bought with the additions' traffic. This is that kernel, with the forward's pieces:
+#
+# - one *producer* warp: K and V of the program's 128 keys once (two 64-row halves, one per
+#   consumer), then for each query block Q and dO into a ring of NUM_BUFFERS_BWD slots;
+# - two *consumer* warpgroups, each owning 64 of the keys: its rows of dK and dV stay in registers
+#   (float32) for the whole walk over the query blocks, 64 rows at a time. Per query block, with
+#   everything transposed so that the keys run down (wgmma's M, 64 rows per warpgroup):
+#
+#       S^T  = K Q^T            wgmma, both operands in shared memory       [64 keys, 64 queries]
+#       dP^T = V dO^T           wgmma, issued at once behind it             [64 keys, 64 queries]
+#       P^T  = exp2(S^T * qk_scale - lse),  dS^T = P^T * (dP^T - Delta)     registers, float32
+#       dV  += P^T dO           wgmma, P^T from registers (as the forward's P)
+#       dK  += dS^T Q           wgmma, dS^T from registers
+#       dQ_c = dS K             wgmma, dS^T through shared memory (read transposed: wgmma's A operand
+#                               may be MN-major in shared memory, never in registers)
+#
+#   then the slot is released, and dQ_c (this warpgroup's 64 keys' share of the block's dQ, times
+#   sm_scale) is added into the float32 dQ with atomics (red.global.add: no value comes back, so the
+#   warps go on at once). FlashAttention-3 adds a whole tile with one TMA reduce-add
+#   (cp.reduce.async.bulk) issued by a warp of its own; Gluon in triton 3.6 has no such copy (3.7
+#   added tma.async_atomic_add), so each thread adds its own 64 values (at head_dim 128): the cost is
+#   issue slots in the consumers, while the other warpgroup's matmuls keep the tensor cores busy.
+#
+# Who waits for whom, for query block i in slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD):
+#
+#     barrier      count  who arrives                                  who waits, parity
+#     kv_bar         1    the producer (expect: K's and V's 4 halves)  both consumers, 0
+#     qdo_ready[s]   1    the producer (expect: Q(i)'s and dO(i)'s     both consumers, r & 1
+#                         bytes)
+#     qdo_empty[s]   2    each consumer, once its five matmuls on      the producer, before Q(i + NB): (r & 1) ^ 1
+#                         Q(i), dO(i) are done
+#
+# Timeline of one consumer (the other runs the same, shifted by whatever the scheduler gives it;
+# the tensor cores take both warpgroups' matmuls in turn, so one's exponentials and atomics run
+# under the other's matmuls, FlashAttention-3's overlap between warpgroups without a ping-pong):
+#
+#     wait Q(i), dO(i) | issue S^T, dP^T | wait S^T: P^T | wait dP^T: dS^T, store dS^T | issue dV, dK, dQ |
+#     wait all | release slot | dQ_c atomics | wait Q(i+1) ...
+#
+# Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
+# head, so dK and dV are summed in registers (no atomics for them); dQ's atomics are per query head.
+# Causal: a key block's walk starts at its own diagonal (query block start_n / 64), the first two
+# blocks masked (128 keys span two blocks of 64 queries). Not causal: the walk starts there too and
+# wraps round, so the programs of one head add into different rows of dQ at any moment.
+#
+# Registers (per consumer thread, head_dim 128): dK and dV 64 each (float32, 64 x 128 over 128
+# threads), S^T and dP^T 32 each, P^T and dS^T as float16 operands 16 each, the dQ share 64: about
+# 220 at the peak, within the 240 setmaxnreg gives each consumer (the forward's budget).
+# Deterministic? No: the atomics' order varies, so dQ's last bits do. attention()'s backward takes
+# this kernel only where torch.are_deterministic_algorithms_enabled() is False (backward_takes).
+BLOCK_M_BWD = 64         # query rows per step of the walk
+BLOCK_N_BWD = 128        # keys per program: 64 per consumer warpgroup
+NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring
+
+
+@gluon.jit
+def bwd_step(i, per_head, first, n_qb, CAUSAL: gl.constexpr):
+    """Step i of a key block's walk: (g, j, qb) = the query head within the group, the step within
+    that head, and the query block."""
+    g = i // per_head
+    j = i % per_head
+    if CAUSAL:
+        qb = first + j
+    else:
+        qb = (first + j) % n_qb
+    return g, j, qb
+
+
+@gluon.jit
+def bwd_producer(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, kv_bar, qdo_ready, qdo_empty,
+                 kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
+                 NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warp: the program's keys and values once, then Q and dO of each step's query block."""
+    SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
+    for c in gl.static_range(2):
+        tma_load(k_desc, [kv_row + c * SPLIT_N, 0], kv_bar, k_smem.index(c))
+        tma_load(v_desc, [kv_row + c * SPLIT_N, 0], kv_bar, v_smem.index(c))
+    for i in range(n_steps):
+        g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
+        row = (q_head0 + g) * seq_len + qb * BLOCK_M
+        slot = i % NUM_BUFFERS
+        mbarrier.wait(qdo_empty.index(slot), ((i // NUM_BUFFERS) & 1) ^ 1)  # (round 0: a fresh barrier passes)
+        mbarrier.expect(qdo_ready.index(slot), 2 * q_desc.block_type.nbytes)
+        tma_load(q_desc, [row, 0], qdo_ready.index(slot), q_bufs.index(slot))
+        tma_load(do_desc, [row, 0], qdo_ready.index(slot), do_bufs.index(slot))
+
+
+@gluon.jit
+def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
+                 qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n, sm_scale,
+                 qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_N: gl.constexpr,
+                 NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
+    dtype: gl.constexpr = dk_ptr.dtype.element_ty
+    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_M, 16])   # S^T, dP^T
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])  # dK, dV, dQ_c
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)  # P^T, dS^T
+    query_layout: gl.constexpr = gl.SliceLayout(0, s_layout)   # one value per query (S^T's columns)
+    k = k_smem.index(WHICH)
+    v = v_smem.index(WHICH)
+    ds_buf = ds_smem.index(WHICH)
+    keys = start_n + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, s_layout))
+    acc_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
+    dk = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
+    dv = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
+    no_scores = gl.zeros([SPLIT_N, BLOCK_M], gl.float32, s_layout)  # (use_acc=False ignores its values)
+    no_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
+    mbarrier.wait(kv_bar, 0)
+    for i in range(n_steps):
+        g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
+        bh = q_head0 + g
+        queries = qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=query_layout)
+        lse = gl.load(lse_ptr + bh * seq_len + queries)        # (issued before the waits: they hide it)
+        delta = gl.load(delta_ptr + bh * seq_len + queries)
+        slot = i % NUM_BUFFERS
+        mbarrier.wait(qdo_ready.index(slot), (i // NUM_BUFFERS) & 1)
+        q = q_bufs.index(slot)
+        do = do_bufs.index(slot)
+        st = warpgroup_mma(k, q.permute((1, 0)), no_scores, use_acc=False, is_async=True)
+        dpt = warpgroup_mma(v, do.permute((1, 0)), no_scores, use_acc=False, is_async=True)
+        st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))   # in order: S^T is done, dP^T may run on
+        pt = gl.exp2(st * qk_scale - lse[None, :])
+        if CAUSAL:
+            if j < 2:  # the two query blocks the diagonal crosses: key j gets nothing from query i < j
+                pt = gl.where(keys[:, None] <= queries[None, :], pt, 0.0)
+        dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+        dst = (pt * (dpt - delta[None, :])).to(dtype)
+        ds_buf.store(dst)
+        fence_async_shared()  # the store above, before wgmma (the async proxy) reads it
+        pt = gl.convert_layout(pt.to(dtype), a_layout)
+        dst = gl.convert_layout(dst, a_layout)
+        dv = warpgroup_mma(pt, do, dv, is_async=True)
+        dk = warpgroup_mma(dst, q, dk, is_async=True)
+        dq = warpgroup_mma(ds_buf.permute((1, 0)), k, no_dq, use_acc=False, is_async=True)
+        dv, dk, dq, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt, dst))
+        mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
+        dq_rows = bh * seq_len + qb * BLOCK_M + acc_rows
+        gl.atomic_add(dq_ptr + dq_rows[:, None] * HEAD_DIM + dims[None, :], dq * sm_scale, sem="relaxed")
+    key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
+    offsets = key_rows[:, None] * HEAD_DIM + dims[None, :]
+    gl.store(dk_ptr + offsets, (dk * sm_scale).to(dtype))
+    gl.store(dv_ptr + offsets, dv.to(dtype))
+
+
+@gluon.jit
+def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, sm_scale,
+                                seq_len, H_KV, GROUP, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                                NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr,
+                                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+    """One program per BLOCK_N keys of one (batch, key head): its rows of dK and dV, summed over the
+    GROUP query heads that read them, and their share of every dQ row, added into dq_ptr (float32,
+    zeroed). q, do as (B * H_KV * GROUP * seq, D), k, v as (B * H_KV * seq, D)."""
+    BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
+    SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
+    gl.static_assert(BLOCK_N == 2 * SPLIT_N, "two consumers, half the keys each")
+    gl.static_assert(BLOCK_N == 2 * BLOCK_M, "causal: the diagonal crosses the walk's first two query blocks")
+    pid = gl.program_id(0)
+    n_kb = seq_len // BLOCK_N
+    pid_n = pid % n_kb
+    bhk = pid // n_kb
+    start_n = pid_n * BLOCK_N
+    kv_row = bhk * seq_len + start_n
+    q_head0 = (bhk // H_KV) * (H_KV * GROUP) + (bhk % H_KV) * GROUP   # the first query head reading key head bhk
+    n_qb = seq_len // BLOCK_M
+    first = start_n // BLOCK_M
+    if CAUSAL:
+        per_head = n_qb - first    # the query blocks from the diagonal on
+    else:
+        per_head = n_qb
+    n_steps = per_head * GROUP
+    sm_scale = sm_scale.to(gl.float32)
+    qk_scale = sm_scale * LOG2E
+
+    dtype: gl.constexpr = q_desc.dtype
+    q_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_M, HEAD_DIM], q_desc.layout)
+    do_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_M, HEAD_DIM], do_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, HEAD_DIM], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, HEAD_DIM], v_desc.layout)
+    ds_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, BLOCK_M],
+                                        gl.NVMMASharedLayout.get_default_for([SPLIT_N, BLOCK_M], dtype))
+    kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    qdo_ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    qdo_empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(kv_bar, count=1)
+    for s in gl.static_range(NUM_BUFFERS):
+        mbarrier.init(qdo_ready.index(s), count=1)
+        mbarrier.init(qdo_empty.index(s), count=2)  # free once both consumers arrive
+    fence_async_shared()
+
+    gl.warp_specialize([
+        (bwd_consumer, (dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
+                        qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n,
+                        sm_scale, qk_scale, 0, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL)),
+        (bwd_consumer, (dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
+                        qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n,
+                        sm_scale, qk_scale, 1, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL)),
+        (bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, kv_bar, qdo_ready,
+                        qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, NUM_BUFFERS, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+
+
+def backward_takes(q, k, v) -> bool:
+    """Can attention_bwd_kernel_hopper compute these inputs' gradients, here and now? As takes(),
+    but grouped-query heads too (k and v of one shape, their heads dividing q's), 32-bit offsets
+    (the dQ atomics address elements), and never where deterministic algorithms are asked for."""
+    return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES and q.dtype == k.dtype == v.dtype
+            and k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:]
+            and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0 and q.shape[-1] in HEAD_DIMS
+            and q.shape[-2] % BLOCK_N_BWD == 0 and q.numel() < 2**31
+            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
+            and not torch.are_deterministic_algorithms_enabled())
+
+
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None) -> tuple:
+    """(dq, dk, dv) as backward.launch_backward returns them, for inputs backward_takes() accepts:
+    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32."""
+    from lesson05_flash_attention.backward import preprocess_kernel
+
+    B, H, seq_len, D = q.shape
+    H_KV = k.shape[1]
+    do, o = do.contiguous(), o.contiguous()
+    delta = torch.empty_like(lse)
+    (preprocess or preprocess_kernel)[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D,
+                                                                BLOCK_M=64)
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)
+    q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))
+    grid = (seq_len // BLOCK_N_BWD * B * H_KV,)
+    attention_bwd_kernel_hopper[grid](
+        descriptor(q2, BLOCK_M_BWD), descriptor(k2, BLOCK_N_BWD // 2), descriptor(v2, BLOCK_N_BWD // 2),
+        descriptor(do2, BLOCK_M_BWD), dk, dv, dq, lse, delta, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
+        BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
+        PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
+    return dq.to(q.dtype), dk, dv
+
+
+def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
+    """attention_bwd_kernel_hopper's argument types for triton.compile (as signature())."""
+    def desc(rows):
+        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype]))
+        return f"tensordesc<{dtype}[{rows},{head_dim}],{layout!r}>"
+    return {"q_desc": desc(BLOCK_M_BWD), "k_desc": desc(BLOCK_N_BWD // 2), "v_desc": desc(BLOCK_N_BWD // 2),
+            "do_desc": desc(BLOCK_M_BWD), "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "dq_ptr": "*fp32",
+            "lse_ptr": "*fp32", "delta_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32",
+            "GROUP": "i32"}
+
+
 # %% What the kernel compiles to (runs everywhere: compiled for sm_90 in a child process)
 def signature(head_dim: int, dtype: str = "fp16") -> dict:
     """The kernel's argument types for triton.compile: a host TensorDescriptor travels as
