@@ -110,6 +110,13 @@ def registers(ptx: str, arch: int = 90) -> int:
     """Registers per thread of a compiled kernel: what ptxas, the assembler that ships inside the
     triton wheel, reports when it turns the PTX into machine code (-v). Registers are what most
     often limits how many programs an SM holds at once (lesson 3, occupancy)."""
+    return ptxas_info(ptx, arch)["registers"]
+
+
+def ptxas_info(ptx: str, arch: int = 90) -> dict:
+    """What ptxas -v says of a kernel: registers per thread, bytes spilled to local memory (stores),
+    and whether it serialised the wgmma instructions for want of registers (its warning C7512: each
+    then waits for the one before, so no matmul overlaps another)."""
     from triton.backends.nvidia.compiler import get_ptxas  # the ptxas Triton itself runs for this GPU
 
     tool = get_ptxas(arch).path
@@ -118,7 +125,10 @@ def registers(ptx: str, arch: int = 90) -> int:
         f.flush()
         out = subprocess.run([tool, f"-arch=sm_{arch}a" if arch >= 90 else f"-arch=sm_{arch}", "-v", f.name,
                               "-o", os.devnull], capture_output=True, text=True, check=True)
-    return int(re.search(r"Used (\d+) registers", out.stdout + out.stderr).group(1))
+    text = out.stdout + out.stderr
+    return {"registers": int(re.search(r"Used (\d+) registers", text).group(1)),
+            "spill bytes": sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", text)),
+            "wgmma serialized": "C7512" in text}
 
 
 def memory_ops(ptx: str) -> collections.Counter:

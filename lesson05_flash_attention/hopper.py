@@ -57,6 +57,11 @@ faster, so main.py's attention() sends it head_dim 128 only (FASTER_HEAD_DIMS) a
 to the Triton kernel. A reading of that, not a measurement: a turn's barriers and waits cost the
 same at either head_dim, while its tensor-core work (Q K^T and P V) halves at 64, so the
 hand-made schedule's fixed cost is twice the share there.
+
+The file's second kernel is the backward, in the same pieces (its comment block, "The backward in
+Gluon", has its barriers, timeline and registers): FlashAttention-3's one kernel per key block, dQ
+added by atomics. Section 20 times it beside backward.py's Triton kernels and cuDNN; attention()'s
+backward runs it where that table finds it faster (FASTER_BACKWARD_HEAD_DIMS).
 """
 from common.device import DEVICE, INTERPRET, capability
 
@@ -343,31 +348,40 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #       P^T  = exp2(S^T * qk_scale - lse),  dS^T = P^T * (dP^T - Delta)     registers, float32
 #       dV  += P^T dO           wgmma, P^T from registers (as the forward's P)
 #       dK  += dS^T Q           wgmma, dS^T from registers
-#       dQ_c = dS K             wgmma, dS^T through shared memory (read transposed: wgmma's A operand
+#       dQ_i = dS K             wgmma, dS^T through shared memory (read transposed: wgmma's A operand
 #                               may be MN-major in shared memory, never in registers)
 #
-#   then the slot is released, and dQ_c (this warpgroup's 64 keys' share of the block's dQ, times
-#   sm_scale) is added into the float32 dQ with atomics (red.global.add: no value comes back, so the
-#   warps go on at once). FlashAttention-3 adds a whole tile with one TMA reduce-add
-#   (cp.reduce.async.bulk) issued by a warp of its own; Gluon in triton 3.6 has no such copy (3.7
-#   added tma.async_atomic_add), so each thread adds its own 64 values (at head_dim 128): the cost is
-#   issue slots in the consumers, while the other warpgroup's matmuls keep the tensor cores busy.
+#   and dQ's share of the query block, dQ_i = dS K sm_scale over all 128 keys, added into a float32
+#   dQ in memory with atomics (red.global.add, two floats per instruction: no value comes back, so
+#   the warps go on at once). The consumers take turns at it, a step each (consumer i % 2 at step
+#   i): it reads both halves of dS^T from shared memory, so each share covers 128 keys and the
+#   atomics' traffic is half what a share per warpgroup would be. FlashAttention-3 adds a whole tile
+#   with one TMA reduce-add (cp.reduce.async.bulk) issued by a warp of its own; Gluon in triton 3.6
+#   has no such copy (later releases add tma.async_atomic_add), so the turn's 128 threads add it.
 #
-# Who waits for whom, for query block i in slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD):
+# Who waits for whom, at step i: slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD),
+# parity p = i % 2 (its dS^T buffers: a pair per parity, so a step's can be read while the next
+# step's are written; u = i // 2, the how-many-th use of the pair):
 #
-#     barrier      count  who arrives                                  who waits, parity
-#     kv_bar         1    the producer (expect: K's and V's 4 halves)  both consumers, 0
-#     qdo_ready[s]   1    the producer (expect: Q(i)'s and dO(i)'s     both consumers, r & 1
-#                         bytes)
-#     qdo_empty[s]   2    each consumer, once its five matmuls on      the producer, before Q(i + NB): (r & 1) ^ 1
-#                         Q(i), dO(i) are done
+#     barrier       count  who arrives                                  who waits, parity
+#     kv_bar          1    the producer (expect: K's and V's 4 halves)  both consumers, 0
+#     qdo_ready[s]    1    the producer (expect: Q(i)'s, dO(i)'s bytes)  both consumers, r & 1
+#     qdo_empty[s]    2    each consumer, once its matmuls on Q(i),     the producer, before Q(i + NB): (r & 1) ^ 1
+#                          dO(i) are done
+#     ds_ready[p]     1    consumer 1 - p, its dS^T half stored         consumer p, before dQ's share: u & 1
+#     ds_free[p]      1    consumer p, dQ's share read both halves      consumer 1 - p, before storing into
+#                                                                       the pair again: (u & 1) ^ 1
 #
-# Timeline of one consumer (the other runs the same, shifted by whatever the scheduler gives it;
-# the tensor cores take both warpgroups' matmuls in turn, so one's exponentials and atomics run
-# under the other's matmuls, FlashAttention-3's overlap between warpgroups without a ping-pong):
+# (Waits on parity (x & 1) ^ 1 pass at once on a fresh barrier: every slot and pair starts free.)
 #
-#     wait Q(i), dO(i) | issue S^T, dP^T | wait S^T: P^T | wait dP^T: dS^T, store dS^T | issue dV, dK, dQ |
-#     wait all | release slot | dQ_c atomics | wait Q(i+1) ...
+# Timeline, two steps (S: S^T and dP^T; E: the exponentials, dS^T, its store; V K: dV and dK; Q:
+# the dQ share's matmuls; A: its atomics):
+#
+#     consumer 0:  S(0) E(0) | V K(0) Q(0) A(0)      | S(1) E(1) | V K(1) | S(2) E(2) | V K(2) Q(2) A(2) ...
+#     consumer 1:  S(0) E(0) | V K(0) | S(1) E(1)    | V K(1) Q(1) A(1)   | S(2) ...
+#
+# so while one takes its turn at dQ the other is a step's matmuls on, and the tensor cores take both
+# warpgroups' wgmma in turn: FlashAttention-3's overlap between warpgroups, without a ping-pong.
 #
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
 # head, so dK and dV are summed in registers (no atomics for them); dQ's atomics are per query head.
@@ -375,14 +389,20 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # blocks masked (128 keys span two blocks of 64 queries). Not causal: the walk starts there too and
 # wraps round, so the programs of one head add into different rows of dQ at any moment.
 #
-# Registers (per consumer thread, head_dim 128): dK and dV 64 each (float32, 64 x 128 over 128
-# threads), S^T and dP^T 32 each, P^T and dS^T as float16 operands 16 each, the dQ share 64: about
-# 220 at the peak, within the 240 setmaxnreg gives each consumer (the forward's budget).
-# Deterministic? No: the atomics' order varies, so dQ's last bits do. attention()'s backward takes
-# this kernel only where torch.are_deterministic_algorithms_enabled() is False (backward_takes).
+# Registers (per consumer thread, head_dim 128, of setmaxnreg's 240): dK and dV 64 each (float32,
+# 64 x 128 over 128 threads), S^T and dP^T 32 each, P^T and dS^T as float16 operands 16 each. A
+# whole 64 x 128 dQ share would be 64 more: ptxas then serialises every wgmma (each waits for the one
+# before); the share is made 64 columns at a time (32 registers), and ptxas spills a little instead
+# (section 19's table). Deterministic? No: the atomics' order varies, so dQ's last bits do.
+# attention()'s backward takes this kernel only where torch.are_deterministic_algorithms_enabled()
+# is False (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
 BLOCK_M_BWD = 64         # query rows per step of the walk
 BLOCK_N_BWD = 128        # keys per program: 64 per consumer warpgroup
 NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring
+# Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
+# backward.py's Triton kernels at every length and mask (RESULTS.md). None yet: main.py's
+# choose_backward reads this, and the tests run the path with it set.
+FASTER_BACKWARD_HEAD_DIMS = ()
 
 
 @gluon.jit
@@ -421,7 +441,7 @@ def bwd_producer(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_sme
 
 @gluon.jit
 def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                 qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n, sm_scale,
+                 qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n, sm_scale,
                  qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_N: gl.constexpr,
                  NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
     """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
@@ -435,14 +455,15 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
     query_layout: gl.constexpr = gl.SliceLayout(0, s_layout)   # one value per query (S^T's columns)
     k = k_smem.index(WHICH)
     v = v_smem.index(WHICH)
-    ds_buf = ds_smem.index(WHICH)
     keys = start_n + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, s_layout))
-    acc_rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, acc_layout))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     dk = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
     no_scores = gl.zeros([SPLIT_N, BLOCK_M], gl.float32, s_layout)  # (use_acc=False ignores its values)
-    no_dq = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, acc_layout)
+    DQ_COLS: gl.constexpr = 64 if HEAD_DIM > 64 else HEAD_DIM
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQ_COLS, 16])  # a share's DQ_COLS columns
+    no_dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
     mbarrier.wait(kv_bar, 0)
     for i in range(n_steps):
         g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
@@ -463,17 +484,43 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
                 pt = gl.where(keys[:, None] <= queries[None, :], pt, 0.0)
         dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
         dst = (pt * (dpt - delta[None, :])).to(dtype)
-        ds_buf.store(dst)
+        # dS^T into this step's pair of buffers (step parity), this warpgroup's half. The other
+        # warpgroup reads it for dQ on steps of its parity: wait until its read of two steps ago is over.
+        par = i % 2
+        my_dq = par == WHICH
+        if not my_dq:
+            mbarrier.wait(ds_free.index(par), ((i // 2) & 1) ^ 1)  # (steps 0 and 1: a fresh barrier passes)
+        ds_smem.index(2 * par + WHICH).store(dst)
         fence_async_shared()  # the store above, before wgmma (the async proxy) reads it
+        if not my_dq:
+            mbarrier.arrive(ds_ready.index(par), count=1)
         pt = gl.convert_layout(pt.to(dtype), a_layout)
         dst = gl.convert_layout(dst, a_layout)
-        dv = warpgroup_mma(pt, do, dv, is_async=True)
-        dk = warpgroup_mma(dst, q, dk, is_async=True)
-        dq = warpgroup_mma(ds_buf.permute((1, 0)), k, no_dq, use_acc=False, is_async=True)
-        dv, dk, dq, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, dq, pt, dst))
-        mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
-        dq_rows = bh * seq_len + qb * BLOCK_M + acc_rows
-        gl.atomic_add(dq_ptr + dq_rows[:, None] * HEAD_DIM + dims[None, :], dq * sm_scale, sem="relaxed")
+        if my_dq:  # dV, dK, then this step's dQ share over all 128 keys: dS (both halves, read transposed) K,
+            # DQ_COLS columns at a time (at head_dim 128 a whole 64 x 128 float32 share beside dK and dV
+            # would leave ptxas too few registers: it then serialises every wgmma)
+            mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
+            dv = warpgroup_mma(pt, do, dv, is_async=True)
+            dk = warpgroup_mma(dst, q, dk, is_async=True)
+            dq_rows = bh * seq_len + qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+            for h in gl.static_range(HEAD_DIM // DQ_COLS):
+                dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)),
+                                   k_smem.index(0).slice(h * DQ_COLS, DQ_COLS, dim=1), no_dq, use_acc=False,
+                                   is_async=True)
+                dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)),
+                                   k_smem.index(1).slice(h * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+                if h == 0:
+                    dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt, dst))  # in order
+                    mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
+                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
+                cols = h * DQ_COLS + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq_layout))
+                gl.atomic_add(dq_ptr + dq_rows[:, None] * HEAD_DIM + cols[None, :], dq * sm_scale, sem="relaxed")
+            mbarrier.arrive(ds_free.index(par), count=1)      # ... and with both dS^T halves
+        else:
+            dv = warpgroup_mma(pt, do, dv, is_async=True)
+            dk = warpgroup_mma(dst, q, dk, is_async=True)
+            dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt, dst))
+            mbarrier.arrive(qdo_empty.index(slot), count=1)
     key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
     offsets = key_rows[:, None] * HEAD_DIM + dims[None, :]
     gl.store(dk_ptr + offsets, (dk * sm_scale).to(dtype))
@@ -514,12 +561,17 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, dk_ptr, dv_ptr,
     do_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_M, HEAD_DIM], do_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, HEAD_DIM], v_desc.layout)
-    ds_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, BLOCK_M],
+    ds_smem = gl.allocate_shared_memory(dtype, [4, SPLIT_N, BLOCK_M],  # [step parity x consumer]
                                         gl.NVMMASharedLayout.get_default_for([SPLIT_N, BLOCK_M], dtype))
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     qdo_ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
+    for p in gl.static_range(2):
+        mbarrier.init(ds_ready.index(p), count=1)
+        mbarrier.init(ds_free.index(p), count=1)
     for s in gl.static_range(NUM_BUFFERS):
         mbarrier.init(qdo_ready.index(s), count=1)
         mbarrier.init(qdo_empty.index(s), count=2)  # free once both consumers arrive
@@ -527,10 +579,12 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, dk_ptr, dv_ptr,
 
     gl.warp_specialize([
         (bwd_consumer, (dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                        qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n,
+                        qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb,
+                        n_steps, start_n,
                         sm_scale, qk_scale, 0, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL)),
         (bwd_consumer, (dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                        qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n,
+                        qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb,
+                        n_steps, start_n,
                         sm_scale, qk_scale, 1, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL)),
         (bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, kv_bar, qdo_ready,
                         qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, NUM_BUFFERS, CAUSAL)),
@@ -626,6 +680,40 @@ def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True
                             "the three warpgroups together, within the SM's 512 (64K registers / 128 threads)).")
 
 
+def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> Table:
+    """Compile attention_bwd_kernel_hopper for sm_90 without a GPU, as compiled_for_hopper the forward,
+    and count what section 19 describes: register budgets, TMA copies, wgmma instructions, dQ's
+    atomics (red.global.add, vectors of two floats), mbarrier waits; then what ptxas reports: spills,
+    and whether it had to serialise the wgmma instructions."""
+    jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_bwd_kernel_hopper",
+                 signature=bwd_signature(D),
+                 constexprs=dict(HEAD_DIM=D, BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal,
+                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
+                 divisible_by_16=("dk_ptr", "dv_ptr", "dq_ptr", "lse_ptr", "delta_ptr", "seq_len"),
+                 options={"maxnreg": MAXNREG}, asm=("ptx",))
+            for D, causal in cases]
+    rows = []
+    for (D, causal), result in zip(cases, ptx.compile_kernels(jobs)):
+        code = result["ptx"]
+        budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
+        info = ptx.ptxas_info(code)
+        rows.append((D, causal, result["shared"] // 1024, ", ".join(map(str, budgets)),
+                     code.count("cp.async.bulk.tensor"), code.count("wgmma.mma_async"),
+                     len(re.findall(r"red\.global[\w.]*\.add", code)), code.count("mbarrier.try_wait"),
+                     info["spill bytes"], info["wgmma serialized"]))
+    return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies", "wgmma.mma_async",
+                              "dQ atomics (red.global.add)", "mbarrier waits", "spill bytes", "wgmma serialized"],
+                       title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
+                             "ptxas)",
+                       note=f"{BLOCK_N_BWD} keys per program (64 per consumer), query blocks of {BLOCK_M_BWD} rows, "
+                            f"{NUM_BUFFERS_BWD} Q/dO slots. Counts are instructions in the PTX, not events at run time; "
+                            "the atomics are per thread, each adding two floats. 'spill bytes', 'wgmma serialized': "
+                            "what `ptxas -v` of this machine's triton says (its warning C7512: for want of registers "
+                            "every wgmma waits for the one before). The first version kept a whole 64 x head_dim dQ "
+                            "share in registers: at head_dim 128 ptxas serialised every wgmma (80 waits for 80 wgmma "
+                            "in the machine code); in column halves, the waits are the code's own.")
+
+
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest
 def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seqs=(1024, 4096, 16384),
                  dtype=torch.float16) -> Table | None:
@@ -657,3 +745,46 @@ def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seq
                        note="'kernel µs': the kernels' own time (profiler timestamps, L2 flushed between calls); "
                             "TFLOP/s = 4 B H seq^2 head_dim / time, half of it when causal; 'x cuDNN', 'x Triton': "
                             "speed as a multiple of theirs (their time / this time). " + bench.SIDE_BY_SIDE_NOTE)
+
+
+def bench_hopper_backward(triton_backward, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seqs=(4096, 16384),
+                          dtype=torch.float16) -> Table | None:
+    """Backward time of this file's Gluon kernel, backward.py's Triton kernels (triton_backward(do, q,
+    k, v, o, lse, causal, sm_scale), which main.py hands in) and SDPA's cuDNN and flash backends
+    (their gradient call, sdpa(q, k, v, causal=..., backend=...)), side by side, on each shape; the
+    same o and lse (this file's forward) for the first two."""
+    if not HOPPER:
+        print("This GPU is not an sm_90 part (H100, H200): the Gluon kernel does not run here; nothing to time.")
+        return None
+    from lesson05_flash_attention.backward import BACKWARD_NOTE
+
+    rows, peak = [], bench.matmul_rate()
+    for B, H, D in shapes:
+        for seq in seqs:
+            for causal in (False, True):
+                q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
+                sm_scale = D ** -0.5
+                leaves, outs = {}, {}
+                for name, backend in (("SDPA cuDNN", "CUDNN_ATTENTION"), ("SDPA flash (FA2)", "FLASH_ATTENTION")):
+                    leaves[name] = [t.detach().requires_grad_() for t in (q, k, v)]
+                    outs[name] = sdpa(*leaves[name], causal=causal, backend=backend)
+                o, lse = launch(q, k, v, causal, sm_scale)  # (this file's forward)
+                cases = {"Gluon (hopper.py)": lambda: launch_backward(do, q, k, v, o, lse, causal, sm_scale),
+                         "Triton (backward.py)": lambda: triton_backward(do, q, k, v, o, lse, causal, sm_scale),
+                         **{name: functools.partial(torch.autograd.grad, outs[name], leaves[name], do, retain_graph=True)
+                            for name in outs}}
+                times = bench.side_by_side(cases)
+                flops = 2.5 * 4 * B * H * seq * seq * D / (2 if causal else 1)
+                for name, ms in times.items():
+                    rows.append((f"{B} x {H} x {seq} x {D}", causal, name, ms * 1e3, bench.tflops(flops, ms),
+                                 bench.percent(bench.tflops(flops, ms), peak), times["SDPA cuDNN"] / ms,
+                                 times["Triton (backward.py)"] / ms))
+                del q, k, v, do, o, lse, leaves, outs
+    return print_table(rows, ["B x H x seq x head_dim", "causal", "implementation", "backward µs", "TFLOP/s",
+                              "% of matmul rate", "x cuDNN", "x Triton"],
+                       title=f"The backward on Hopper: Gluon, Triton and SDPA, {dtype_name(dtype)}", floatfmt=".2f",
+                       note=BACKWARD_NOTE + " Gluon and Triton: the backward's kernels alone (Delta, the kernels, "
+                            "the float32 dQ's zeroing and cast for Gluon), from the Gluon forward's o and lse. "
+                            "TFLOP/s: 2.5 x 4 B H seq^2 head_dim (half when causal), the five matmuls' useful work; "
+                            "'% of matmul rate': of the stamp's measured cuBLAS rate; 'x cuDNN', 'x Triton': speed "
+                            "as a multiple of theirs (their time / this time).")

@@ -16,7 +16,8 @@ on a GPU (memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-
 tuning.py holds most of their code); sections 12-15 are the backward pass, for training
 (backward.py); section 16 times the shapes models pass. Sections 17-18 are the forward again, for
 Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on an H100 or
-H200 at head_dim 128.
+H200 at head_dim 128; sections 19-20 the backward in Gluon, FlashAttention-3's structure, timed
+against the Triton backward and cuDNN.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -59,6 +60,8 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "bench_general": "16. The shapes models pass, timed against SDPA's backends (tuning.py)",
     "gluon": "17. Hopper in Gluon: the forward with warps by job, compiled for sm_90 (hopper.py)",
     "bench_gluon": "18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)",
+    "gluon_backward": "19. The backward in Gluon: FlashAttention-3's structure, compiled for sm_90 (hopper.py)",
+    "bench_gluon_backward": "20. The Gluon backward, timed against the Triton backward and SDPA (hopper.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
@@ -66,17 +69,18 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 # 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases; sweep: how
 # many of each sweep's candidates they time (all with --full); general: section 16's shapes
 # (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)); gluon: section 18's (batch,
-# heads, head_dim) and sequence lengths.
+# heads, head_dim) and sequence lengths; gluon_backward: section 20's.
 SIZES = {
     "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
                   backward=[4096], causal=[False], sweep=2,
                   general=[tuning.BENCH_CASES[1], tuning.BENCH_CASES[6]],
-                  gluon=dict(shapes=[(4, 16, 128)], seqs=[4096])),
+                  gluon=dict(shapes=[(4, 16, 128)], seqs=[4096]), gluon_backward=dict(shapes=[(4, 16, 128)], seqs=[4096])),
     "full": dict(seqs=[512, 1024, 2048, 4096, 8192, 16384], shapes=[(4, 32, 64), (4, 16, 128)],
                  dtypes=[torch.float16, torch.bfloat16], memory=[1024, 4096, 8192, 16384, 32768],
                  backward=[4096, 16384], causal=[False, True], sweep=None,
                  general=tuning.BENCH_CASES,
-                 gluon=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[1024, 4096, 16384])),
+                 gluon=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[1024, 4096, 16384]),
+                 gluon_backward=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[4096, 16384])),
 }
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 MAX_HEAD_DIM = 256
@@ -537,7 +541,26 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
     return forward(kernel, q, k, v, causal, sm_scale, traced=True)  # (attention() chose the kernel)
 
 
-attention_op.register_autograd(backward.attention_grad, setup_context=backward.keep_for_backward)
+def choose_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    """The backward attention()'s gradient runs, by name: "gluon", hopper.py's kernel, on an H100 or
+    H200 where it takes the inputs (hopper.backward_takes: not where deterministic algorithms are
+    asked for, since its dQ is summed by atomics) at the head dims where section 20 timed it faster
+    (hopper.FASTER_BACKWARD_HEAD_DIMS), never while torch.compile traces; else "triton", backward.py's."""
+    if hopper.HOPPER and q.shape[-1] in hopper.FASTER_BACKWARD_HEAD_DIMS and hopper.backward_takes(q, k, v) \
+            and not torch.compiler.is_compiling():
+        return "gluon"
+    return "triton"
+
+
+def attention_grad(ctx, do, dlse):
+    """attention_op's backward: the kernels choose_backward names, from what the forward kept."""
+    q, k, v, o, lse = ctx.saved_tensors
+    if choose_backward(q, k, v) == "gluon":
+        return *hopper.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None, None
+    return backward.attention_grad(ctx, do, dlse)
+
+
+attention_op.register_autograd(attention_grad, setup_context=backward.keep_for_backward)
 
 # %% [markdown]
 # ## 5. The trace: the kernel itself, on a tiny problem, block by block
@@ -895,3 +918,30 @@ def attention_triton(q, k, v, *, causal=False):
 
 chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash, **chapter.sizes(SIZES)["gluon"]),
             gpu=True)
+
+# %% [markdown]
+# ## 19. The backward in Gluon: FlashAttention-3's structure (hopper.py)
+# backward.py's default backward is three Triton kernels and 7 matmuls, two of them the dQ pass's
+# recomputing S and dP. FlashAttention-3 (and cuDNN on Hopper) make dQ in the dK/dV kernel itself:
+# one program per 128 keys, a producer warp bringing Q and dO by TMA into a ring of slots, two
+# consumer warpgroups holding 64 keys' dK and dV each in registers for the whole walk over the
+# query blocks, wgmma for the five matmuls, and each query block's dQ share added into a float32 dQ
+# in memory (here by atomics: triton 3.6's Gluon has no TMA reduce-add). The consumers take turns at
+# dQ's share, a step each, so that it sums all 128 keys before it is added: half the atomics'
+# traffic of a share per warpgroup. hopper.py's comment block has the barriers and the timeline;
+# compiled here for sm_90 (no GPU needed), the machine code shows what the register budget allows.
+
+
+# %%
+chapter.run("gluon_backward", hopper.compiled_backward_for_hopper)
+
+# %% [markdown]
+# ## 20. The Gluon backward, timed against the Triton backward and SDPA (hopper.py)
+# Side by side with backward.py's three Triton kernels and SDPA's cuDNN and flash backends, float16,
+# the gradient call alone. attention()'s backward runs the Gluon kernel where this table finds it
+# faster than the Triton kernels (hopper.FASTER_BACKWARD_HEAD_DIMS), which RESULTS.md says.
+
+
+# %%
+chapter.run("bench_gluon_backward", lambda: hopper.bench_hopper_backward(
+    backward.launch_backward, sdpa_flash, **chapter.sizes(SIZES)["gluon_backward"]), gpu=True)

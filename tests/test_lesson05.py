@@ -681,3 +681,96 @@ def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(mon
     assert len(calls) == before  # seq 200: the Triton kernel
     attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous())
     assert len(calls) == before  # head_dim 64: takes() would, but the Triton kernel is as fast there
+
+
+# ----- hopper.py: the Gluon backward for sm_90
+
+def test_gluon_backward_compiles_for_hopper_with_its_partitions():
+    # Compiled for sm_90 on any machine: each case moves the producer to 24 registers and the
+    # consumers to 240, copies by TMA, multiplies by wgmma, adds dQ with atomics, fits an H100's
+    # shared memory, and ptxas does not serialise its wgmma (every one waiting for the one before)
+    table = hopper.compiled_backward_for_hopper()
+    assert len(table.rows) == 4
+    for budgets, copies, wgmmas, atomics, shared, serialized in zip(
+            table.column("setmaxnreg budgets"), table.column("TMA copies"), table.column("wgmma.mma_async"),
+            table.column("dQ atomics (red.global.add)"), table.column("shared KB"), table.column("wgmma serialized")):
+        assert {hopper.PRODUCER_REGS, hopper.CONSUMER_REGS} <= {int(b) for b in budgets.split(", ")}
+        assert copies > 0 and wgmmas > 0 and atomics > 0 and shared <= 227 and not serialized
+
+
+def test_gluon_backward_takes_only_what_it_computes():
+    # backward_takes(): as takes(), grouped-query heads too, and never where deterministic
+    # algorithms are asked for (its dQ's atomics add in no fixed order)
+    q = torch.randn(1, 4, 256, 64, device=DEVICE, dtype=torch.float16)
+    kv = q[:, :2].contiguous()
+    on_hopper = hopper.HOPPER
+    assert hopper.backward_takes(q, kv, kv) == on_hopper
+    refused = {"head_dim 32": (q[..., :32].contiguous(), kv[..., :32].contiguous()),
+               "seq 200": (q[:, :, :200].contiguous(), kv[:, :, :200].contiguous()),
+               "float32": (q.float(), kv.float()), "3 heads for 2": (q[:, :3].contiguous(), kv),
+               "k longer than q": (q, torch.cat([kv, kv], dim=2))}
+    for name, (a, b) in refused.items():
+        assert not hopper.backward_takes(a, b, b), name
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert not hopper.backward_takes(q, kv, kv)
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+
+
+GLUON_BACKWARD_SHAPES = [(1, 1, 1, 128, 64), (2, 3, 3, 384, 64), (1, 8, 1, 512, 64), (2, 2, 2, 256, 128),
+                         (1, 4, 2, 1024, 128)]  # B, H, H_KV, seq, D: one key block; odd heads; multi-query; GQA
+
+
+@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("shape", GLUON_BACKWARD_SHAPES)
+def test_gluon_backward_matches_float64(shape, dtype, causal):
+    # dq, dk, dv from the Gluon backward (given the forward's o and lse) within twice the error of
+    # torch's autograd in the same dtype, both against float64 autograd (common.checks.grad_ok)
+    from common.checks import grad_ok
+
+    B, H, H_KV, seq, D = shape
+    q = torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype)
+    k, v = (torch.randn(B, H_KV, seq, D, device=DEVICE, dtype=dtype) for _ in range(2))
+    do = torch.randn_like(q)
+    o, lse = launch(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
+    ours = hopper.launch_backward(do, q, k, v, o, lse, causal, D ** -0.5)
+
+    def grads(dtype):
+        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
+        attention_standard(*leaves, causal=causal).backward(do.to(dtype))
+        return [leaf.grad for leaf in leaves]
+    exact, theirs = grads(torch.float64), grads(dtype)
+    for name, a, b, ref in zip("qkv", ours, theirs, exact):
+        assert grad_ok(rel_error(a, ref), rel_error(b, ref)), f"d{name}: {rel_error(a, ref)} vs {rel_error(b, ref)}"
+
+
+@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
+def test_attention_backward_takes_the_gluon_kernel_where_timed_faster(monkeypatch):
+    # attention()'s gradient runs hopper.launch_backward at FASTER_BACKWARD_HEAD_DIMS (set here: the
+    # rule, whatever the table says today) and gives float64 autograd's gradients; under
+    # torch.use_deterministic_algorithms(True) the Triton backward runs instead
+    from common.checks import grad_errors, grad_ok
+    from lesson05_flash_attention import main
+
+    calls = []
+    real = hopper.launch_backward
+    monkeypatch.setattr(hopper, "launch_backward", lambda *a: calls.append(a[1].shape) or real(*a))
+    monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", (64, 128))
+    q = torch.randn(1, 4, 256, 64, device=DEVICE, dtype=torch.float16)
+    k, v = (torch.randn(1, 2, 256, 64, device=DEVICE, dtype=torch.float16) for _ in range(2))
+    assert main.choose_backward(q, k, v) == "gluon"
+    errors = grad_errors(lambda q, k, v: attention(q, k, v, causal=True),
+                         lambda q, k, v: attention_standard(q, k, v, causal=True), [q, k, v])
+    assert len(calls) == 1 and all(grad_ok(ours, theirs) for ours, theirs in errors)
+    deterministic = torch.are_deterministic_algorithms_enabled()
+    try:
+        torch.use_deterministic_algorithms(True)
+        assert main.choose_backward(q, k, v) == "triton"
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+    monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", ())
+    assert main.choose_backward(q, k, v) == "triton"
