@@ -391,9 +391,10 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #
 # Registers (per consumer thread, head_dim 128, of setmaxnreg's 240): dK and dV 64 each (float32,
 # 64 x 128 over 128 threads), S^T and dP^T 32 each, P^T and dS^T as float16 operands 16 each. A
-# whole 64 x 128 dQ share would be 64 more: ptxas then serialises every wgmma (each waits for the one
-# before); the share is made 64 columns at a time (32 registers), and ptxas spills a little instead
-# (section 19's table). Deterministic? No: the atomics' order varies, so dQ's last bits do.
+# whole 64 x 128 dQ share would be 64 more: triton 3.9's ptxas then serialises every wgmma (each
+# waits for the one before); the share is made 64 columns at a time (32 registers), and it spills a
+# little instead. Section 19's table says what the installed ptxas does (another version may still
+# serialise). Deterministic? No: the atomics' order varies, so dQ's last bits do.
 # attention()'s backward takes this kernel only where torch.are_deterministic_algorithms_enabled()
 # is False (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
 BLOCK_M_BWD = 64         # query rows per step of the walk
@@ -498,7 +499,7 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
         dst = gl.convert_layout(dst, a_layout)
         if my_dq:  # dV, dK, then this step's dQ share over all 128 keys: dS (both halves, read transposed) K,
             # DQ_COLS columns at a time (at head_dim 128 a whole 64 x 128 float32 share beside dK and dV
-            # would leave ptxas too few registers: it then serialises every wgmma)
+            # leaves ptxas too few registers: triton 3.9's then serialises every wgmma)
             mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
             dv = warpgroup_mma(pt, do, dv, is_async=True)
             dk = warpgroup_mma(dst, q, dk, is_async=True)
@@ -699,19 +700,20 @@ def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (
         info = ptx.ptxas_info(code)
         rows.append((D, causal, result["shared"] // 1024, ", ".join(map(str, budgets)),
                      code.count("cp.async.bulk.tensor"), code.count("wgmma.mma_async"),
-                     len(re.findall(r"red\.global[\w.]*\.add", code)), code.count("mbarrier.try_wait"),
+                     len(re.findall(r"\b(?:red|atom)\.global[\w.]*\.add", code)), code.count("mbarrier.try_wait"),
                      info["spill bytes"], info["wgmma serialized"]))
     return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies", "wgmma.mma_async",
-                              "dQ atomics (red.global.add)", "mbarrier waits", "spill bytes", "wgmma serialized"],
+                              "dQ atomics (global add)", "mbarrier waits", "spill bytes", "wgmma serialized"],
                        title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
                              "ptxas)",
                        note=f"{BLOCK_N_BWD} keys per program (64 per consumer), query blocks of {BLOCK_M_BWD} rows, "
                             f"{NUM_BUFFERS_BWD} Q/dO slots. Counts are instructions in the PTX, not events at run time; "
-                            "the atomics are per thread, each adding two floats. 'spill bytes', 'wgmma serialized': "
-                            "what `ptxas -v` of this machine's triton says (its warning C7512: for want of registers "
-                            "every wgmma waits for the one before). The first version kept a whole 64 x head_dim dQ "
-                            "share in registers: at head_dim 128 ptxas serialised every wgmma (80 waits for 80 wgmma "
-                            "in the machine code); in column halves, the waits are the code's own.")
+                            "the atomics are per thread instructions (triton 3.9: red.global.add.v2.f32, two floats "
+                            "each). 'spill bytes', 'wgmma serialized': what `ptxas -v` of the installed triton says "
+                            "(its warning C7512: for want of registers every wgmma waits for the one before). A whole "
+                            "64 x head_dim dQ share in registers had triton 3.9's ptxas serialise every wgmma at head_dim "
+                            "128 (80 waits for 80 wgmma in the machine code); made 64 columns at a time, it spills a "
+                            "few bytes instead. Another ptxas may still serialise: this column says.")
 
 
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest
