@@ -442,16 +442,16 @@ def bwd_producer(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_sme
 
 @gluon.jit
 def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                 qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, start_n, sm_scale,
-                 qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_N: gl.constexpr,
-                 NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+                 qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
+                 start_n, sm_scale, qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
+                 SPLIT_N: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
     """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
     dtype: gl.constexpr = dk_ptr.dtype.element_ty
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])   # S^T, dP^T
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, HEAD_DIM, 16])  # dK, dV, dQ_c
+                                                        instr_shape=[16, HEAD_DIM, 16])  # dK, dV
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)  # P^T, dS^T
     query_layout: gl.constexpr = gl.SliceLayout(0, s_layout)   # one value per query (S^T's columns)
     k = k_smem.index(WHICH)
@@ -481,7 +481,7 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))   # in order: S^T is done, dP^T may run on
         pt = gl.exp2(st * qk_scale - lse[None, :])
         if CAUSAL:
-            if j < 2:  # the two query blocks the diagonal crosses: key j gets nothing from query i < j
+            if j < 2:  # the two query blocks the diagonal crosses: a key gets nothing from a query before it
                 pt = gl.where(keys[:, None] <= queries[None, :], pt, 0.0)
         dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
         dst = (pt * (dpt - delta[None, :])).to(dtype)
