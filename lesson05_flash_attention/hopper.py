@@ -60,7 +60,7 @@ hand-made schedule's fixed cost is twice the share there.
 
 The file's second kernel is the backward, in the same pieces (its comment block, "The backward in
 Gluon", has its barriers, timeline and registers): FlashAttention-3's one kernel per key block, dQ
-added by atomics. Section 20 times it beside backward.py's Triton kernels and cuDNN; attention()'s
+added by TMA's reduce-add. Section 20 times it beside backward.py's Triton kernels and cuDNN; attention()'s
 backward runs it where that table finds it faster (FASTER_BACKWARD_HEAD_DIMS).
 """
 from common.device import DEVICE, INTERPRET, capability
@@ -338,7 +338,8 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # matmuls, bought with the additions' traffic. This is that kernel, with the forward's pieces:
 #
 # - one *producer* warp: K and V of the program's 128 keys once (two 64-row halves, one per
-#   consumer), then for each query block Q and dO into a ring of NUM_BUFFERS_BWD slots;
+#   consumer), then for each query block Q, dO, and the block's 64 values of lse and Delta, by TMA
+#   into a ring of NUM_BUFFERS_BWD slots;
 # - two *consumer* warpgroups, each owning 64 of the keys: its rows of dK and dV stay in registers
 #   (float32) for the whole walk over the query blocks, 64 rows at a time. Per query block, with
 #   everything transposed so that the keys run down (wgmma's M, 64 rows per warpgroup):
@@ -351,59 +352,81 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #       dQ_i = dS K             wgmma, dS^T through shared memory (read transposed: wgmma's A operand
 #                               may be MN-major in shared memory, never in registers)
 #
-#   and dQ's share of the query block, dQ_i = dS K sm_scale over all 128 keys, added into a float32
-#   dQ in memory with atomics (red.global.add, two floats per instruction: no value comes back, so
-#   the warps go on at once). The consumers take turns at it, a step each (consumer i % 2 at step
-#   i): it reads both halves of dS^T from shared memory, so each share covers 128 keys and the
-#   atomics' traffic is half what a share per warpgroup would be. FlashAttention-3 adds a whole tile
-#   with one TMA reduce-add (cp.reduce.async.bulk) issued by a warp of its own; Gluon in triton 3.6
-#   has no such copy (later releases add tma.async_atomic_add), so the turn's 128 threads add it.
+#   dQ_i needs both consumers' halves of dS^T (its sum runs over all 128 keys), so each consumer
+#   stores its half in shared memory and, once both are there, makes half of dQ_i's columns
+#   (head_dim / 2 of them, over all 128 keys): a [64, head_dim / 2] float32 tile, which it writes to
+#   shared memory and hands to TMA's reduce-add (cp.reduce.async.bulk.tensor.add: the copy engine
+#   reads the tile and adds it into dQ in memory, in L2, while the warps go on to the next step).
+#   At head_dim 64 a half would be 32 columns, half of one of K's 128-byte swizzled rows, so there
+#   the consumers take turns instead (dq_by_turns): consumer i % 2 makes all 64 columns at step i.
+#   triton 3.6's Gluon builds that operation but names no function for it (later releases:
+#   tma.async_atomic_add), so tma_add below is that function, as the later releases write it.
 #
 # Who waits for whom, at step i: slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD),
-# parity p = i % 2 (its dS^T buffers: a pair per parity, so a step's can be read while the next
+# parity p = i % 2 (its dS^T buffers: a pair per parity, so one step's can be read while the next
 # step's are written; u = i // 2, the how-many-th use of the pair):
 #
 #     barrier       count  who arrives                                  who waits, parity
 #     kv_bar          1    the producer (expect: K's and V's 4 halves)  both consumers, 0
-#     qdo_ready[s]    1    the producer (expect: Q(i)'s, dO(i)'s bytes)  both consumers, r & 1
-#     qdo_empty[s]    2    each consumer, once its matmuls on Q(i),     the producer, before Q(i + NB): (r & 1) ^ 1
-#                          dO(i) are done
-#     ds_ready[p]     1    consumer 1 - p, its dS^T half stored         consumer p, before dQ's share: u & 1
-#     ds_free[p]      1    consumer p, dQ's share read both halves      consumer 1 - p, before storing into
-#                                                                       the pair again: (u & 1) ^ 1
+#     qdo_ready[s]    1    the producer (expect: the bytes of Q(i),     both consumers, r & 1
+#                          dO(i), lse(i), Delta(i))
+#     qdo_empty[s]    2    each consumer, once its dV and dK matmuls    the producer, before Q(i + NB): (r & 1) ^ 1
+#                          (which read dO(i) and Q(i)) are done
+#     ds_ready[p]     2    each consumer, its dS^T half stored          both consumers (by turns: the one whose
+#                                                                       turn it is), before dQ_i: u & 1
+#     (TMA's own)          tma.store_wait(0): this consumer's last      the consumer, before it writes its dQ
+#                          reduce-add has read its dQ tile              tile again
 #
-# (Waits on parity (x & 1) ^ 1 pass at once on a fresh barrier: every slot and pair starts free.)
+# (Waits on parity (r & 1) ^ 1 pass at once on a fresh barrier: every slot starts free.) No barrier
+# says when a pair of dS^T buffers is free again: a consumer writes pair p at step i + 2 only after
+# passing ds_ready at step i + 1, which the other consumer arrives at only after its dQ matmuls of
+# step i, the last reads of pair p, are done (it waits for them within step i). By turns the same
+# holds: the consumer that did not read pair p at step i has its turn at step i + 1, and waits there
+# for the reader's arrival, which comes after the reader's dQ matmuls of step i are done.
 #
-# Timeline, two steps (S: S^T and dP^T; E: the exponentials, dS^T, its store; V K: dV and dK; Q:
-# the dQ share's matmuls; A: its atomics):
+# Timeline of one consumer's step (S: S^T and dP^T issued; E: the exponentials and dS^T, with dV
+# issued behind them; D: dS^T stored, both halves awaited; Q K: dQ_i's and dK's matmuls issued; A:
+# dQ_i through shared memory to TMA; the slot released once dK is done):
 #
-#     consumer 0:  S(0) E(0) | V K(0) Q(0) A(0)      | S(1) E(1) | V K(1) | S(2) E(2) | V K(2) Q(2) A(2) ...
-#     consumer 1:  S(0) E(0) | V K(0) | S(1) E(1)    | V K(1) Q(1) A(1)   | S(2) ...
+#     consumer 0:  S(i) E(i) D(i) Q K(i) A(i) | S(i+1) E(i+1) D(i+1) Q K(i+1) A(i+1) | ...
+#     consumer 1:  S(i) E(i) D(i) Q K(i) A(i) | S(i+1) ...
+#     tensor cores: both consumers' wgmma, in the order issued
 #
-# so while one takes its turn at dQ the other is a step's matmuls on, and the tensor cores take both
-# warpgroups' wgmma in turn: FlashAttention-3's overlap between warpgroups, without a ping-pong.
+# The two meet at D every step, and the overlap is the tensor cores': while one consumer computes
+# its exponentials, its A or its wait at D, the other's matmuls, already issued, run.
 #
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
-# head, so dK and dV are summed in registers (no atomics for them); dQ's atomics are per query head.
-# Causal: a key block's walk starts at its own diagonal (query block start_n / 64), the first two
-# blocks masked (128 keys span two blocks of 64 queries). Not causal: the walk starts there too and
-# wraps round, so the programs of one head add into different rows of dQ at any moment.
+# head, so dK and dV are summed in registers (no atomics for them); dQ's additions are per query
+# head. Causal: a key block's walk starts at its own diagonal (query block start_n / 64), the first
+# two blocks masked (128 keys span two blocks of 64 queries). Not causal: the walk starts there too
+# and wraps round, so the programs of one head add into different rows of dQ at any moment.
 #
 # Registers (per consumer thread, head_dim 128, of setmaxnreg's 240): dK and dV 64 each (float32,
-# 64 x 128 over 128 threads), S^T and dP^T 32 each, P^T and dS^T as float16 operands 16 each. A
-# whole 64 x 128 dQ share would be 64 more: triton 3.9's ptxas then serialises every wgmma (each
-# waits for the one before); the share is made 64 columns at a time (32 registers), and it spills a
-# little instead. Section 19's table says what the installed ptxas does (another version may still
-# serialise). Deterministic? No: the atomics' order varies, so dQ's last bits do.
-# attention()'s backward takes this kernel only where torch.are_deterministic_algorithms_enabled()
-# is False (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
+# 64 x 128 over 128 threads), S^T and dP^T 32 each, lse and Delta 16 each (one per query column the
+# thread holds), P^T and dS^T as float16 operands 16 each, dQ_i's half 32 (once S^T and dP^T are
+# gone): about 220 at the exponentials, the peak. Section 19's table has what ptxas made of it.
+# Deterministic? No: the reduce-adds' order varies, so dQ's last bits do. attention()'s backward
+# takes this kernel only where torch.are_deterministic_algorithms_enabled() is False
+# (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
 BLOCK_M_BWD = 64         # query rows per step of the walk
 BLOCK_N_BWD = 128        # keys per program: 64 per consumer warpgroup
 NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring
 # Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
-# backward.py's Triton kernels at every length and mask (RESULTS.md). None yet: main.py's
-# choose_backward reads this, and the tests run the path with it set.
+# backward.py's Triton kernels at every length and mask (RESULTS.md). main.py's choose_backward reads
+# this, and the tests run the path with it set whatever it holds.
 FASTER_BACKWARD_HEAD_DIMS = ()
+
+if hasattr(tma, "async_atomic_add"):
+    tma_add = tma.async_atomic_add
+else:  # triton 3.6: the same operation, built as the later releases build it
+    from triton._C.libtriton import ir
+    from triton.language.core import builtin
+
+    @builtin
+    def tma_add(tensor_desc, coord, src, _semantic=None):
+        """Add the tile in shared memory `src` into the tensor behind tensor_desc at coord, by TMA."""
+        coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+        _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle, coord, src.handle)
 
 
 @gluon.jit
@@ -420,10 +443,11 @@ def bwd_step(i, per_head, first, n_qb, CAUSAL: gl.constexpr):
 
 
 @gluon.jit
-def bwd_producer(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, kv_bar, qdo_ready, qdo_empty,
-                 kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
-                 NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
-    """One warp: the program's keys and values once, then Q and dO of each step's query block."""
+def bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                 k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb,
+                 n_steps, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warp: the program's keys and values once, then Q, dO, lse and Delta of each step's query
+    block (lse and Delta seen as rows of BLOCK_M values: row b is query block b, over all heads)."""
     SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
@@ -432,19 +456,21 @@ def bwd_producer(q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_sme
         tma_load(v_desc, [kv_row + c * SPLIT_N, 0], kv_bar, v_smem.index(c))
     for i in range(n_steps):
         g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
-        row = (q_head0 + g) * seq_len + qb * BLOCK_M
+        block = (q_head0 + g) * n_qb + qb
         slot = i % NUM_BUFFERS
         mbarrier.wait(qdo_empty.index(slot), ((i // NUM_BUFFERS) & 1) ^ 1)  # (round 0: a fresh barrier passes)
-        mbarrier.expect(qdo_ready.index(slot), 2 * q_desc.block_type.nbytes)
-        tma_load(q_desc, [row, 0], qdo_ready.index(slot), q_bufs.index(slot))
-        tma_load(do_desc, [row, 0], qdo_ready.index(slot), do_bufs.index(slot))
+        mbarrier.expect(qdo_ready.index(slot), 2 * q_desc.block_type.nbytes + 2 * lse_desc.block_type.nbytes)
+        tma_load(q_desc, [block * BLOCK_M, 0], qdo_ready.index(slot), q_bufs.index(slot))
+        tma_load(do_desc, [block * BLOCK_M, 0], qdo_ready.index(slot), do_bufs.index(slot))
+        tma_load(lse_desc, [block, 0], qdo_ready.index(slot), lse_bufs.index(slot))
+        tma_load(delta_desc, [block, 0], qdo_ready.index(slot), delta_bufs.index(slot))
 
 
 @gluon.jit
-def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                 qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
+def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem, dq_smem,
+                 kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
                  start_n, sm_scale, qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                 SPLIT_N: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+                 SPLIT_N: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr, DQ_TURNS: gl.constexpr):
     """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
     dtype: gl.constexpr = dk_ptr.dtype.element_ty
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
@@ -453,7 +479,9 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, HEAD_DIM, 16])  # dK, dV
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)  # P^T, dS^T
-    query_layout: gl.constexpr = gl.SliceLayout(0, s_layout)   # one value per query (S^T's columns)
+    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]   # dQ_i's columns this consumer makes
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQ_COLS, 16])
     k = k_smem.index(WHICH)
     v = v_smem.index(WHICH)
     keys = start_n + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, s_layout))
@@ -461,67 +489,71 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
     dk = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
     no_scores = gl.zeros([SPLIT_N, BLOCK_M], gl.float32, s_layout)  # (use_acc=False ignores its values)
-    DQ_COLS: gl.constexpr = 64 if HEAD_DIM > 64 else HEAD_DIM
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DQ_COLS, 16])  # a share's DQ_COLS columns
     no_dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
     mbarrier.wait(kv_bar, 0)
     for i in range(n_steps):
         g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
-        bh = q_head0 + g
-        queries = qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=query_layout)
-        lse = gl.load(lse_ptr + bh * seq_len + queries)        # (issued before the waits: they hide it)
-        delta = gl.load(delta_ptr + bh * seq_len + queries)
         slot = i % NUM_BUFFERS
         mbarrier.wait(qdo_ready.index(slot), (i // NUM_BUFFERS) & 1)
         q = q_bufs.index(slot)
         do = do_bufs.index(slot)
         st = warpgroup_mma(k, q.permute((1, 0)), no_scores, use_acc=False, is_async=True)
         dpt = warpgroup_mma(v, do.permute((1, 0)), no_scores, use_acc=False, is_async=True)
+        # lse and Delta, [1, BLOCK_M] from shared memory: one value per query, broadcast down the keys
+        lse = lse_bufs.index(slot).load(s_layout)
         st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))   # in order: S^T is done, dP^T may run on
-        pt = gl.exp2(st * qk_scale - lse[None, :])
+        pt = gl.exp2(st * qk_scale - lse)
         if CAUSAL:
             if j < 2:  # the two query blocks the diagonal crosses: a key gets nothing from a query before it
+                queries = qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
                 pt = gl.where(keys[:, None] <= queries[None, :], pt, 0.0)
+        delta = delta_bufs.index(slot).load(s_layout)
         dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
-        dst = (pt * (dpt - delta[None, :])).to(dtype)
-        # dS^T into this step's pair of buffers (step parity), this warpgroup's half. The other
-        # warpgroup reads it for dQ on steps of its parity: wait until its read of two steps ago is over.
+        dst = (pt * (dpt - delta)).to(dtype)
+        pt = gl.convert_layout(pt.to(dtype), a_layout)
+        if not DQ_TURNS:
+            dv = warpgroup_mma(pt, do, dv, is_async=True)   # dV += P^T dO runs while dS^T is stored
+        # dS^T into this step's pair of buffers (step parity), this warpgroup's half; then both halves
         par = i % 2
-        my_dq = par == WHICH
-        if not my_dq:
-            mbarrier.wait(ds_free.index(par), ((i // 2) & 1) ^ 1)  # (steps 0 and 1: a fresh barrier passes)
         ds_smem.index(2 * par + WHICH).store(dst)
         fence_async_shared()  # the store above, before wgmma (the async proxy) reads it
-        if not my_dq:
-            mbarrier.arrive(ds_ready.index(par), count=1)
-        pt = gl.convert_layout(pt.to(dtype), a_layout)
+        mbarrier.arrive(ds_ready.index(par), count=1)
         dst = gl.convert_layout(dst, a_layout)
-        if my_dq:  # dV, dK, then this step's dQ share over all 128 keys: dS (both halves, read transposed) K,
-            # DQ_COLS columns at a time (at head_dim 128 a whole 64 x 128 float32 share beside dK and dV
-            # leaves ptxas too few registers: triton 3.9's then serialises every wgmma)
-            mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
-            dv = warpgroup_mma(pt, do, dv, is_async=True)
-            dk = warpgroup_mma(dst, q, dk, is_async=True)
-            dq_rows = bh * seq_len + qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
-            for h in gl.static_range(HEAD_DIM // DQ_COLS):
-                dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)),
-                                   k_smem.index(0).slice(h * DQ_COLS, DQ_COLS, dim=1), no_dq, use_acc=False,
+        row = ((q_head0 + g) * n_qb + qb) * BLOCK_M   # the query block's first row of dQ
+        if DQ_TURNS:  # one consumer a step (i % 2) makes all of dQ_i's columns
+            if par == WHICH:
+                dv = warpgroup_mma(pt, do, dv, is_async=True)
+                mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
+                dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)), k_smem.index(0), no_dq, use_acc=False,
                                    is_async=True)
-                dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)),
-                                   k_smem.index(1).slice(h * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
-                if h == 0:
-                    dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=2, deps=(dv, dk, pt, dst))  # in order
-                    mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
-                dq = warpgroup_mma_wait(num_outstanding=0, deps=(dq,))
-                cols = h * DQ_COLS + gl.arange(0, DQ_COLS, layout=gl.SliceLayout(0, dq_layout))
-                gl.atomic_add(dq_ptr + dq_rows[:, None] * HEAD_DIM + cols[None, :], dq * sm_scale, sem="relaxed")
-            mbarrier.arrive(ds_free.index(par), count=1)      # ... and with both dS^T halves
-        else:
-            dv = warpgroup_mma(pt, do, dv, is_async=True)
+                dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)), k_smem.index(1), dq, is_async=True)
+                dk = warpgroup_mma(dst, q, dk, is_async=True)
+                dv, dq, _ = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dq, pt))  # dK runs on
+                tma.store_wait(pendings=0)   # the last reduce-add has read this consumer's tile
+                dq_smem.index(WHICH).store(dq * sm_scale)
+                fence_async_shared()
+                tma_add(dq_desc, [row, 0], dq_smem.index(WHICH))
+                dk, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dst))
+            else:
+                dv = warpgroup_mma(pt, do, dv, is_async=True)
+                dk = warpgroup_mma(dst, q, dk, is_async=True)
+                dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt, dst))
+        else:  # each consumer makes DQ_COLS = head_dim / 2 of dQ_i's columns: dS (both halves) K[:, its columns]
+            mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
+            dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)),
+                               k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), no_dq, use_acc=False,
+                               is_async=True)
+            dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)),
+                               k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
             dk = warpgroup_mma(dst, q, dk, is_async=True)
-            dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt, dst))
-            mbarrier.arrive(qdo_empty.index(slot), count=1)
+            dv, dq, _ = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dq, pt))  # in order: dK runs on
+            tma.store_wait(pendings=0)   # the last reduce-add has read this consumer's tile
+            dq_smem.index(WHICH).store(dq * sm_scale)
+            fence_async_shared()  # ordinary stores, then the copy engine reads: a fence between
+            tma_add(dq_desc, [row, WHICH * DQ_COLS], dq_smem.index(WHICH))
+            dk, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dst))
+        mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
+    tma.store_wait(pendings=0)
     key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
     offsets = key_rows[:, None] * HEAD_DIM + dims[None, :]
     gl.store(dk_ptr + offsets, (dk * sm_scale).to(dtype))
@@ -529,13 +561,14 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_
 
 
 @gluon.jit
-def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, sm_scale,
-                                seq_len, H_KV, GROUP, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                                NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr,
-                                CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
+def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_ptr, dv_ptr,
+                                sm_scale, seq_len, H_KV, GROUP, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
+                                NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                                PRODUCER_REGS: gl.constexpr, DQ_TURNS: gl.constexpr = False):
     """One program per BLOCK_N keys of one (batch, key head): its rows of dK and dV, summed over the
-    GROUP query heads that read them, and their share of every dQ row, added into dq_ptr (float32,
-    zeroed). q, do as (B * H_KV * GROUP * seq, D), k, v as (B * H_KV * seq, D)."""
+    GROUP query heads that read them, and their share of every dQ row, added into dQ (float32,
+    zeroed) by TMA. q, do, dq as (B * H_KV * GROUP * seq, D), k, v as (B * H_KV * seq, D), lse and
+    Delta as (B * H_KV * GROUP * seq / BLOCK_M, BLOCK_M)."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert(BLOCK_N == 2 * SPLIT_N, "two consumers, half the keys each")
@@ -560,81 +593,113 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, dk_ptr, dv_ptr,
     dtype: gl.constexpr = q_desc.dtype
     q_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_M, HEAD_DIM], q_desc.layout)
     do_bufs = gl.allocate_shared_memory(dtype, [NUM_BUFFERS, BLOCK_M, HEAD_DIM], do_desc.layout)
+    lse_bufs = gl.allocate_shared_memory(gl.float32, [NUM_BUFFERS, 1, BLOCK_M], lse_desc.layout)
+    delta_bufs = gl.allocate_shared_memory(gl.float32, [NUM_BUFFERS, 1, BLOCK_M], delta_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, HEAD_DIM], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [2, SPLIT_N, HEAD_DIM], v_desc.layout)
     ds_smem = gl.allocate_shared_memory(dtype, [4, SPLIT_N, BLOCK_M],  # [step parity x consumer]
                                         gl.NVMMASharedLayout.get_default_for([SPLIT_N, BLOCK_M], dtype))
+    dq_smem = gl.allocate_shared_memory(gl.float32, [2] + dq_desc.block_type.shape, dq_desc.layout)  # a tile each
     kv_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     qdo_ready = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     qdo_empty = gl.allocate_shared_memory(gl.int64, [NUM_BUFFERS, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    ds_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     mbarrier.init(kv_bar, count=1)
     for p in gl.static_range(2):
-        mbarrier.init(ds_ready.index(p), count=1)
-        mbarrier.init(ds_free.index(p), count=1)
+        mbarrier.init(ds_ready.index(p), count=2)      # both halves of dS^T
     for s in gl.static_range(NUM_BUFFERS):
         mbarrier.init(qdo_ready.index(s), count=1)
         mbarrier.init(qdo_empty.index(s), count=2)  # free once both consumers arrive
     fence_async_shared()
 
     gl.warp_specialize([
-        (bwd_consumer, (dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                        qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb,
-                        n_steps, start_n,
-                        sm_scale, qk_scale, 0, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL)),
-        (bwd_consumer, (dk_ptr, dv_ptr, dq_ptr, lse_ptr, delta_ptr, q_bufs, do_bufs, k_smem, v_smem, ds_smem, kv_bar,
-                        qdo_ready, qdo_empty, ds_ready, ds_free, kv_row, q_head0, seq_len, per_head, first, n_qb,
-                        n_steps, start_n,
-                        sm_scale, qk_scale, 1, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL)),
-        (bwd_producer, (q_desc, k_desc, v_desc, do_desc, q_bufs, do_bufs, k_smem, v_smem, kv_bar, qdo_ready,
-                        qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps, NUM_BUFFERS, CAUSAL)),
+        (bwd_consumer, (dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem,
+                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first,
+                        n_qb, n_steps, start_n, sm_scale, qk_scale, 0, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL,
+                        DQ_TURNS)),
+        (bwd_consumer, (dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem,
+                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first,
+                        n_qb, n_steps, start_n, sm_scale, qk_scale, 1, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL,
+                        DQ_TURNS)),
+        (bwd_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
+                        k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb,
+                        n_steps, NUM_BUFFERS, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def backward_takes(q, k, v) -> bool:
     """Can attention_bwd_kernel_hopper compute these inputs' gradients, here and now? As takes(),
-    but grouped-query heads too (k and v of one shape, their heads dividing q's), 32-bit offsets
-    (the dQ atomics address elements), and never where deterministic algorithms are asked for."""
+    but grouped-query heads too (k and v of one shape, their heads dividing q's), and never where
+    deterministic algorithms are asked for."""
     return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES and q.dtype == k.dtype == v.dtype
             and k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:]
             and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0 and q.shape[-1] in HEAD_DIMS
-            and q.shape[-2] % BLOCK_N_BWD == 0 and q.numel() < 2**31
+            and q.shape[-2] % BLOCK_N_BWD == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
             and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
             and not torch.are_deterministic_algorithms_enabled())
 
 
-def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None) -> tuple:
+# The layout of a row of lse or Delta in shared memory: plain, no swizzle (nothing reads it by wgmma).
+ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
+
+
+def dq_by_turns(head_dim: int) -> bool:
+    """Whether the consumers take turns at dQ_i (one makes all its columns at a step), rather than
+    each make half of its columns at every step: at head_dim 64, where a half would be 32 columns,
+    half a 128-byte swizzled row of K in shared memory, a slice inside the rows wgmma reads."""
+    return head_dim == 64
+
+
+def dq_columns(head_dim: int, dq_turns: bool) -> int:
+    """The columns of dQ_i one consumer makes at its step: all of them by turns, else half."""
+    return head_dim if dq_turns else head_dim // 2
+
+
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None,
+                    num_buffers: int = NUM_BUFFERS_BWD, dq_turns: bool | None = None) -> tuple:
     """(dq, dk, dv) as backward.launch_backward returns them, for inputs backward_takes() accepts:
-    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32."""
+    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32.
+    num_buffers: the Q/dO ring's slots; dq_turns: dQ_i by turns (default: dq_by_turns(head_dim))."""
     from lesson05_flash_attention.backward import preprocess_kernel
 
     B, H, seq_len, D = q.shape
     H_KV = k.shape[1]
-    do, o = do.contiguous(), o.contiguous()
+    do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous()
     delta = torch.empty_like(lse)
     (preprocess or preprocess_kernel)[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D,
                                                                 BLOCK_M=64)
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))
+    rows = [TensorDescriptor.from_tensor(t.view(-1, BLOCK_M_BWD), [1, BLOCK_M_BWD], ROW_LAYOUT) for t in (lse, delta)]
+    dq_turns = dq_by_turns(D) if dq_turns is None else dq_turns
+    cols = dq_columns(D, dq_turns)
+    dq_desc = TensorDescriptor.from_tensor(dq.view(-1, D), [BLOCK_M_BWD, cols],
+                                           gl.NVMMASharedLayout.get_default_for([BLOCK_M_BWD, cols], gl.float32))
     grid = (seq_len // BLOCK_N_BWD * B * H_KV,)
     attention_bwd_kernel_hopper[grid](
         descriptor(q2, BLOCK_M_BWD), descriptor(k2, BLOCK_N_BWD // 2), descriptor(v2, BLOCK_N_BWD // 2),
-        descriptor(do2, BLOCK_M_BWD), dk, dv, dq, lse, delta, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
-        BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
+        descriptor(do2, BLOCK_M_BWD), *rows, dq_desc, dk, dv, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
+        BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=num_buffers, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
+        PRODUCER_REGS=PRODUCER_REGS, DQ_TURNS=dq_turns, num_warps=4, maxnreg=MAXNREG)
     return dq.to(q.dtype), dk, dv
 
 
-def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
+def bwd_signature(head_dim: int, dtype: str = "fp16", dq_turns: bool | None = None) -> dict:
     """attention_bwd_kernel_hopper's argument types for triton.compile (as signature())."""
-    def desc(rows):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype]))
-        return f"tensordesc<{dtype}[{rows},{head_dim}],{layout!r}>"
-    return {"q_desc": desc(BLOCK_M_BWD), "k_desc": desc(BLOCK_N_BWD // 2), "v_desc": desc(BLOCK_N_BWD // 2),
-            "do_desc": desc(BLOCK_M_BWD), "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "dq_ptr": "*fp32",
-            "lse_ptr": "*fp32", "delta_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32",
+    def desc(rows, cols, dt, layout):
+        return f"tensordesc<{dt}[{rows},{cols}],{layout!r}>"
+
+    def tile(rows):
+        return desc(rows, head_dim, dtype, gl.NVMMASharedLayout.get_default_for(
+            [rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype])))
+    cols = dq_columns(head_dim, dq_by_turns(head_dim) if dq_turns is None else dq_turns)
+    return {"q_desc": tile(BLOCK_M_BWD), "k_desc": tile(BLOCK_N_BWD // 2), "v_desc": tile(BLOCK_N_BWD // 2),
+            "do_desc": tile(BLOCK_M_BWD), "lse_desc": desc(1, BLOCK_M_BWD, "fp32", ROW_LAYOUT),
+            "delta_desc": desc(1, BLOCK_M_BWD, "fp32", ROW_LAYOUT),
+            "dq_desc": desc(BLOCK_M_BWD, cols, "fp32",
+                            gl.NVMMASharedLayout.get_default_for([BLOCK_M_BWD, cols], gl.float32)),
+            "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32",
             "GROUP": "i32"}
 
 
@@ -683,15 +748,14 @@ def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True
 
 def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> Table:
     """Compile attention_bwd_kernel_hopper for sm_90 without a GPU, as compiled_for_hopper the forward,
-    and count what section 19 describes: register budgets, TMA copies, wgmma instructions, dQ's
-    atomics (red.global.add, vectors of two floats), mbarrier waits; then what ptxas reports: spills,
-    and whether it had to serialise the wgmma instructions."""
+    and count what section 19 describes: register budgets, TMA copies in and reduce-adds out, wgmma
+    instructions, mbarrier waits; then what ptxas reports: spills, and whether it had to serialise the
+    wgmma instructions."""
     jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_bwd_kernel_hopper",
                  signature=bwd_signature(D),
                  constexprs=dict(HEAD_DIM=D, BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal,
-                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
-                 divisible_by_16=("dk_ptr", "dv_ptr", "dq_ptr", "lse_ptr", "delta_ptr", "seq_len"),
-                 options={"maxnreg": MAXNREG}, asm=("ptx",))
+                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, DQ_TURNS=dq_by_turns(D)),
+                 divisible_by_16=("dk_ptr", "dv_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx",))
             for D, causal in cases]
     rows = []
     for (D, causal), result in zip(cases, ptx.compile_kernels(jobs)):
@@ -699,21 +763,25 @@ def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (
         budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
         info = ptx.ptxas_info(code)
         rows.append((D, causal, result["shared"] // 1024, ", ".join(map(str, budgets)),
-                     code.count("cp.async.bulk.tensor"), code.count("wgmma.mma_async"),
-                     len(re.findall(r"\b(?:red|atom)\.global[\w.]*\.add", code)), code.count("mbarrier.try_wait"),
-                     info["spill bytes"], info["wgmma serialized"]))
-    return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies", "wgmma.mma_async",
-                              "dQ atomics (global add)", "mbarrier waits", "spill bytes", "wgmma serialized"],
+                     code.count("cp.async.bulk.tensor"), code.count("cp.reduce.async.bulk.tensor"),
+                     code.count("wgmma.mma_async"), code.count("mbarrier.try_wait"), info["spill bytes"],
+                     info["wgmma serialized"]))
+    return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies",
+                              "TMA reduce-adds", "wgmma.mma_async", "mbarrier waits", "spill bytes",
+                              "wgmma serialized"],
                        title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
                              "ptxas)",
                        note=f"{BLOCK_N_BWD} keys per program (64 per consumer), query blocks of {BLOCK_M_BWD} rows, "
-                            f"{NUM_BUFFERS_BWD} Q/dO slots. Counts are instructions in the PTX, not events at run time; "
-                            "the atomics are per thread instructions (triton 3.9: red.global.add.v2.f32, two floats "
-                            "each). 'spill bytes', 'wgmma serialized': what `ptxas -v` of the installed triton says "
-                            "(its warning C7512: for want of registers every wgmma waits for the one before). A whole "
-                            "64 x head_dim dQ share in registers had triton 3.9's ptxas serialise every wgmma at head_dim "
-                            "128 (80 waits for 80 wgmma in the machine code); made 64 columns at a time, it spills a "
-                            "few bytes instead. Another ptxas may still serialise: this column says.")
+                            f"{NUM_BUFFERS_BWD} slots for Q, dO, lse and Delta. Counts are instructions in the PTX, "
+                            "not events at run time: TMA copies in (K, V once; Q, dO, lse, Delta per step; at "
+                            "head_dim 128 a 256-byte row is copied as two 128-byte halves, the swizzle's width), "
+                            "the reduce-adds of dQ's tiles out (cp.reduce.async.bulk.tensor, one per consumer), "
+                            "wgmma (S^T, dP^T, dV, dK and dQ_i per consumer: at head_dim 128 half of dQ_i's "
+                            "columns at every step, at 64 all of them by turns, so two sites). 'spill bytes', "
+                            "'wgmma serialized': what `ptxas -v` of the installed triton says (its warning C7512: for "
+                            "want of registers every wgmma waits for the one before). At head_dim 128 a consumer's "
+                            "dQ tile is 64 x 64, 32 registers: a whole 64 x 128 float32 tile beside dK and dV had "
+                            "ptxas serialise every wgmma.")
 
 
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest

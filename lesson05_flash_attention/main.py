@@ -544,8 +544,9 @@ def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 def choose_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
     """The backward attention()'s gradient runs, by name: "gluon", hopper.py's kernel, on an H100 or
     H200 where it takes the inputs (hopper.backward_takes: not where deterministic algorithms are
-    asked for, since its dQ is summed by atomics) at the head dims where section 20 timed it faster
-    (hopper.FASTER_BACKWARD_HEAD_DIMS), never while torch.compile traces; else "triton", backward.py's."""
+    asked for, since its dQ is summed by TMA reduce-adds in no fixed order) at the head dims where
+    section 20 timed it faster (hopper.FASTER_BACKWARD_HEAD_DIMS), never while torch.compile traces;
+    else "triton", backward.py's."""
     if hopper.HOPPER and q.shape[-1] in hopper.FASTER_BACKWARD_HEAD_DIMS and hopper.backward_takes(q, k, v) \
             and not torch.compiler.is_compiling():
         return "gluon"
@@ -923,13 +924,14 @@ chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_fl
 # ## 19. The backward in Gluon: FlashAttention-3's structure (hopper.py)
 # backward.py's default backward is three Triton kernels and 7 matmuls, two of them the dQ pass's
 # recomputing S and dP. FlashAttention-3 (and cuDNN on Hopper) make dQ in the dK/dV kernel itself:
-# one program per 128 keys, a producer warp bringing Q and dO by TMA into a ring of slots, two
-# consumer warpgroups holding 64 keys' dK and dV each in registers for the whole walk over the
-# query blocks, wgmma for the five matmuls, and each query block's dQ share added into a float32 dQ
-# in memory (here by atomics: triton 3.6's Gluon has no TMA reduce-add). The consumers take turns at
-# dQ's share, a step each, so that it sums all 128 keys before it is added: half the atomics'
-# traffic of a share per warpgroup. hopper.py's comment block has the barriers and the timeline;
-# compiled here for sm_90 (no GPU needed), the machine code shows what the register budget allows.
+# one program per 128 keys, a producer warp bringing Q, dO, lse and Delta by TMA into a ring of
+# slots, two consumer warpgroups holding 64 keys' dK and dV each in registers for the whole walk over
+# the query blocks, wgmma for the five matmuls, and each query block's share of dQ added into a
+# float32 dQ in memory by TMA's reduce-add: the copy engine adds a tile from shared memory into L2
+# while the warps go on. Each consumer makes half of the share's columns over all 128 keys (both
+# halves of dS, through shared memory), so a tile is added once per program, not once per
+# warpgroup. hopper.py's comment block has the barriers and the timeline; compiled here for sm_90
+# (no GPU needed), the machine code shows what the register budget allows.
 
 
 # %%

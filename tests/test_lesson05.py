@@ -687,21 +687,21 @@ def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(mon
 
 def test_gluon_backward_compiles_for_hopper_with_its_partitions():
     # Compiled for sm_90 on any machine: each case moves the producer to 24 registers and the
-    # consumers to 240, copies by TMA, multiplies by wgmma, adds dQ with atomics and fits an H100's
-    # shared memory. (Whether ptxas serialises its wgmma depends on the ptxas: the table says, the
-    # test does not assert it.)
+    # consumers to 240, copies in by TMA, multiplies by wgmma, adds dQ's tiles by TMA's reduce-add (one
+    # per consumer) and fits an H100's shared memory. (Whether ptxas spills or serialises its wgmma
+    # depends on the ptxas: the table says, the test does not assert it.)
     table = hopper.compiled_backward_for_hopper()
     assert len(table.rows) == 4
-    for budgets, copies, wgmmas, atomics, shared in zip(
+    for budgets, copies, wgmmas, adds, shared in zip(
             table.column("setmaxnreg budgets"), table.column("TMA copies"), table.column("wgmma.mma_async"),
-            table.column("dQ atomics (global add)"), table.column("shared KB")):
+            table.column("TMA reduce-adds"), table.column("shared KB")):
         assert {hopper.PRODUCER_REGS, hopper.CONSUMER_REGS} <= {int(b) for b in budgets.split(", ")}
-        assert copies > 0 and wgmmas > 0 and atomics > 0 and shared <= 227
+        assert copies > 0 and wgmmas > 0 and adds == 2 and shared <= 227
 
 
 def test_gluon_backward_takes_only_what_it_computes():
     # backward_takes(): as takes(), grouped-query heads too, and never where deterministic
-    # algorithms are asked for (its dQ's atomics add in no fixed order)
+    # algorithms are asked for (its dQ's reduce-adds add in no fixed order)
     q = torch.randn(1, 4, 256, 64, device=DEVICE, dtype=torch.float16)
     kv = q[:, :2].contiguous()
     on_hopper = hopper.HOPPER
