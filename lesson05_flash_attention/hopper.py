@@ -357,8 +357,9 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #   (head_dim / 2 of them, over all 128 keys): a [64, head_dim / 2] float32 tile, which it writes to
 #   shared memory and hands to TMA's reduce-add (cp.reduce.async.bulk.tensor.add: the copy engine
 #   reads the tile and adds it into dQ in memory, in L2, while the warps go on to the next step).
-#   At head_dim 64 a half would be 32 columns, half of one of K's 128-byte swizzled rows, so there
-#   the consumers take turns instead (dq_by_turns): consumer i % 2 makes all 64 columns at step i.
+#   At head_dim 64 a half would be 32 columns, which wgmma would read from the middle of K's
+#   128-byte swizzled rows; there the consumers take turns instead (dq_by_turns): consumer i % 2
+#   makes all 64 columns at step i, a 64 x 64 tile, 32 registers as a half is at 128.
 #   triton 3.6's Gluon builds that operation but names no function for it (later releases:
 #   tma.async_atomic_add), so tma_add below is that function, as the later releases write it.
 #
@@ -646,7 +647,8 @@ ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, ran
 def dq_by_turns(head_dim: int) -> bool:
     """Whether the consumers take turns at dQ_i (one makes all its columns at a step), rather than
     each make half of its columns at every step: at head_dim 64, where a half would be 32 columns,
-    half a 128-byte swizzled row of K in shared memory, a slice inside the rows wgmma reads."""
+    so that wgmma would read K from the middle of its 128-byte swizzled rows (64 float16 each); by
+    turns it reads whole rows, as everywhere else in the kernel."""
     return head_dim == 64
 
 
@@ -655,11 +657,9 @@ def dq_columns(head_dim: int, dq_turns: bool) -> int:
     return head_dim if dq_turns else head_dim // 2
 
 
-def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None,
-                    num_buffers: int = NUM_BUFFERS_BWD, dq_turns: bool | None = None) -> tuple:
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None) -> tuple:
     """(dq, dk, dv) as backward.launch_backward returns them, for inputs backward_takes() accepts:
-    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32.
-    num_buffers: the Q/dO ring's slots; dq_turns: dQ_i by turns (default: dq_by_turns(head_dim))."""
+    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32."""
     from lesson05_flash_attention.backward import preprocess_kernel
 
     B, H, seq_len, D = q.shape
@@ -672,7 +672,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))
     rows = [TensorDescriptor.from_tensor(t.view(-1, BLOCK_M_BWD), [1, BLOCK_M_BWD], ROW_LAYOUT) for t in (lse, delta)]
-    dq_turns = dq_by_turns(D) if dq_turns is None else dq_turns
+    dq_turns = dq_by_turns(D)
     cols = dq_columns(D, dq_turns)
     dq_desc = TensorDescriptor.from_tensor(dq.view(-1, D), [BLOCK_M_BWD, cols],
                                            gl.NVMMASharedLayout.get_default_for([BLOCK_M_BWD, cols], gl.float32))
@@ -680,12 +680,12 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     attention_bwd_kernel_hopper[grid](
         descriptor(q2, BLOCK_M_BWD), descriptor(k2, BLOCK_N_BWD // 2), descriptor(v2, BLOCK_N_BWD // 2),
         descriptor(do2, BLOCK_M_BWD), *rows, dq_desc, dk, dv, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
-        BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=num_buffers, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
+        BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS, DQ_TURNS=dq_turns, num_warps=4, maxnreg=MAXNREG)
     return dq.to(q.dtype), dk, dv
 
 
-def bwd_signature(head_dim: int, dtype: str = "fp16", dq_turns: bool | None = None) -> dict:
+def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
     """attention_bwd_kernel_hopper's argument types for triton.compile (as signature())."""
     def desc(rows, cols, dt, layout):
         return f"tensordesc<{dt}[{rows},{cols}],{layout!r}>"
@@ -693,7 +693,7 @@ def bwd_signature(head_dim: int, dtype: str = "fp16", dq_turns: bool | None = No
     def tile(rows):
         return desc(rows, head_dim, dtype, gl.NVMMASharedLayout.get_default_for(
             [rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype])))
-    cols = dq_columns(head_dim, dq_by_turns(head_dim) if dq_turns is None else dq_turns)
+    cols = dq_columns(head_dim, dq_by_turns(head_dim))
     return {"q_desc": tile(BLOCK_M_BWD), "k_desc": tile(BLOCK_N_BWD // 2), "v_desc": tile(BLOCK_N_BWD // 2),
             "do_desc": tile(BLOCK_M_BWD), "lse_desc": desc(1, BLOCK_M_BWD, "fp32", ROW_LAYOUT),
             "delta_desc": desc(1, BLOCK_M_BWD, "fp32", ROW_LAYOUT),
