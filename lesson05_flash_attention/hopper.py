@@ -357,11 +357,11 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #   (head_dim / 2 of them, over all 128 keys): a [64, head_dim / 2] float32 tile, which it writes to
 #   shared memory and hands to TMA's reduce-add (cp.reduce.async.bulk.tensor.add: the copy engine
 #   reads the tile and adds it into dQ in memory, in L2, while the warps go on to the next step).
+#   triton 3.6's Gluon builds that operation but names no function for it (later releases:
+#   tma.async_atomic_add), so tma_add below is that function, as the later releases write it.
 #   At head_dim 64 a half would be 32 columns, which wgmma would read from the middle of K's
 #   128-byte swizzled rows; there the consumers take turns instead (dq_by_turns): consumer i % 2
 #   makes all 64 columns at step i, a 64 x 64 tile, 32 registers as a half is at 128.
-#   triton 3.6's Gluon builds that operation but names no function for it (later releases:
-#   tma.async_atomic_add), so tma_add below is that function, as the later releases write it.
 #
 # Who waits for whom, at step i: slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD),
 # parity p = i % 2 (its dS^T buffers: a pair per parity, so one step's can be read while the next
@@ -393,6 +393,7 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #     consumer 1:  S(i) E(i) D(i) Q K(i) A(i) | S(i+1) ...
 #     tensor cores: both consumers' wgmma, in the order issued
 #
+# (By turns, at head_dim 64: Q and A are consumer i % 2's alone at step i, and the other goes on.)
 # The two meet at D every step, and the overlap is the tensor cores': while one consumer computes
 # its exponentials, its A or its wait at D, the other's matmuls, already issued, run.
 #
