@@ -469,6 +469,29 @@ def bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, 
 
 
 @gluon.jit
+def dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_tile, dq_desc, ds_ready, i, row, col, sm_scale, no_dq):
+    """A consumer's share of dQ_i at step i, with dK's matmul: once both halves of dS^T are stored,
+    dQ_i's columns col ... col + DQ_COLS - 1 = dS (both halves, read transposed) K[:, those columns]
+    over all 128 keys; then dK += dS^T Q, and the share, through shared memory (dq_tile), added into
+    dQ by TMA while dK's matmul runs. dv: its matmul, issued; returns dv and dk, done."""
+    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
+    par = i % 2
+    mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
+    dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)), k_smem.index(0).slice(col, DQ_COLS, dim=1), no_dq,
+                       use_acc=False, is_async=True)
+    dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)), k_smem.index(1).slice(col, DQ_COLS, dim=1), dq,
+                       is_async=True)
+    dk = warpgroup_mma(dst, q, dk, is_async=True)
+    dv, dq, _ = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dq, pt))  # in order: dK runs on
+    tma.store_wait(pendings=0)   # the last reduce-add has read this consumer's tile
+    dq_tile.store(dq * sm_scale)
+    fence_async_shared()  # ordinary stores, then the copy engine reads: a fence between
+    tma_add(dq_desc, [row, col], dq_tile)
+    dk, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dst))
+    return dv, dk
+
+
+@gluon.jit
 def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem, dq_smem,
                  kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
                  start_n, sm_scale, qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
@@ -525,35 +548,15 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
         if DQ_TURNS:  # one consumer a step (i % 2) makes all of dQ_i's columns
             if par == WHICH:
                 dv = warpgroup_mma(pt, do, dv, is_async=True)
-                mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
-                dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)), k_smem.index(0), no_dq, use_acc=False,
-                                   is_async=True)
-                dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)), k_smem.index(1), dq, is_async=True)
-                dk = warpgroup_mma(dst, q, dk, is_async=True)
-                dv, dq, _ = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dq, pt))  # dK runs on
-                tma.store_wait(pendings=0)   # the last reduce-add has read this consumer's tile
-                dq_smem.index(WHICH).store(dq * sm_scale)
-                fence_async_shared()
-                tma_add(dq_desc, [row, 0], dq_smem.index(WHICH))
-                dk, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dst))
+                dv, dk = dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_smem.index(WHICH), dq_desc, ds_ready, i,
+                                  row, 0, sm_scale, no_dq)
             else:
                 dv = warpgroup_mma(pt, do, dv, is_async=True)
                 dk = warpgroup_mma(dst, q, dk, is_async=True)
                 dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt, dst))
-        else:  # each consumer makes DQ_COLS = head_dim / 2 of dQ_i's columns: dS (both halves) K[:, its columns]
-            mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
-            dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)),
-                               k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), no_dq, use_acc=False,
-                               is_async=True)
-            dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)),
-                               k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
-            dk = warpgroup_mma(dst, q, dk, is_async=True)
-            dv, dq, _ = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dq, pt))  # in order: dK runs on
-            tma.store_wait(pendings=0)   # the last reduce-add has read this consumer's tile
-            dq_smem.index(WHICH).store(dq * sm_scale)
-            fence_async_shared()  # ordinary stores, then the copy engine reads: a fence between
-            tma_add(dq_desc, [row, WHICH * DQ_COLS], dq_smem.index(WHICH))
-            dk, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dk, dst))
+        else:  # each consumer makes DQ_COLS = head_dim / 2 of dQ_i's columns, its own half
+            dv, dk = dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_smem.index(WHICH), dq_desc, ds_ready, i, row,
+                              WHICH * DQ_COLS, sm_scale, no_dq)
         mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
     tma.store_wait(pendings=0)
     key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
