@@ -338,14 +338,15 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # matmuls, bought with the additions' traffic. This is that kernel, with the forward's pieces:
 #
 # - one *producer* warp: K and V of the program's 128 keys once (two 64-row halves, one per
-#   consumer), then for each query block Q, dO, and the block's 64 values of lse and Delta, by TMA
-#   into a ring of NUM_BUFFERS_BWD slots;
+#   consumer), then for each query block Q, dO, and the block's values of lse and Delta, by TMA into
+#   a ring of NUM_BUFFERS_BWD slots;
 # - two *consumer* warpgroups, each owning 64 of the keys: its rows of dK and dV stay in registers
-#   (float32) for the whole walk over the query blocks, 64 rows at a time. Per query block, with
+#   (float32) for the whole walk over the query blocks, BLOCK_M rows at a time (bwd_block_m: 64 at
+#   head_dim 128, 128 at head_dim 64, FlashAttention-3's choices; below, M). Per query block, with
 #   everything transposed so that the keys run down (wgmma's M, 64 rows per warpgroup):
 #
-#       S^T  = K Q^T            wgmma, both operands in shared memory       [64 keys, 64 queries]
-#       dP^T = V dO^T           wgmma, issued at once behind it             [64 keys, 64 queries]
+#       S^T  = K Q^T            wgmma, both operands in shared memory       [64 keys, M queries]
+#       dP^T = V dO^T           wgmma, issued at once behind it             [64 keys, M queries]
 #       P^T  = exp2(S^T * qk_scale - lse),  dS^T = P^T * (dP^T - Delta)     registers, float32
 #       dV  += P^T dO           wgmma, P^T from registers (as the forward's P)
 #       dK  += dS^T Q           wgmma, dS^T from registers
@@ -353,15 +354,15 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #                               may be MN-major in shared memory, never in registers)
 #
 #   dQ_i needs both consumers' halves of dS^T (its sum runs over all 128 keys), so each consumer
-#   stores its half in shared memory and, once both are there, makes half of dQ_i's columns
-#   (head_dim / 2 of them, over all 128 keys): a [64, head_dim / 2] float32 tile, which it writes to
-#   shared memory and hands to TMA's reduce-add (cp.reduce.async.bulk.tensor.add: the copy engine
-#   reads the tile and adds it into dQ in memory, in L2, while the warps go on to the next step).
-#   triton 3.6's Gluon builds that operation but names no function for it (later releases:
+#   stores its half in shared memory and, once both are there, makes half of dQ_i, over all 128
+#   keys: a 64 x 64 float32 tile (DQ_TILE), which it writes to shared memory and hands to TMA's
+#   reduce-add (cp.reduce.async.bulk.tensor.add: the copy engine reads the tile and adds it into dQ
+#   in memory, in L2, while the warps go on to the next step). Which half: at head_dim 128 its half
+#   of the columns (K's, read from the second 128-byte swizzle column of its rows), at head_dim 64
+#   its half of the block's 128 rows (dS's, read from the second 128 bytes of dS^T's rows). A half of
+#   head_dim 64's columns would be 32, which wgmma would read from the middle of K's swizzled rows.
+#   triton 3.6's Gluon builds the reduce-add but names no function for it (later releases:
 #   tma.async_atomic_add), so tma_add below is that function, as the later releases write it.
-#   At head_dim 64 a half would be 32 columns, which wgmma would read from the middle of K's
-#   128-byte swizzled rows; there the consumers take turns instead (dq_by_turns): consumer i % 2
-#   makes all 64 columns at step i, a 64 x 64 tile, 32 registers as a half is at 128.
 #
 # Who waits for whom, at step i: slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD),
 # parity p = i % 2 (its dS^T buffers: a pair per parity, so one step's can be read while the next
@@ -373,17 +374,14 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #                          dO(i), lse(i), Delta(i))
 #     qdo_empty[s]    2    each consumer, once its dV and dK matmuls    the producer, before Q(i + NB): (r & 1) ^ 1
 #                          (which read dO(i) and Q(i)) are done
-#     ds_ready[p]     2    each consumer, its dS^T half stored          both consumers (by turns: the one whose
-#                                                                       turn it is), before dQ_i: u & 1
+#     ds_ready[p]     2    each consumer, its dS^T half stored          both consumers, before dQ_i: u & 1
 #     (TMA's own)          tma.store_wait(0): this consumer's last      the consumer, before it writes its dQ
 #                          reduce-add has read its dQ tile              tile again
 #
 # (Waits on parity (r & 1) ^ 1 pass at once on a fresh barrier: every slot starts free.) No barrier
 # says when a pair of dS^T buffers is free again: a consumer writes pair p at step i + 2 only after
 # passing ds_ready at step i + 1, which the other consumer arrives at only after its dQ matmuls of
-# step i, the last reads of pair p, are done (it waits for them within step i). By turns the same
-# holds: the consumer that did not read pair p at step i has its turn at step i + 1, and waits there
-# for the reader's arrival, which comes after the reader's dQ matmuls of step i are done.
+# step i, the last reads of pair p, are done (it waits for them within step i).
 #
 # Timeline of one consumer's step (S: S^T and dP^T issued; E: the exponentials and dS^T, with dV
 # issued behind them; D: dS^T stored, both halves awaited; Q K: dQ_i's and dK's matmuls issued; A:
@@ -393,30 +391,42 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #     consumer 1:  S(i) E(i) D(i) Q K(i) A(i) | S(i+1) ...
 #     tensor cores: both consumers' wgmma, in the order issued
 #
-# (By turns, at head_dim 64: Q and A are consumer i % 2's alone at step i, and the other goes on.)
 # The two meet at D every step, and the overlap is the tensor cores': while one consumer computes
-# its exponentials, its A or its wait at D, the other's matmuls, already issued, run.
+# its exponentials, its A or its wait at D, the other's matmuls, already issued, run. At head_dim 64
+# the steps are twice as long (M = 128) for the same barriers and waits.
 #
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
 # head, so dK and dV are summed in registers (no atomics for them); dQ's additions are per query
-# head. Causal: a key block's walk starts at its own diagonal (query block start_n / 64), the first
-# two blocks masked (128 keys span two blocks of 64 queries). Not causal: the walk starts there too
-# and wraps round, so the programs of one head add into different rows of dQ at any moment.
+# head. Causal: a key block's walk starts at its own diagonal (query block start_n / M), whose
+# blocks (128 keys span 128 / M of them) are masked; they come first, in a loop of their own (its
+# own copy of the step), so that the rest of the walk carries no mask (a mask's indices cost
+# registers: in one loop, ptxas spilled in every step for them). Not causal: the walk starts at the diagonal too and wraps round, so the
+# programs of one head add into different rows of dQ at any moment.
 #
-# Registers (per consumer thread, head_dim 128, of setmaxnreg's 240): dK and dV 64 each (float32,
-# 64 x 128 over 128 threads), S^T and dP^T 32 each, lse and Delta 16 each (one per query column the
-# thread holds), P^T and dS^T as float16 operands 16 each, dQ_i's half 32 (once S^T and dP^T are
-# gone): about 220 at the exponentials, the peak. Section 19's table has what ptxas made of it.
+# Registers (per consumer thread, of setmaxnreg's 240), at the exponentials, the peak: at head_dim
+# 128, dK and dV 64 each (float32, 64 x 128 over 128 threads), S^T and dP^T 32 each, lse 16 (one per
+# query column the thread holds): 208; at head_dim 64, dK and dV 32 each, S^T and dP^T 64 each
+# ([64, 128]), lse 32: 224. Then Delta (16 or 32), P^T and dS^T as float16 operands (16 or 32
+# each) and dQ_i's tile (32, once S^T and dP^T are gone). Section 19's table has what ptxas made of
+# it.
 # Deterministic? No: the reduce-adds' order varies, so dQ's last bits do. attention()'s backward
 # takes this kernel only where torch.are_deterministic_algorithms_enabled() is False
 # (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
-BLOCK_M_BWD = 64         # query rows per step of the walk
 BLOCK_N_BWD = 128        # keys per program: 64 per consumer warpgroup
 NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring
+DQ_TILE = [64, 64]       # a consumer's share of dQ_i per step: half the columns (head_dim 128) or rows (64)
 # Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
 # backward.py's Triton kernels at every length and mask (RESULTS.md). main.py's choose_backward reads
 # this, and the tests run the path with it set whatever it holds.
 FASTER_BACKWARD_HEAD_DIMS = ()
+
+
+def bwd_block_m(head_dim: int) -> int:
+    """Query rows per step of the walk: 64 at head_dim 128, where S^T and dP^T ([64, 64]) beside dK
+    and dV ([64, 128]) fill the registers; 128 at head_dim 64, twice the work per step for the same
+    barriers and waits (FlashAttention-3's choices on Hopper)."""
+    return 128 if head_dim == 64 else 64
+
 
 if hasattr(tma, "async_atomic_add"):
     tma_add = tma.async_atomic_add
@@ -469,18 +479,34 @@ def bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, 
 
 
 @gluon.jit
-def dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_tile, dq_desc, ds_ready, i, row, col, sm_scale, no_dq):
+def dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_tile, dq_desc, ds_ready, i, row, WHICH: gl.constexpr,
+             sm_scale):
     """A consumer's share of dQ_i at step i, with dK's matmul: once both halves of dS^T are stored,
-    dQ_i's columns col ... col + DQ_COLS - 1 = dS (both halves, read transposed) K[:, those columns]
-    over all 128 keys; then dK += dS^T Q, and the share, through shared memory (dq_tile), added into
-    dQ by TMA while dK's matmul runs. dv: its matmul, issued; returns dv and dk, done."""
+    its DQ_TILE of dQ_i = dS (both halves, read transposed) K over all 128 keys: its half of the
+    columns (head_dim 128) or of the rows (64); then dK += dS^T Q, and the share, through shared
+    memory (dq_tile), added into dQ by TMA while dK's matmul runs. dv: its matmul, issued; returns
+    dv and dk, done."""
+    DQ_M: gl.constexpr = dq_desc.block_type.shape[0]
     DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
+    BLOCK_M: gl.constexpr = q.shape[0]
+    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, DQ_COLS, 16])
+    no_dq = gl.zeros([DQ_M, DQ_COLS], gl.float32, dq_layout)  # (use_acc=False ignores its values)
     par = i % 2
     mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
-    dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)), k_smem.index(0).slice(col, DQ_COLS, dim=1), no_dq,
-                       use_acc=False, is_async=True)
-    dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)), k_smem.index(1).slice(col, DQ_COLS, dim=1), dq,
-                       is_async=True)
+    if DQ_M < BLOCK_M:  # its half of the rows: dS^T's columns WHICH * DQ_M ..., all of K's
+        dq = warpgroup_mma(ds_smem.index(2 * par).slice(WHICH * DQ_M, DQ_M, dim=1).permute((1, 0)), k_smem.index(0),
+                           no_dq, use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(2 * par + 1).slice(WHICH * DQ_M, DQ_M, dim=1).permute((1, 0)),
+                           k_smem.index(1), dq, is_async=True)
+        row += WHICH * DQ_M
+        col = 0
+    else:  # its half of the columns: all of dS^T, K's columns WHICH * DQ_COLS ...
+        dq = warpgroup_mma(ds_smem.index(2 * par).permute((1, 0)), k_smem.index(0).slice(WHICH * DQ_COLS, DQ_COLS, dim=1),
+                           no_dq, use_acc=False, is_async=True)
+        dq = warpgroup_mma(ds_smem.index(2 * par + 1).permute((1, 0)),
+                           k_smem.index(1).slice(WHICH * DQ_COLS, DQ_COLS, dim=1), dq, is_async=True)
+        col = WHICH * DQ_COLS
     dk = warpgroup_mma(dst, q, dk, is_async=True)
     dv, dq, _ = warpgroup_mma_wait(num_outstanding=1, deps=(dv, dq, pt))  # in order: dK runs on
     tma.store_wait(pendings=0)   # the last reduce-add has read this consumer's tile
@@ -492,74 +518,90 @@ def dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_tile, dq_desc, ds_ready, i,
 
 
 @gluon.jit
-def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem, dq_smem,
-                 kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first, n_qb, n_steps,
-                 start_n, sm_scale, qk_scale, WHICH: gl.constexpr, HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr,
-                 SPLIT_N: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr, DQ_TURNS: gl.constexpr):
-    """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
-    dtype: gl.constexpr = dk_ptr.dtype.element_ty
-    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
+def bwd_consumer_step(i, g, qb, dk, dv, keys, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem, dq_smem,
+                      dq_desc, qdo_ready, qdo_empty, ds_ready, q_head0, n_qb, sm_scale, qk_scale,
+                      WHICH: gl.constexpr, NUM_BUFFERS: gl.constexpr, MASK: gl.constexpr):
+    """Step i of a consumer's walk, query block qb of query head q_head0 + g: adds its share to dK
+    and dV (returned) and to dQ. MASK: causal, a block the diagonal crosses."""
+    dtype: gl.constexpr = q_bufs.dtype
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.shape[2]
+    SPLIT_N: gl.constexpr = k_smem.shape[1]
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                       instr_shape=[16, BLOCK_M, 16])   # S^T, dP^T
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                         instr_shape=[16, HEAD_DIM, 16])  # dK, dV
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)  # P^T, dS^T
-    DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]   # dQ_i's columns this consumer makes
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DQ_COLS, 16])
-    k = k_smem.index(WHICH)
-    v = v_smem.index(WHICH)
+    no_scores = gl.zeros([SPLIT_N, BLOCK_M], gl.float32, s_layout)  # (use_acc=False ignores its values)
+    slot = i % NUM_BUFFERS
+    mbarrier.wait(qdo_ready.index(slot), (i // NUM_BUFFERS) & 1)
+    q = q_bufs.index(slot)
+    do = do_bufs.index(slot)
+    st = warpgroup_mma(k_smem.index(WHICH), q.permute((1, 0)), no_scores, use_acc=False, is_async=True)
+    dpt = warpgroup_mma(v_smem.index(WHICH), do.permute((1, 0)), no_scores, use_acc=False, is_async=True)
+    # lse and Delta, [1, BLOCK_M] from shared memory: one value per query, broadcast down the keys
+    lse = lse_bufs.index(slot).load(s_layout)
+    st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))   # in order: S^T is done, dP^T may run on
+    pt = gl.exp2(st * qk_scale - lse)
+    if MASK:  # a key gets nothing from a query before it: key <= qb * BLOCK_M + column
+        cols = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
+        pt = gl.where(cols[None, :] >= (keys - qb * BLOCK_M)[:, None], pt, 0.0)
+    delta = delta_bufs.index(slot).load(s_layout)
+    dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
+    dst = (pt * (dpt - delta)).to(dtype)
+    pt = gl.convert_layout(pt.to(dtype), a_layout)
+    dv = warpgroup_mma(pt, do, dv, is_async=True)   # dV += P^T dO runs while dS^T is stored
+    # dS^T into this step's pair of buffers (step parity), this warpgroup's half; then both halves
+    par = i % 2
+    ds_smem.index(2 * par + WHICH).store(dst)
+    fence_async_shared()  # the store above, before wgmma (the async proxy) reads it
+    mbarrier.arrive(ds_ready.index(par), count=1)
+    dst = gl.convert_layout(dst, a_layout)
+    row = ((q_head0 + g) * n_qb + qb) * BLOCK_M   # the query block's first row of dQ
+    dv, dk = dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_smem.index(WHICH), dq_desc, ds_ready, i, row, WHICH,
+                      sm_scale)
+    mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
+    return dk, dv
+
+
+@gluon.jit
+def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem, dq_smem,
+                 kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP, start_n,
+                 sm_scale, qk_scale, WHICH: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
+    dtype: gl.constexpr = dk_ptr.dtype.element_ty
+    BLOCK_M: gl.constexpr = q_bufs.shape[1]
+    HEAD_DIM: gl.constexpr = q_bufs.shape[2]
+    SPLIT_N: gl.constexpr = k_smem.shape[1]
+    gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                      instr_shape=[16, BLOCK_M, 16])   # S^T, dP^T
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                        instr_shape=[16, HEAD_DIM, 16])  # dK, dV
     keys = start_n + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, s_layout))
-    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     dk = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
-    no_scores = gl.zeros([SPLIT_N, BLOCK_M], gl.float32, s_layout)  # (use_acc=False ignores its values)
-    no_dq = gl.zeros([BLOCK_M, DQ_COLS], gl.float32, dq_layout)
     mbarrier.wait(kv_bar, 0)
-    for i in range(n_steps):
-        g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
-        slot = i % NUM_BUFFERS
-        mbarrier.wait(qdo_ready.index(slot), (i // NUM_BUFFERS) & 1)
-        q = q_bufs.index(slot)
-        do = do_bufs.index(slot)
-        st = warpgroup_mma(k, q.permute((1, 0)), no_scores, use_acc=False, is_async=True)
-        dpt = warpgroup_mma(v, do.permute((1, 0)), no_scores, use_acc=False, is_async=True)
-        # lse and Delta, [1, BLOCK_M] from shared memory: one value per query, broadcast down the keys
-        lse = lse_bufs.index(slot).load(s_layout)
-        st = warpgroup_mma_wait(num_outstanding=1, deps=(st,))   # in order: S^T is done, dP^T may run on
-        pt = gl.exp2(st * qk_scale - lse)
-        if CAUSAL:
-            if j < 2:  # the two query blocks the diagonal crosses: a key gets nothing from a query before it
-                queries = qb * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(0, s_layout))
-                pt = gl.where(keys[:, None] <= queries[None, :], pt, 0.0)
-        delta = delta_bufs.index(slot).load(s_layout)
-        dpt = warpgroup_mma_wait(num_outstanding=0, deps=(dpt,))
-        dst = (pt * (dpt - delta)).to(dtype)
-        pt = gl.convert_layout(pt.to(dtype), a_layout)
-        if not DQ_TURNS:
-            dv = warpgroup_mma(pt, do, dv, is_async=True)   # dV += P^T dO runs while dS^T is stored
-        # dS^T into this step's pair of buffers (step parity), this warpgroup's half; then both halves
-        par = i % 2
-        ds_smem.index(2 * par + WHICH).store(dst)
-        fence_async_shared()  # the store above, before wgmma (the async proxy) reads it
-        mbarrier.arrive(ds_ready.index(par), count=1)
-        dst = gl.convert_layout(dst, a_layout)
-        row = ((q_head0 + g) * n_qb + qb) * BLOCK_M   # the query block's first row of dQ
-        if DQ_TURNS:  # one consumer a step (i % 2) makes all of dQ_i's columns
-            if par == WHICH:
-                dv = warpgroup_mma(pt, do, dv, is_async=True)
-                dv, dk = dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_smem.index(WHICH), dq_desc, ds_ready, i,
-                                  row, 0, sm_scale, no_dq)
-            else:
-                dv = warpgroup_mma(pt, do, dv, is_async=True)
-                dk = warpgroup_mma(dst, q, dk, is_async=True)
-                dv, dk, _, _ = warpgroup_mma_wait(num_outstanding=0, deps=(dv, dk, pt, dst))
-        else:  # each consumer makes DQ_COLS = head_dim / 2 of dQ_i's columns, its own half
-            dv, dk = dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_smem.index(WHICH), dq_desc, ds_ready, i, row,
-                              WHICH * DQ_COLS, sm_scale, no_dq)
-        mbarrier.arrive(qdo_empty.index(slot), count=1)  # this warpgroup is done with Q(i), dO(i)
+    if CAUSAL:  # per query head: the blocks the diagonal crosses, masked, then the rest, unmasked
+        N_MASKED: gl.constexpr = 2 * SPLIT_N // BLOCK_M   # 128 keys over BLOCK_M-query blocks
+        for g in range(GROUP):
+            for j in range(N_MASKED):
+                dk, dv = bwd_consumer_step(g * per_head + j, g, first + j, dk, dv, keys, q_bufs, do_bufs, lse_bufs,
+                                           delta_bufs, k_smem, v_smem, ds_smem, dq_smem, dq_desc, qdo_ready, qdo_empty,
+                                           ds_ready, q_head0, n_qb, sm_scale, qk_scale, WHICH, NUM_BUFFERS, True)
+            for j in range(N_MASKED, per_head):
+                dk, dv = bwd_consumer_step(g * per_head + j, g, first + j, dk, dv, keys, q_bufs, do_bufs, lse_bufs,
+                                           delta_bufs, k_smem, v_smem, ds_smem, dq_smem, dq_desc, qdo_ready, qdo_empty,
+                                           ds_ready, q_head0, n_qb, sm_scale, qk_scale, WHICH, NUM_BUFFERS, False)
+    else:  # one loop over every query head's blocks (one loop, not one per head: ptxas spilled less)
+        for i in range(GROUP * per_head):
+            g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
+            dk, dv = bwd_consumer_step(i, g, qb, dk, dv, keys, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem,
+                                       ds_smem, dq_smem, dq_desc, qdo_ready, qdo_empty, ds_ready, q_head0, n_qb,
+                                       sm_scale, qk_scale, WHICH, NUM_BUFFERS, False)
     tma.store_wait(pendings=0)
     key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
+    dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     offsets = key_rows[:, None] * HEAD_DIM + dims[None, :]
     gl.store(dk_ptr + offsets, (dk * sm_scale).to(dtype))
     gl.store(dv_ptr + offsets, dv.to(dtype))
@@ -569,15 +611,15 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
 def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_ptr, dv_ptr,
                                 sm_scale, seq_len, H_KV, GROUP, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
                                 NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                                PRODUCER_REGS: gl.constexpr, DQ_TURNS: gl.constexpr = False):
+                                PRODUCER_REGS: gl.constexpr):
     """One program per BLOCK_N keys of one (batch, key head): its rows of dK and dV, summed over the
     GROUP query heads that read them, and their share of every dQ row, added into dQ (float32,
     zeroed) by TMA. q, do, dq as (B * H_KV * GROUP * seq, D), k, v as (B * H_KV * seq, D), lse and
-    Delta as (B * H_KV * GROUP * seq / BLOCK_M, BLOCK_M)."""
+    Delta as (B * H_KV * GROUP * seq / BLOCK_M, BLOCK_M), BLOCK_M the query rows of q_desc's tile."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert(BLOCK_N == 2 * SPLIT_N, "two consumers, half the keys each")
-    gl.static_assert(BLOCK_N == 2 * BLOCK_M, "causal: the diagonal crosses the walk's first two query blocks")
+    gl.static_assert(BLOCK_N % BLOCK_M == 0, "causal: the diagonal crosses whole query blocks")
     pid = gl.program_id(0)
     n_kb = seq_len // BLOCK_N
     pid_n = pid % n_kb
@@ -591,7 +633,6 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta
         per_head = n_qb - first    # the query blocks from the diagonal on
     else:
         per_head = n_qb
-    n_steps = per_head * GROUP
     sm_scale = sm_scale.to(gl.float32)
     qk_scale = sm_scale * LOG2E
 
@@ -619,16 +660,14 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta
 
     gl.warp_specialize([
         (bwd_consumer, (dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem,
-                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first,
-                        n_qb, n_steps, start_n, sm_scale, qk_scale, 0, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL,
-                        DQ_TURNS)),
+                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP,
+                        start_n, sm_scale, qk_scale, 0, NUM_BUFFERS, CAUSAL)),
         (bwd_consumer, (dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem,
-                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, seq_len, per_head, first,
-                        n_qb, n_steps, start_n, sm_scale, qk_scale, 1, HEAD_DIM, BLOCK_M, SPLIT_N, NUM_BUFFERS, CAUSAL,
-                        DQ_TURNS)),
+                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP,
+                        start_n, sm_scale, qk_scale, 1, NUM_BUFFERS, CAUSAL)),
         (bwd_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
                         k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb,
-                        n_steps, NUM_BUFFERS, CAUSAL)),
+                        per_head * GROUP, NUM_BUFFERS, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
@@ -646,19 +685,8 @@ def backward_takes(q, k, v) -> bool:
 
 # The layout of a row of lse or Delta in shared memory: plain, no swizzle (nothing reads it by wgmma).
 ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, rank=2)
-
-
-def dq_by_turns(head_dim: int) -> bool:
-    """Whether the consumers take turns at dQ_i (one makes all its columns at a step), rather than
-    each make half of its columns at every step: at head_dim 64, where a half would be 32 columns,
-    so that wgmma would read K from the middle of its 128-byte swizzled rows (64 float16 each); by
-    turns it reads whole rows, as everywhere else in the kernel."""
-    return head_dim == 64
-
-
-def dq_columns(head_dim: int, dq_turns: bool) -> int:
-    """The columns of dQ_i one consumer makes at its step: all of them by turns, else half."""
-    return head_dim if dq_turns else head_dim // 2
+# A dQ tile's: float32, 128-byte swizzled rows (TMA reads each 256-byte row as two 128-byte boxes).
+DQ_LAYOUT = gl.NVMMASharedLayout.get_default_for(DQ_TILE, gl.float32)
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None) -> tuple:
@@ -668,6 +696,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
 
     B, H, seq_len, D = q.shape
     H_KV = k.shape[1]
+    block_m = bwd_block_m(D)
     do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous()
     delta = torch.empty_like(lse)
     (preprocess or preprocess_kernel)[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D,
@@ -675,17 +704,14 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))
-    rows = [TensorDescriptor.from_tensor(t.view(-1, BLOCK_M_BWD), [1, BLOCK_M_BWD], ROW_LAYOUT) for t in (lse, delta)]
-    dq_turns = dq_by_turns(D)
-    cols = dq_columns(D, dq_turns)
-    dq_desc = TensorDescriptor.from_tensor(dq.view(-1, D), [BLOCK_M_BWD, cols],
-                                           gl.NVMMASharedLayout.get_default_for([BLOCK_M_BWD, cols], gl.float32))
+    rows = [TensorDescriptor.from_tensor(t.view(-1, block_m), [1, block_m], ROW_LAYOUT) for t in (lse, delta)]
+    dq_desc = TensorDescriptor.from_tensor(dq.view(-1, D), DQ_TILE, DQ_LAYOUT)
     grid = (seq_len // BLOCK_N_BWD * B * H_KV,)
     attention_bwd_kernel_hopper[grid](
-        descriptor(q2, BLOCK_M_BWD), descriptor(k2, BLOCK_N_BWD // 2), descriptor(v2, BLOCK_N_BWD // 2),
-        descriptor(do2, BLOCK_M_BWD), *rows, dq_desc, dk, dv, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
+        descriptor(q2, block_m), descriptor(k2, BLOCK_N_BWD // 2), descriptor(v2, BLOCK_N_BWD // 2),
+        descriptor(do2, block_m), *rows, dq_desc, dk, dv, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
         BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, DQ_TURNS=dq_turns, num_warps=4, maxnreg=MAXNREG)
+        PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
     return dq.to(q.dtype), dk, dv
 
 
@@ -697,12 +723,10 @@ def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
     def tile(rows):
         return desc(rows, head_dim, dtype, gl.NVMMASharedLayout.get_default_for(
             [rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype])))
-    cols = dq_columns(head_dim, dq_by_turns(head_dim))
-    return {"q_desc": tile(BLOCK_M_BWD), "k_desc": tile(BLOCK_N_BWD // 2), "v_desc": tile(BLOCK_N_BWD // 2),
-            "do_desc": tile(BLOCK_M_BWD), "lse_desc": desc(1, BLOCK_M_BWD, "fp32", ROW_LAYOUT),
-            "delta_desc": desc(1, BLOCK_M_BWD, "fp32", ROW_LAYOUT),
-            "dq_desc": desc(BLOCK_M_BWD, cols, "fp32",
-                            gl.NVMMASharedLayout.get_default_for([BLOCK_M_BWD, cols], gl.float32)),
+    block_m = bwd_block_m(head_dim)
+    return {"q_desc": tile(block_m), "k_desc": tile(BLOCK_N_BWD // 2), "v_desc": tile(BLOCK_N_BWD // 2),
+            "do_desc": tile(block_m), "lse_desc": desc(1, block_m, "fp32", ROW_LAYOUT),
+            "delta_desc": desc(1, block_m, "fp32", ROW_LAYOUT), "dq_desc": desc(*DQ_TILE, "fp32", DQ_LAYOUT),
             "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32",
             "GROUP": "i32"}
 
@@ -758,7 +782,7 @@ def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (
     jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_bwd_kernel_hopper",
                  signature=bwd_signature(D),
                  constexprs=dict(HEAD_DIM=D, BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal,
-                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS, DQ_TURNS=dq_by_turns(D)),
+                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
                  divisible_by_16=("dk_ptr", "dv_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx",))
             for D, causal in cases]
     rows = []
@@ -766,26 +790,27 @@ def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (
         code = result["ptx"]
         budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
         info = ptx.ptxas_info(code)
-        rows.append((D, causal, result["shared"] // 1024, ", ".join(map(str, budgets)),
+        rows.append((D, causal, bwd_block_m(D), result["shared"] // 1024, ", ".join(map(str, budgets)),
                      code.count("cp.async.bulk.tensor"), code.count("cp.reduce.async.bulk.tensor"),
                      code.count("wgmma.mma_async"), code.count("mbarrier.try_wait"), info["spill bytes"],
                      info["wgmma serialized"]))
-    return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies",
-                              "TMA reduce-adds", "wgmma.mma_async", "mbarrier waits", "spill bytes",
+    return print_table(rows, ["head_dim", "causal", "query rows per step", "shared KB", "setmaxnreg budgets",
+                              "TMA copies", "TMA reduce-adds", "wgmma.mma_async", "mbarrier waits", "spill bytes",
                               "wgmma serialized"],
                        title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
                              "ptxas)",
-                       note=f"{BLOCK_N_BWD} keys per program (64 per consumer), query blocks of {BLOCK_M_BWD} rows, "
-                            f"{NUM_BUFFERS_BWD} slots for Q, dO, lse and Delta. Counts are instructions in the PTX, "
-                            "not events at run time: TMA copies in (K, V once; Q, dO, lse, Delta per step; at "
-                            "head_dim 128 a 256-byte row is copied as two 128-byte halves, the swizzle's width), "
-                            "the reduce-adds of dQ's tiles out (cp.reduce.async.bulk.tensor, one per consumer), "
-                            "wgmma (S^T, dP^T, dV, dK and dQ_i per consumer: at head_dim 128 half of dQ_i's "
-                            "columns at every step, at 64 all of them by turns, so two sites). 'spill bytes', "
+                       note=f"{BLOCK_N_BWD} keys per program (64 per consumer), {NUM_BUFFERS_BWD} slots for Q, dO, "
+                            "lse and Delta. Counts are instructions in the PTX, not events at run time. Each consumer's "
+                            "step is written out once; causal, twice: the steps at the query blocks the diagonal "
+                            "crosses (2 at head_dim 128, 1 at 64), masked, have a loop of their own. "
+                            "TMA copies in: K, V once; Q, dO, lse, Delta per step; at head_dim 128 a 256-byte row is "
+                            "copied as two 128-byte halves, the swizzle's width. Reduce-adds: dQ's tiles out "
+                            "(cp.reduce.async.bulk.tensor), one per copy of the step. wgmma: S^T, dP^T, dV, dK and "
+                            "the consumer's 64 x 64 tile of dQ_i, per copy of the step. 'spill bytes', "
                             "'wgmma serialized': what `ptxas -v` of the installed triton says (its warning C7512: for "
-                            "want of registers every wgmma waits for the one before). At head_dim 128 a consumer's "
-                            "dQ tile is 64 x 64, 32 registers: a whole 64 x 128 float32 tile beside dK and dV had "
-                            "ptxas serialise every wgmma.")
+                            "want of registers every wgmma waits for the one before). A consumer's dQ tile is "
+                            "64 x 64, 32 registers: a whole 64 x 128 float32 tile beside dK and dV had ptxas "
+                            "serialise every wgmma.")
 
 
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest

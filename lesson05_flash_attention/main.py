@@ -928,10 +928,13 @@ chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_fl
 # slots, two consumer warpgroups holding 64 keys' dK and dV each in registers for the whole walk over
 # the query blocks, wgmma for the five matmuls, and each query block's share of dQ added into a
 # float32 dQ in memory by TMA's reduce-add: the copy engine adds a tile from shared memory into L2
-# while the warps go on. Each consumer makes half of the share's columns over all 128 keys (both
-# halves of dS, through shared memory), so a tile is added once per program, not once per
-# warpgroup. hopper.py's comment block has the barriers and the timeline; compiled here for sm_90
-# (no GPU needed), the machine code shows what the register budget allows.
+# while the warps go on. Each consumer makes half of the share over all 128 keys (both halves of
+# dS, through shared memory): half its columns at head_dim 128, half its rows at 64, where a step
+# takes 128 queries, not 64 (FlashAttention-3's choices), so a tile is added once per program, not
+# once per warpgroup. Causal, the query blocks the diagonal crosses come first, in a loop of their
+# own, and the rest of the walk carries no mask. hopper.py's comment block has the
+# barriers and the timeline; compiled here for sm_90 (no GPU needed), the machine code shows what
+# the register budget allows.
 
 
 # %%
