@@ -77,7 +77,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from common import bench, ptx
-from common.checks import dtype_name
+from common.checks import dtype_name, index_type
 from common.table import Table, print_table
 
 # TMA's copies, by their names in the installed Triton (3.6: async_copy_global_to_shared and
@@ -456,8 +456,8 @@ def bwd_step(i, per_head, first, n_qb, CAUSAL: gl.constexpr):
 
 @gluon.jit
 def bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                 k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb,
-                 n_steps, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+                 k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, per_head, first, n_qb, n_steps,
+                 NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
     """One warp: the program's keys and values once, then Q, dO, lse and Delta of each step's query
     block (lse and Delta seen as rows of BLOCK_M values: row b is query block b, over all heads)."""
     SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
@@ -602,7 +602,8 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
     tma.store_wait(pendings=0)
     key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
-    offsets = key_rows[:, None] * HEAD_DIM + dims[None, :]
+    # (rows fit 32 bits, as TMA's coordinates must; their elements may not: 64-bit offsets, once)
+    offsets = key_rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :]
     gl.store(dk_ptr + offsets, (dk * sm_scale).to(dtype))
     gl.store(dv_ptr + offsets, dv.to(dtype))
 
@@ -666,7 +667,7 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta
                         dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP,
                         start_n, sm_scale, qk_scale, 1, NUM_BUFFERS, CAUSAL)),
         (bwd_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                        k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, seq_len, per_head, first, n_qb,
+                        k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, per_head, first, n_qb,
                         per_head * GROUP, NUM_BUFFERS, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
@@ -675,7 +676,7 @@ def backward_takes(q, k, v) -> bool:
     """Can attention_bwd_kernel_hopper compute these inputs' gradients, here and now? As takes(),
     but grouped-query heads too (k and v of one shape, their heads dividing q's), and never where
     deterministic algorithms are asked for."""
-    return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES and q.dtype == k.dtype == v.dtype
+    return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES and q.dtype == k.dtype == v.dtype and q.numel() > 0
             and k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:]
             and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0 and q.shape[-1] in HEAD_DIMS
             and q.shape[-2] % BLOCK_N_BWD == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
@@ -700,7 +701,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous()
     delta = torch.empty_like(lse)
     (preprocess or preprocess_kernel)[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D,
-                                                                BLOCK_M=64)
+                                                                BLOCK_M=64, INDEX_TYPE=index_type(o, do))
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))

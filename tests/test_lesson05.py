@@ -712,7 +712,8 @@ def test_gluon_backward_takes_only_what_it_computes():
     refused = {"head_dim 32": (q[..., :32].contiguous(), kv[..., :32].contiguous()),
                "seq 200": (q[:, :, :200].contiguous(), kv[:, :, :200].contiguous()),
                "float32": (q.float(), kv.float()), "3 heads for 2": (q[:, :3].contiguous(), kv),
-               "k longer than q": (q, torch.cat([kv, kv], dim=2))}
+               "k longer than q": (q, torch.cat([kv, kv], dim=2)), "no queries": (q[:, :, :0], kv[:, :, :0]),
+               "no batch": (q[:0], kv[:0])}
     for name, (a, b) in refused.items():
         assert not hopper.backward_takes(a, b, b), name
     deterministic = torch.are_deterministic_algorithms_enabled()
@@ -750,6 +751,31 @@ def test_gluon_backward_matches_float64(shape, dtype, causal):
     exact, theirs = grads(torch.float64), grads(dtype)
     for name, a, b, ref in zip("qkv", ours, theirs, exact):
         assert grad_ok(rel_error(a, ref), rel_error(b, ref)), f"d{name}: {rel_error(a, ref)} vs {rel_error(b, ref)}"
+
+
+@pytest.mark.big
+@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
+def test_gluon_backward_past_2_31_elements():
+    # 2 x (2^17 + 8) heads of 128 x 64 float16 (4.3 GB each of q, k, v, dO and O; 43 GB in all with
+    # the gradients): the last heads' rows of O and dO (Delta's kernel) and of dK and dV (the Gluon
+    # kernel's stores) start past element 2^31, where 32-bit offsets wrap. TMA's coordinates are
+    # rows, which fit. The first and last heads against float64 autograd: a wrapped store would miss
+    # the last, or land in the first.
+    from common.checks import grad_ok
+
+    B, H, seq, D = 2, 2**17 + 8, 128, 64
+    q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=torch.float16) for _ in range(4))
+    assert q.numel() > 2**31 and hopper.backward_takes(q, k, v)
+    o, lse = hopper.launch(q, k, v, False, D ** -0.5)  # (the Gluon forward: TMA's coordinates too)
+    ours = hopper.launch_backward(do, q, k, v, o, lse, False, D ** -0.5)
+    for b, h in ((0, 0), (B - 1, H - 2), (B - 1, H - 1)):
+        def grads(dtype):
+            leaves = [t[b, h].detach().to(dtype).requires_grad_() for t in (q, k, v)]
+            attention_standard(*(t[None, None] for t in leaves)).backward(do[b, h][None, None].to(dtype))
+            return [leaf.grad for leaf in leaves]
+        exact, theirs = grads(torch.float64), grads(torch.float16)
+        for name, a, t, ref in zip("qkv", ours, theirs, exact):
+            assert grad_ok(rel_error(a[b, h], ref), rel_error(t, ref)), f"d{name} of head ({b}, {h})"
 
 
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
