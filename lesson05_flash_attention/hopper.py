@@ -393,7 +393,12 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #
 # The two meet at D every step, and the overlap is the tensor cores': while one consumer computes
 # its exponentials, its A or its wait at D, the other's matmuls, already issued, run. At head_dim 64
-# the steps are twice as long (M = 128) for the same barriers and waits.
+# the steps are twice as long (M = 128) for the same barriers and waits. Within a consumer, the
+# code asks for dP^T's matmul to run under the exponentials (it waits for S^T alone first); the
+# compiled code keeps little of that, as the forward's keeps little of its own: ptxas (triton 3.6's
+# and 3.9's) moves the wait for dP^T up among the exponentials, after the first 5 to 16 of a
+# thread's 32 (64 at head_dim 64), since it interleaves dS^T's arithmetic with them
+# (`cuobjdump -sass`: `WARPGROUP.DEPBAR.LE gsb0, 0x0` among the `MUFU.EX2`).
 #
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
 # head, so dK and dV are summed in registers (no atomics for them); dQ's additions are per query
