@@ -39,7 +39,7 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
 def compile_kernels(jobs: list, processes: int = 1) -> list:
     """Several compilations at once, each job a dict of compile_kernel's arguments, optionally with
     num_stages, `options` (more of triton.compile's, such as maxnreg) and `asm` (the IRs to return;
-    default ttir, ttgir and ptx). Each result also holds "shared": the bytes of shared memory the
+    default ttir, ttgir and ptx; "sass", the machine code: sass()). Each result also holds "shared": the bytes of shared memory the
     kernel needs. processes > 1: in that many child processes side by side (the tests' hundreds)."""
     jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
     for job in jobs:
@@ -103,7 +103,8 @@ def compile_job(job: dict) -> dict:
     options = {"num_warps": job["num_warps"], **({"num_stages": job["num_stages"]} if "num_stages" in job else {}),
                **job.get("options", {})}
     compiled = triton.compile(src, target=GPUTarget("cuda", job["arch"], 32), options=options)
-    return {**{k: compiled.asm[k] for k in job["asm"]}, "shared": compiled.metadata.shared}
+    return {**{k: sass(compiled.asm["cubin"]) if k == "sass" else compiled.asm[k] for k in job["asm"]},
+            "shared": compiled.metadata.shared}
 
 
 def registers(ptx: str, arch: int = 90) -> int:
@@ -129,6 +130,37 @@ def ptxas_info(ptx: str, arch: int = 90) -> dict:
     return {"registers": int(re.search(r"Used (\d+) registers", text).group(1)),
             "spill bytes": sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", text)),
             "wgmma serialized": "C7512" in text}
+
+
+def sass(cubin: bytes) -> str:
+    """The machine code of a compiled kernel (SASS: what the GPU runs, after ptxas), as text, by the
+    cuobjdump that ships inside the triton wheel (no CUDA install needed). compile_kernels returns
+    it as asm "sass"."""
+    from triton import knobs
+
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+
+
+def sass_loops(code: str, holding: str) -> list[list[str]]:
+    """The innermost loops of SASS `code` with an instruction starting `holding` (e.g. "HGMMA") in
+    their body, in address order, each as its instructions. A loop is a conditional branch back to
+    an earlier address (ptxas closes a loop so); innermost, it has no other such loop inside it.
+    (A wait on an mbarrier compiles to a test in the loop and a retry out of line, after the
+    function's end: the retry branches back, unconditionally, and is not counted.)"""
+    instructions = [(int(address, 16), text.strip()) for address, text in
+                    re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", code)]
+    loops = []
+    for address, text in instructions:
+        branch = re.match(r"@!?U?P\w+\s+BRA\s+(0x[0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) < address:
+            loops.append((int(branch.group(1), 16), address))
+    innermost = [(a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+    bodies = [[text for address, text in instructions if a <= address <= b] for a, b in innermost]
+    return [body for body in bodies if any(text.startswith(holding) for text in body)]
 
 
 def memory_ops(ptx: str) -> collections.Counter:

@@ -396,9 +396,9 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # the steps are twice as long (M = 128) for the same barriers and waits. Within a consumer, the
 # code asks for dP^T's matmul to run under the exponentials (it waits for S^T alone first); the
 # compiled code keeps little of that, as the forward's keeps little of its own: ptxas (triton 3.6's
-# and 3.9's) moves the wait for dP^T up among the exponentials, after the first 5 to 16 of a
-# thread's 32 (64 at head_dim 64), since it interleaves dS^T's arithmetic with them
-# (`cuobjdump -sass`: `WARPGROUP.DEPBAR.LE gsb0, 0x0` among the `MUFU.EX2`).
+# and 3.9's) moves the wait for dP^T up among the exponentials, in most loops after the first 5 to
+# 16 of a thread's 32 (64 at head_dim 64), since it interleaves dS^T's arithmetic with them
+# (`WARPGROUP.DEPBAR.LE gsb0, 0x0` among the `MUFU.EX2`: section 19's second table counts them).
 #
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
 # head, so dK and dV are summed in registers (no atomics for them); dQ's additions are per query
@@ -780,19 +780,19 @@ def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True
                             "the three warpgroups together, within the SM's 512 (64K registers / 128 threads)).")
 
 
-def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> Table:
+def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> tuple:
     """Compile attention_bwd_kernel_hopper for sm_90 without a GPU, as compiled_for_hopper the forward,
     and count what section 19 describes: register budgets, TMA copies in and reduce-adds out, wgmma
     instructions, mbarrier waits; then what ptxas reports: spills, and whether it had to serialise the
-    wgmma instructions."""
+    wgmma instructions. Two tables: that, and the step as the machine code has it (step_in_sass)."""
     jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_bwd_kernel_hopper",
                  signature=bwd_signature(D),
                  constexprs=dict(HEAD_DIM=D, BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal,
                                  CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
-                 divisible_by_16=("dk_ptr", "dv_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx",))
+                 divisible_by_16=("dk_ptr", "dv_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx", "sass"))
             for D, causal in cases]
-    rows = []
-    for (D, causal), result in zip(cases, ptx.compile_kernels(jobs)):
+    rows, results = [], ptx.compile_kernels(jobs)
+    for (D, causal), result in zip(cases, results):
         code = result["ptx"]
         budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
         info = ptx.ptxas_info(code)
@@ -800,23 +800,55 @@ def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (
                      code.count("cp.async.bulk.tensor"), code.count("cp.reduce.async.bulk.tensor"),
                      code.count("wgmma.mma_async"), code.count("mbarrier.try_wait"), info["spill bytes"],
                      info["wgmma serialized"]))
-    return print_table(rows, ["head_dim", "causal", "query rows per step", "shared KB", "setmaxnreg budgets",
-                              "TMA copies", "TMA reduce-adds", "wgmma.mma_async", "mbarrier waits", "spill bytes",
-                              "wgmma serialized"],
-                       title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
-                             "ptxas)",
-                       note=f"{BLOCK_N_BWD} keys per program (64 per consumer), {NUM_BUFFERS_BWD} slots for Q, dO, "
-                            "lse and Delta. Counts are instructions in the PTX, not events at run time. Each consumer's "
-                            "step is written out once; causal, twice: the steps at the query blocks the diagonal "
-                            "crosses (2 at head_dim 128, 1 at 64), masked, have a loop of their own. "
-                            "TMA copies in: K, V once; Q, dO, lse, Delta per step; at head_dim 128 a 256-byte row is "
-                            "copied as two 128-byte halves, the swizzle's width. Reduce-adds: dQ's tiles out "
-                            "(cp.reduce.async.bulk.tensor), one per copy of the step. wgmma: S^T, dP^T, dV, dK and "
-                            "the consumer's 64 x 64 tile of dQ_i, per copy of the step. 'spill bytes', "
-                            "'wgmma serialized': what `ptxas -v` of the installed triton says (its warning C7512: for "
-                            "want of registers every wgmma waits for the one before). A consumer's dQ tile is "
-                            "64 x 64, 32 registers: a whole 64 x 128 float32 tile beside dK and dV had ptxas "
-                            "serialise every wgmma.")
+    table = print_table(rows, ["head_dim", "causal", "query rows per step", "shared KB", "setmaxnreg budgets",
+                               "TMA copies", "TMA reduce-adds", "wgmma.mma_async", "mbarrier waits", "spill bytes",
+                               "wgmma serialized"],
+                        title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
+                              "ptxas)",
+                        note=f"{BLOCK_N_BWD} keys per program (64 per consumer), {NUM_BUFFERS_BWD} slots for Q, dO, "
+                             "lse and Delta. Counts are instructions in the PTX, not events at run time. Each consumer's "
+                             "step is written out once; causal, twice: the steps at the query blocks the diagonal "
+                             "crosses (2 at head_dim 128, 1 at 64), masked, have a loop of their own. "
+                             "TMA copies in: K, V once; Q, dO, lse, Delta per step; at head_dim 128 a 256-byte row is "
+                             "copied as two 128-byte halves, the swizzle's width. Reduce-adds: dQ's tiles out "
+                             "(cp.reduce.async.bulk.tensor), one per copy of the step. wgmma: S^T, dP^T, dV, dK and "
+                             "the consumer's 64 x 64 tile of dQ_i, per copy of the step. 'spill bytes', "
+                             "'wgmma serialized': what `ptxas -v` of the installed triton says (its warning C7512: for "
+                             "want of registers every wgmma waits for the one before). A consumer's dQ tile is "
+                             "64 x 64, 32 registers: a whole 64 x 128 float32 tile beside dK and dV had ptxas "
+                             "serialise every wgmma.")
+    return table, step_in_sass(cases, [result["sass"] for result in results])
+
+
+def step_in_sass(cases, codes) -> Table:
+    """The consumers' step in the machine code (SASS) of each case: each loop that holds wgmma
+    (HGMMA), with its instructions, its local-memory loads and stores (spilled registers, read back
+    and written every step), the exponentials (MUFU.EX2) and how many come before the wait for dP^T
+    (WARPGROUP.DEPBAR.LE gsb0, 0x0 after the wait for S^T alone, ... 0x1), and its selects (FSEL:
+    the causal mask's)."""
+    rows = []
+    for (D, causal), code in zip(cases, codes):
+        for n, body in enumerate(ptx.sass_loops(code, "HGMMA"), 1):
+            ops = [text.split()[1] if text.startswith("@") else text.split()[0] for text in body]
+            waits = [i for i, text in enumerate(body) if text.startswith("WARPGROUP.DEPBAR.LE gsb0")]
+            first = next((i for i in waits if body[i].endswith("0x1")), None)
+            then = next((i for i in waits if first is not None and i > first and body[i].endswith("0x0")), None)
+            early = "" if then is None else sum(op == "MUFU.EX2" for op in ops[first:then])
+            rows.append((D, causal, n, len(body), sum(op.startswith("HGMMA") for op in ops),
+                         sum(op.startswith("LDL") for op in ops), sum(op.startswith("STL") for op in ops),
+                         sum(op == "MUFU.EX2" for op in ops), early, sum(op == "FSEL" for op in ops)))
+    return print_table(rows, ["head_dim", "causal", "loop", "instructions", "HGMMA", "local loads", "local stores",
+                              "MUFU.EX2", "... before dP^T's wait", "FSEL"],
+                       title="attention_bwd_kernel_hopper's step in the machine code (sm_90 SASS, by this machine's "
+                             "ptxas and cuobjdump)",
+                       note="Each loop of the machine code that holds wgmma (HGMMA: S^T, dP^T, dV, dK and the dQ "
+                            "tile), in address order: one per consumer; causal at head_dim 128, two per consumer, the "
+                            "masked steps' loop (its FSEL: the mask) and then the rest's (at 64 the masked step is "
+                            "one, not a loop). 'local loads', 'local stores': LDL and STL in the loop, registers "
+                            "spilled and read back every step. '... before dP^T's wait': the exponentials between "
+                            "the wait for S^T alone (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for dP^T too "
+                            "(... 0x0): those that run under dP^T's matmul; ptxas moves the second wait up, to "
+                            "interleave dS^T's arithmetic with the exponentials.")
 
 
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest

@@ -932,9 +932,11 @@ chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_fl
 # dS, through shared memory): half its columns at head_dim 128, half its rows at 64, where a step
 # takes 128 queries, not 64 (FlashAttention-3's choices), so a tile is added once per program, not
 # once per warpgroup. Causal, the query blocks the diagonal crosses come first, in a loop of their
-# own, and the rest of the walk carries no mask. hopper.py's comment block has the
-# barriers and the timeline; compiled here for sm_90 (no GPU needed), the machine code shows what
-# the register budget allows.
+# own, and the rest of the walk carries no mask. hopper.py's comment block has the barriers and
+# the timeline; compiled here for sm_90 (no GPU needed), the code shows what the register budget
+# allows. The second table reads the step's loops in the machine code (SASS, by the cuobjdump in
+# the triton wheel): their instructions, the registers spilled and read back every step, and how
+# many exponentials run under dP^T's matmul.
 
 
 # %%

@@ -200,6 +200,32 @@ def test_ptx_parsing():
     assert [ptx.access_bits(op) for op in ("ld.global.v4.b32", "ld.global.b32", "st.global.v2.b16")] == [128, 32, 32]
 
 
+def test_sass_loops():
+    # cuobjdump's layout: the innermost loops that hold the instruction asked for, in address order;
+    # a loop closes with a conditional branch back; an mbarrier wait's retry, out of line after the
+    # function's end, branches back unconditionally and is no loop
+    code = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                 /* 0x000 */
+        /*0010*/                   HGMMA.64x64x16.F32 R24, gdesc[UR4], RZ ;   /* 0x000 */
+        /*0020*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR5], R2 ;
+        /*0030*/              @!P0 BRA 0x0100 ;
+        /*0040*/                   HGMMA.64x64x16.F32 R24, gdesc[UR4], R24 ;
+        /*0050*/                   LDL R3, [R1] ;
+        /*0060*/               @P1 BRA 0x0020 ;
+        /*0070*/                   IADD3 R4, R4, 0x1, RZ ;
+        /*0080*/               @P2 BRA 0x0070 ;
+        /*0090*/               @P3 BRA 0x0000 ;
+        /*00a0*/                   EXIT ;
+        /*0100*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR5], R2 ;
+        /*0110*/              @!P0 BRA 0x0100 ;
+        /*0120*/                   BRA 0x0040 ;
+    """
+    loops = ptx.sass_loops(code, "HGMMA")
+    assert loops == [["SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR5], R2", "@!P0 BRA 0x0100",
+                      "HGMMA.64x64x16.F32 R24, gdesc[UR4], R24", "LDL R3, [R1]", "@P1 BRA 0x0020"]]
+    assert ptx.sass_loops(code, "LDS") == []
+
+
 def test_print_table(capsys):
     table = print_table([("a", 1.234)], ["name", "value"], title="T", note="A note.")
     out = capsys.readouterr().out

@@ -691,7 +691,7 @@ def test_gluon_backward_compiles_for_hopper_with_its_partitions():
     # per consumer and copy of the step: causal, the masked steps at the diagonal have a loop of their
     # own) and fits an H100's shared memory. (Whether ptxas spills or serialises its wgmma depends on
     # the ptxas: the table says, the test does not assert it.)
-    table = hopper.compiled_backward_for_hopper()
+    table, loops = hopper.compiled_backward_for_hopper()
     assert len(table.rows) == 4
     for head_dim, causal, budgets, copies, wgmmas, adds, shared in zip(
             table.column("head_dim"), table.column("causal"), table.column("setmaxnreg budgets"),
@@ -700,6 +700,15 @@ def test_gluon_backward_compiles_for_hopper_with_its_partitions():
         steps = 2 if causal else 1
         assert {hopper.PRODUCER_REGS, hopper.CONSUMER_REGS} <= {int(b) for b in budgets.split(", ")}
         assert copies > 0 and wgmmas > 0 and adds == 2 * steps and shared <= 227, (head_dim, causal)
+        # the machine code: a loop per consumer (causal at 128, a masked one before it), five matmuls in each
+        # (S^T, dP^T, dV, dK: head_dim or BLOCK_M / 16 HGMMA each, dQ's tile 2 x 64 / 16), exponentials,
+        # and the mask's selects in the masked loops alone
+        mine = [row for row in loops.rows if row[:2] == [head_dim, causal]]
+        block_m = hopper.bwd_block_m(head_dim)
+        assert len(mine) == (4 if causal and head_dim == 128 else 2), (head_dim, causal)
+        for _, _, n, _, hgmma, _, _, mufu, _, fsel in mine:
+            masked = causal and head_dim == 128 and n % 2 == 1
+            assert hgmma == 2 * (head_dim + block_m) // 16 + 8 and mufu > 0 and (fsel > 0) == masked, mine
 
 
 def test_gluon_backward_takes_only_what_it_computes():
