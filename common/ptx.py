@@ -39,8 +39,9 @@ def compile_kernel(module: str, kernel: str, signature: dict, constexprs: dict,
 def compile_kernels(jobs: list, processes: int = 1) -> list:
     """Several compilations at once, each job a dict of compile_kernel's arguments, optionally with
     num_stages, `options` (more of triton.compile's, such as maxnreg) and `asm` (the IRs to return;
-    default ttir, ttgir and ptx; "sass", the machine code: sass()). Each result also holds "shared": the bytes of shared memory the
-    kernel needs. processes > 1: in that many child processes side by side (the tests' hundreds)."""
+    default ttir, ttgir and ptx; "sass" is the machine code, by sass()). Each result also holds
+    "shared": the bytes of shared memory the kernel needs. processes > 1: in that many child
+    processes side by side (the tests' hundreds)."""
     jobs = [dict(dict(divisible_by_16=(), arch=90, num_warps=4, asm=("ttir", "ttgir", "ptx")), **job) for job in jobs]
     for job in jobs:
         job["divisible_by_16"], job["asm"] = list(job["divisible_by_16"]), list(job["asm"])

@@ -103,6 +103,14 @@ CONSUMER_REGS = 240
 PRODUCER_REGS = 24
 
 
+@gluon.constexpr_function
+def wgmma_layout(n):
+    """Where each thread's values of a wgmma result live, n columns wide, over one warpgroup: the
+    accumulator layout (NVMMADistributedLayout, version [3, 0]: Hopper's wgmma; instr_shape
+    [16, n, 16]: 16 rows per warp, 4 warps down the 64 rows)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
 @gluon.jit
 def producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, kv_empty, q_row, kv_row,
              n_blocks, BLOCK_N: gl.constexpr, NUM_BUFFERS: gl.constexpr):
@@ -148,14 +156,11 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
     dtype: gl.constexpr = o_desc.dtype
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
     # Where each thread's values live. S = Q K^T comes out of wgmma in its accumulator layout
-    # (NVMMADistributedLayout, version [3, 0]: Hopper's wgmma; instr_shape [16, N, 16]: 16 rows per
-    # warp, 4 warps down the 64 rows); O likewise; P must
-    # go back in as wgmma's A operand from registers (DotOperandLayout), which for fp16/bf16 holds
-    # the same rows and columns per thread as the accumulator did: the conversion moves nothing.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, HEAD_DIM, 16])
+    # (wgmma_layout); O likewise; P must go back in as wgmma's A operand from registers
+    # (DotOperandLayout), which for fp16/bf16 holds the same rows and columns per thread as the
+    # accumulator did: the conversion moves nothing.
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_N)
+    o_layout: gl.constexpr = wgmma_layout(HEAD_DIM)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)  # 2 fp16 per 32-bit register
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)  # one value per query row
     q = q_smem.index(WHICH)
@@ -494,8 +499,7 @@ def dq_share(dv, dk, pt, dst, q, k_smem, ds_smem, dq_tile, dq_desc, ds_ready, i,
     DQ_M: gl.constexpr = dq_desc.block_type.shape[0]
     DQ_COLS: gl.constexpr = dq_desc.block_type.shape[1]
     BLOCK_M: gl.constexpr = q.shape[0]
-    dq_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, DQ_COLS, 16])
+    dq_layout: gl.constexpr = wgmma_layout(DQ_COLS)
     no_dq = gl.zeros([DQ_M, DQ_COLS], gl.float32, dq_layout)  # (use_acc=False ignores its values)
     par = i % 2
     mbarrier.wait(ds_ready.index(par), (i // 2) & 1)
@@ -532,10 +536,8 @@ def bwd_consumer_step(i, g, qb, dk, dv, keys, q_bufs, do_bufs, lse_bufs, delta_b
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
     SPLIT_N: gl.constexpr = k_smem.shape[1]
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, BLOCK_M, 16])   # S^T, dP^T
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, HEAD_DIM, 16])  # dK, dV
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)     # S^T, dP^T
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)  # dK, dV
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)  # P^T, dS^T
     no_scores = gl.zeros([SPLIT_N, BLOCK_M], gl.float32, s_layout)  # (use_acc=False ignores its values)
     slot = i % NUM_BUFFERS
@@ -579,10 +581,8 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
     SPLIT_N: gl.constexpr = k_smem.shape[1]
     gl.static_assert(gl.num_warps() == 4, "a consumer is one warpgroup: the layouts below are for 4 warps")
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                      instr_shape=[16, BLOCK_M, 16])   # S^T, dP^T
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                        instr_shape=[16, HEAD_DIM, 16])  # dK, dV
+    s_layout: gl.constexpr = wgmma_layout(BLOCK_M)     # S^T, dP^T
+    acc_layout: gl.constexpr = wgmma_layout(HEAD_DIM)  # dK, dV
     keys = start_n + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, s_layout))
     dk = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
     dv = gl.zeros([SPLIT_N, HEAD_DIM], gl.float32, acc_layout)
@@ -721,31 +721,34 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, prepr
     return dq.to(q.dtype), dk, dv
 
 
-def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
-    """attention_bwd_kernel_hopper's argument types for triton.compile (as signature())."""
-    def desc(rows, cols, dt, layout):
-        return f"tensordesc<{dt}[{rows},{cols}],{layout!r}>"
-
-    def tile(rows):
-        return desc(rows, head_dim, dtype, gl.NVMMASharedLayout.get_default_for(
-            [rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype])))
-    block_m = bwd_block_m(head_dim)
-    return {"q_desc": tile(block_m), "k_desc": tile(BLOCK_N_BWD // 2), "v_desc": tile(BLOCK_N_BWD // 2),
-            "do_desc": tile(block_m), "lse_desc": desc(1, block_m, "fp32", ROW_LAYOUT),
-            "delta_desc": desc(1, block_m, "fp32", ROW_LAYOUT), "dq_desc": desc(*DQ_TILE, "fp32", DQ_LAYOUT),
-            "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}", "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32",
-            "GROUP": "i32"}
-
-
 # %% What the kernel compiles to (runs everywhere: compiled for sm_90 in a child process)
+def tensordesc_type(rows: int, cols: int, dtype: str, layout=None) -> str:
+    """A host TensorDescriptor's argument type for triton.compile: tensordesc<dtype[tile], its
+    shared-memory layout>; by default the layout wgmma reads a rows x cols tile by (tile_layout's)."""
+    if layout is None:
+        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype])
+    return f"tensordesc<{dtype}[{rows},{cols}],{layout!r}>"
+
+
 def signature(head_dim: int, dtype: str = "fp16") -> dict:
-    """The kernel's argument types for triton.compile: a host TensorDescriptor travels as
-    tensordesc<dtype[tile], its shared-memory layout>."""
+    """The kernel's argument types for triton.compile (a host TensorDescriptor travels as its tile's
+    type, tensordesc_type)."""
     def desc(rows):
-        layout = gl.NVMMASharedLayout.get_default_for([rows, head_dim], getattr(gl, {"fp16": "float16", "bf16": "bfloat16"}[dtype]))
-        return f"tensordesc<{dtype}[{rows},{head_dim}],{layout!r}>"
+        return tensordesc_type(rows, head_dim, dtype)
     return {"q_desc": desc(BLOCK_M // 2), "k_desc": desc(BLOCK_N), "v_desc": desc(BLOCK_N), "o_desc": desc(BLOCK_M // 2),
             "lse_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32"}
+
+
+def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
+    """attention_bwd_kernel_hopper's argument types for triton.compile (as signature())."""
+    def desc(rows):
+        return tensordesc_type(rows, head_dim, dtype)
+    block_m = bwd_block_m(head_dim)
+    return {"q_desc": desc(block_m), "k_desc": desc(BLOCK_N_BWD // 2), "v_desc": desc(BLOCK_N_BWD // 2),
+            "do_desc": desc(block_m), "lse_desc": tensordesc_type(1, block_m, "fp32", ROW_LAYOUT),
+            "delta_desc": tensordesc_type(1, block_m, "fp32", ROW_LAYOUT),
+            "dq_desc": tensordesc_type(*DQ_TILE, "fp32", DQ_LAYOUT), "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
+            "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32", "GROUP": "i32"}
 
 
 def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> Table:
