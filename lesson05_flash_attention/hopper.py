@@ -423,7 +423,8 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # takes this kernel only where torch.are_deterministic_algorithms_enabled() is False
 # (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
 BLOCK_N_BWD = 128        # keys per program: 64 per consumer warpgroup
-NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring
+NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring: 193-194 KB of shared memory in all; a third fits only at
+                         # head_dim 128 (231,344 bytes of the 232,448 a block may have; 232,880 at 64)
 DQ_TILE = [64, 64]       # a consumer's share of dQ_i per step: half the columns (head_dim 128) or rows (64)
 # Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
 # backward.py's Triton kernels at every length and mask (RESULTS.md). main.py's choose_backward reads
