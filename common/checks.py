@@ -33,18 +33,27 @@ def grad_errors(fn, reference, inputs: list, **kwargs) -> list[tuple[float, floa
     the inputs' dtype, both against the reference's gradient in float64 (torch's autograd, from the
     same inputs): d(sum(out * g))/d(input) for one random g. The second is the yardstick: a
     gradient in float16 or bfloat16 is only as good as that dtype allows (grad_ok)."""
-    def grads(f, dtype):
-        xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
-        out = f(*xs, **kwargs)
-        return torch.autograd.grad(out, xs, g.to(out.dtype))
     with torch.no_grad():
         g = torch.randn(reference(*inputs, **kwargs).shape, dtype=torch.float64, device=inputs[0].device)
+    return errors_against_autograd(gradients(fn, inputs, g, inputs[0].dtype, **kwargs), reference, inputs, g, **kwargs)
+
+
+def gradients(fn, inputs: list, g: torch.Tensor, dtype: torch.dtype, **kwargs) -> tuple:
+    """d(sum(fn(inputs) * g))/d(input) for each input, by torch's autograd, the inputs cast to dtype."""
+    xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
+    out = fn(*xs, **kwargs)
+    return torch.autograd.grad(out, xs, g.to(out.dtype))
+
+
+def errors_against_autograd(ours, reference, inputs: list, g: torch.Tensor, **kwargs) -> list[tuple[float, float]]:
+    """grad_errors for gradients already made (ours: d(sum(out * g))/d(input), by a kernel called
+    directly): each one's error and the reference's in the inputs' dtype, against float64."""
     def error(out, exact):  # relative; absolute where the exact gradient is 0 (attention over one key)
         diff = (out.double() - exact).norm().item()
         return diff / exact.norm().item() if exact.norm().item() > 0 else diff
 
-    exact = grads(reference, torch.float64)
-    ours, theirs = grads(fn, inputs[0].dtype), grads(reference, inputs[0].dtype)
+    exact = gradients(reference, inputs, g, torch.float64, **kwargs)
+    theirs = gradients(reference, inputs, g, inputs[0].dtype, **kwargs)
     return [(error(a, e), error(b, e)) for a, b, e in zip(ours, theirs, exact)]
 
 

@@ -744,7 +744,7 @@ GLUON_BACKWARD_SHAPES = [(1, 1, 1, 128, 64), (2, 3, 3, 384, 64), (1, 8, 1, 512, 
 def test_gluon_backward_matches_float64(shape, dtype, causal):
     # dq, dk, dv from the Gluon backward (given the forward's o and lse) within twice the error of
     # torch's autograd in the same dtype, both against float64 autograd (common.checks.grad_ok)
-    from common.checks import grad_ok
+    from common.checks import errors_against_autograd, grad_ok
 
     B, H, H_KV, seq, D = shape
     q = torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype)
@@ -752,19 +752,9 @@ def test_gluon_backward_matches_float64(shape, dtype, causal):
     do = torch.randn_like(q)
     o, lse = launch(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
     ours = hopper.launch_backward(do, q, k, v, o, lse, causal, D ** -0.5)
-    for name, (a, b) in zip("qkv", autograd_errors(ours, q, k, v, do, causal)):
+    errors = errors_against_autograd(ours, attention_standard, [q, k, v], do, causal=causal)
+    for name, (a, b) in zip("qkv", errors):
         assert grad_ok(a, b), f"d{name}: {a} vs {b}"
-
-
-def autograd_errors(ours, q, k, v, do, causal=False) -> list:
-    """For dq, dk, dv: (the error of ours, that of torch's autograd in q's dtype), both against
-    float64 autograd of attention_standard from the same inputs and dO (grad_ok judges a pair)."""
-    def grads(dtype):
-        leaves = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        attention_standard(*leaves, causal=causal).backward(do.to(dtype))
-        return [leaf.grad for leaf in leaves]
-    exact, theirs = grads(torch.float64), grads(q.dtype)
-    return [(rel_error(a, e), rel_error(b, e)) for a, b, e in zip(ours, theirs, exact)]
 
 
 @pytest.mark.big
@@ -775,7 +765,7 @@ def test_gluon_backward_past_2_31_elements():
     # kernel's stores) start past element 2^31, where 32-bit offsets wrap. TMA's coordinates are
     # rows, which fit. The first and last heads against float64 autograd: a wrapped store would miss
     # the last, or land in the first.
-    from common.checks import grad_ok
+    from common.checks import errors_against_autograd, grad_ok
 
     B, H, seq, D = 2, 2**17 + 8, 128, 64
     q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=torch.float16) for _ in range(4))
@@ -784,7 +774,7 @@ def test_gluon_backward_past_2_31_elements():
     ours = hopper.launch_backward(do, q, k, v, o, lse, False, D ** -0.5)
     for b, h in ((0, 0), (B - 1, H - 2), (B - 1, H - 1)):
         head = [t[b, h][None, None] for t in (q, k, v, do)]
-        errors = autograd_errors([g[b, h][None, None] for g in ours], *head)
+        errors = errors_against_autograd([g[b, h][None, None] for g in ours], attention_standard, head[:3], head[3])
         for name, (a, t) in zip("qkv", errors):
             assert grad_ok(a, t), f"d{name} of head ({b}, {h}): {a} vs {t}"
 
