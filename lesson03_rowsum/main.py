@@ -19,8 +19,6 @@ Without a CUDA GPU the kernels run under Triton's interpreter on the CPU: the sa
 results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
-import functools
-
 from common.device import DEVICE, sm_count
 
 import torch
@@ -29,11 +27,13 @@ import triton.language as tl
 
 from common import bench, ptx, roofline
 from common.chapter import Chapter, shape_arg
-from common.checks import GRAD_NOTE, INDEX_ROOM, check_tensors, dtype_name, grad_errors, grad_ok, index_type, whole
-from common.launch import cdiv, needs_op, next_power_of_2, splits_to_fill, traceable
+from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok
+from common.launch import cdiv
 from common.table import print_table
 from common.trace import show
-from lesson03_rowsum import coalescing  # the lesson's other file
+from lesson03_rowsum import coalescing  # the lesson's other file: coalescing (sections 15-16)
+from lesson03_rowsum.row_sum import (DTYPES, choose_splits, columns_per_program, launch, row_sum,  # the op
+                                     row_sum_kernel, row_sum_split_kernel, tile_config)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "trace": "2. The trace: the worked example's row of 12, in tiles of 4",
@@ -54,7 +54,6 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 SIZES = {"quick": [(4096, 16384), (1 << 20, 32), (4, 1 << 24)],  # section 12's (M, N)
          "full": [(4096, 1024), (4096, 16384), (4096, 65536), (1 << 18, 256), (1 << 20, 32), (4, 1 << 24)]}
 WAVES_SHAPES = [(4096, 16384), (4, 1 << 24), (160, 65536)]  # sections 3 and 5
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 chapter = Chapter("lesson03_rowsum", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--shapes", type=shape_arg, nargs="+", metavar="MxN",
@@ -75,45 +74,8 @@ args = chapter.start()
 # 2048 (2049 is not a float16), and its output is rounded to x's dtype only at the store.
 # The strides let the kernel read any 2-D view (x.t(), x[::3]) without a copy. INDEX_TYPE makes the
 # offsets 64-bit for tensors past 2^31 elements (lesson 2's 64-bit offsets say why; section 13 here
-# times what they cost).
-
-
-# %%
-@triton.jit
-def row_sum_kernel(
-    x_ptr,                      # input, M x N
-    y_ptr,                      # output: the M sums, contiguous
-    M, N,                       # rows, columns
-    stride_xm, stride_xn,       # elements from one row of x to the next, and from one column to the next
-    BLOCK_M: tl.constexpr,      # rows per program
-    BLOCK_N: tl.constexpr,      # a tile's width: columns per step of the loop
-    INDEX_TYPE: tl.constexpr = tl.int32,  # the offsets' integer type: int64 past 2**31 elements
-    TRACE: tl.constexpr = False,  # print what each program does (interpreter only)
-):
-    # 1. Which rows are mine? Program pid owns rows pid * BLOCK_M ... pid * BLOCK_M + BLOCK_M - 1.
-    pid = tl.program_id(axis=0)
-    rows = pid.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
-    if TRACE:
-        show("program", pid, indent=0)
-    # 2. The accumulator: BLOCK_M x BLOCK_N partial sums in fp32, on chip for the whole loop.
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    # 3. The tiles, one after another along the row.
-    for start in range(0, N, BLOCK_N):
-        cols = start + tl.arange(0, BLOCK_N)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)  # the last tile may run past the row's end
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :].to(INDEX_TYPE) * stride_xn,
-                    mask=mask, other=0.0)  # 0: the padding that leaves a sum unchanged
-        acc += x.to(tl.float32)  # lane by lane: no thread waits for another
-        if TRACE:
-            show("columns", cols)
-            show("tile", x)
-            show("acc", acc)
-    # 4. The one reduction across lanes, after the loop: BLOCK_N partial sums per row -> 1.
-    total = tl.sum(acc, axis=1)
-    if TRACE:
-        show("tl.sum(acc)", total)
-    # 5. Store each row's sum, rounded to y's dtype; rows past M are not written.
-    tl.store(y_ptr + rows, total.to(y_ptr.dtype.element_ty), mask=rows < M)
+# times what they cost). The kernel, its launcher and the op are in row_sum.py, the file a model
+# imports: open it beside this chapter at row_sum_kernel (its five numbered steps are the loop above).
 
 
 # %% [markdown]
@@ -150,15 +112,6 @@ chapter.run("trace", trace, trace=True)
 
 
 # %%
-@functools.cache  # (every call asks, up to three times: the answer is kept per N)
-def tile_config(N: int) -> tuple[int, int, int]:
-    """BLOCK_M, BLOCK_N, num_warps for rows of N columns."""
-    BLOCK_N = min(next_power_of_2(N), 4096)
-    BLOCK_M = max(1, 2048 // BLOCK_N)
-    num_warps = max(4, min(16, BLOCK_M * BLOCK_N // 256))
-    return BLOCK_M, BLOCK_N, num_warps
-
-
 def waves(programs: int, sms: int, per_sm: int = 1) -> tuple[int, int, int]:
     """(full waves, programs in the last partial wave, SMs idle during it), when each SM runs
     per_sm programs at a time and every program takes as long as the others."""
@@ -235,61 +188,11 @@ chapter.run("staircase", staircase, gpu=True)
 # row: choose_splits follows the rule of thumb of section 3 (at least 4 programs per SM) and splits
 # only where the rows alone give fewer, keeping at least 2 tiles per program. The grid keeps one
 # axis, numbered down the row blocks first: CUDA allows 2^31 - 1 programs along axis 0 but only
-# 65535 along axes 1 and 2, and a split row can have more programs than that.
+# 65535 along axes 1 and 2, and a split row can have more programs than that. The kernel and the
+# rule: row_sum.py, row_sum_split_kernel and choose_splits.
 
 
 # %%
-@triton.jit
-def row_sum_split_kernel(
-    x_ptr,                      # input, M x N
-    partial_ptr,                # output: M x (programs per row) partial sums, fp32
-    M, N,
-    stride_xm, stride_xn,       # strides of x, in elements
-    stride_pm,                  # elements from one row of partial to the next: the programs per row
-    COLS_PER_PROGRAM,           # columns of each row that one program sums: a whole number of tiles
-    BLOCK_M: tl.constexpr,      # rows per program
-    BLOCK_N: tl.constexpr,      # a tile's width
-    INDEX_TYPE: tl.constexpr = tl.int32,  # the offsets' integer type: int64 past 2**31 elements
-    TRACE: tl.constexpr = False,
-):
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)     # programs down the rows
-    pid_m = pid % num_pid_m             # which rows
-    pid_n = pid // num_pid_m            # which stretch of those rows
-    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)
-    first = pid_n.to(INDEX_TYPE) * COLS_PER_PROGRAM  # my stretch's first column
-    if TRACE:
-        show("program (pid_m, pid_n)", (pid_m, pid_n), indent=0)
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for start in range(0, COLS_PER_PROGRAM, BLOCK_N):  # row_sum_kernel's loop, over my stretch only
-        cols = first + start + tl.arange(0, BLOCK_N)
-        mask = (rows[:, None] < M) & (cols[None, :] < N)  # the last stretch may run past N
-        x = tl.load(x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn, mask=mask, other=0.0)
-        acc += x.to(tl.float32)
-        if TRACE:
-            show("columns", cols)
-            show("tile", x)
-            show("acc", acc)
-    total = tl.sum(acc, axis=1)
-    if TRACE:
-        show("partial sum", total)
-    tl.store(partial_ptr + rows * stride_pm + pid_n, total, mask=rows < M)  # partial[rows, pid_n], fp32
-
-
-@functools.cache
-def choose_splits(M: int, N: int) -> int:
-    """How many programs share a row: enough for at least 4 programs per SM, where the rows alone
-    give fewer, with at least 2 tiles per program; 1 otherwise."""
-    BLOCK_M, BLOCK_N, _ = tile_config(N)
-    return splits_to_fill(cdiv(M, BLOCK_M), N // (2 * BLOCK_N))
-
-
-def columns_per_program(N: int, splits: int) -> int:
-    """All N columns, or (a split row) whole tiles, rounded down so that >= `splits` programs share it."""
-    BLOCK_N = tile_config(N)[1]
-    return N if splits == 1 else max(BLOCK_N, N // splits // BLOCK_N * BLOCK_N)
-
-
 def split_table(shapes=WAVES_SHAPES):
     """The programs a row sum launches where choose_splits splits its rows, against the SMs."""
     sms, rows = sm_count(), []
@@ -336,62 +239,12 @@ chapter.run("split_trace", split_trace, trace=True)
 
 # %% [markdown]
 # ## 7. The launcher: row_sum(x, *, splits=None)
-# launch() allocates y, works out the tiles and the programs per row, and launches: row_sum_kernel
-# once, or row_sum_split_kernel then row_sum_kernel on the partial sums. It takes the kernels as
-# arguments, so that the registered operator of section 9 can hand it their traceable forms (lesson
-# 1, section 5). The offsets are 32-bit unless a tensor needs 64 (common.checks.index_type); a split
-# row's last program walks a whole stretch, up to cdiv(N, cols) x cols, past N, so that end is what
-# must fit (offset_type). `index_type` overrides the choice: section 13 times both. row_sum, the
-# public function, checks its input, then goes through the registered operator where autograd or
-# torch.compile needs it (section 9), and to launch() otherwise.
-
-
-# %%
-def offset_type(x: torch.Tensor, out: torch.Tensor, cols: int):
-    """index_type(x, out), or int64 where the last program's columns near 2**31: each program walks a
-    whole stretch of `cols`, so the last one's indices run past N, up to cdiv(N, cols) * cols."""
-    return tl.int64 if cdiv(x.shape[1], cols) * cols + INDEX_ROOM >= 2**31 else index_type(x, out)
-
-
-def launch(x: torch.Tensor, splits: int | None = None, *, kernel=row_sum_kernel, split_kernel=row_sum_split_kernel,
-           index_type=None) -> torch.Tensor:
-    """The row sums of x (as row_sum checked it), shape (M,): one launch, or two where rows are split.
-    splits: programs per row (None: choose_splits); index_type: tl.int32 or tl.int64 for every
-    launch (None: each launch's offset_type)."""
-    M, N = x.shape
-    y = x.new_empty(M)
-    if M == 0 or N == 0:
-        return y.zero_()
-    BLOCK_M, BLOCK_N, num_warps = tile_config(N)
-    cols = columns_per_program(N, splits or choose_splits(M, N))
-    per_row = cdiv(N, cols)  # programs per row
-    if per_row == 1:  # one program per block of rows
-        kernel[(cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                    INDEX_TYPE=index_type or offset_type(x, y, N), num_warps=num_warps)
-        return y
-    # stage 1: partial sums, M x per_row in fp32
-    partial = x.new_empty((M, per_row), dtype=torch.float32)
-    split_kernel[(cdiv(M, BLOCK_M) * per_row,)](
-        x, partial, M, N, x.stride(0), x.stride(1), partial.stride(0), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        INDEX_TYPE=index_type or offset_type(x, partial, cols), num_warps=num_warps)
-    # stage 2: the rows of partial summed by the kernel of section 1, with the tiles for rows of per_row
-    BLOCK_M, BLOCK_N, num_warps = tile_config(per_row)
-    kernel[(cdiv(M, BLOCK_M),)](partial, y, M, per_row, partial.stride(0), partial.stride(1), BLOCK_M=BLOCK_M,
-                                BLOCK_N=BLOCK_N, INDEX_TYPE=index_type or offset_type(partial, y, per_row),
-                                num_warps=num_warps)
-    return y
-
-
-def row_sum(x: torch.Tensor, *, splits: int | None = None) -> torch.Tensor:
-    """Sum of each row of a 2-D tensor: shape (M,), in x's dtype, accumulated in fp32.
-
-    splits: programs per row; None chooses (1 unless there are too few rows to fill the GPU).
-    """
-    (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
-    splits = None if splits is None else whole("splits", splits)  # numpy's and torch's integers too
-    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 9)
-        return row_sum_op(x, splits)
-    return launch(x, splits)
+# row_sum.py's launch() allocates y, works out the tiles and the programs per row, and launches:
+# row_sum_kernel once, or row_sum_split_kernel then row_sum_kernel on the partial sums. The offsets
+# are 32-bit unless a tensor needs 64 (common.checks.index_type); a split row's last program walks a
+# whole stretch, up to cdiv(N, cols) x cols, past N, so that end is what must fit (offset_type).
+# `index_type` overrides the choice: section 13 times both. row_sum, the public function, checks
+# its input and hands it to RowSum, the autograd function of section 9, whose forward calls launch().
 
 
 # %% [markdown]
@@ -430,23 +283,11 @@ chapter.run("check", check)
 # y_i = sum_j x_ij, so dy_i/dx_ij = 1 and dL/dx_ij = dL/dy_i: each row's gradient copied across
 # the row. There is nothing to compute, and nothing to write either: expand() makes an (M, N) view
 # of the M numbers (column stride 0), which autograd hands on to the operation before (only a leaf's
-# .grad gets a dense copy, as with torch.sum). No backward kernel: the registered operator (lesson 1,
-# section 5) only needs the rule. Inside it, launch() gets the kernels as `traceable(kernel)`.
+# .grad gets a dense copy, as with torch.sum). No backward kernel: row_sum.py's RowSum (an autograd
+# function, lesson 1 section 5) only needs the rule in its backward.
 
 
 # %%
-@torch.library.triton_op("lessons::row_sum", mutates_args=())
-def row_sum_op(x: torch.Tensor, splits: int | None) -> torch.Tensor:
-    return launch(x, splits, kernel=traceable(row_sum_kernel), split_kernel=traceable(row_sum_split_kernel))
-
-
-def keep_shape(ctx, inputs, output):
-    ctx.shape = inputs[0].shape
-
-
-row_sum_op.register_autograd(lambda ctx, dy: (dy[:, None].expand(ctx.shape), None), setup_context=keep_shape)
-
-
 def grad_check():
     """row_sum's gradient against torch's autograd of x.sum(dim=1) (common.checks.grad_errors)."""
     rows = []
@@ -507,7 +348,7 @@ def occupancy_table(configs=OCCUPANCY_CONFIGS):
           f"65,536 // 20,480 = {seed['registers']} programs per SM = {seed['programs'] * 4} warps: "
           f"occupancy {seed['programs'] * 4} / 64 = {seed['occupancy']:.2%}.\n")
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn"), "i32")}
-    compiled = ptx.compile_kernels([dict(module="lesson03_rowsum.main", kernel=row_sum_kernel, signature=sig,
+    compiled = ptx.compile_kernels([dict(module="lesson03_rowsum.row_sum", kernel=row_sum_kernel, signature=sig,
                                          asm=["ptx"], num_warps=w, constexprs={"BLOCK_M": bm, "BLOCK_N": bn})
                                     for bm, bn, w in configs])
     rows = []

@@ -16,19 +16,19 @@ The backward, for one row, with xh = x * rstd and g = w * dy:
 plus, with the residual fused, the gradient that reaches the sum from the rest of the network (dh):
 the two meet in one store. dw is a sum down the columns: each program takes a stretch of rows,
 adds its rows' dy * xh into an fp32 accumulator of a row's width, and stores it as one row of a
-partial-sums matrix (programs x N); then row_sum (main.py) adds the partial rows up, reading the
+partial-sums matrix (programs x N); then row_sum.py's launch adds the partial rows up, reading the
 matrix's transpose through its strides. The backward holds a row in one block (up to MAX_N columns).
 """
+from common.device import sm_count  # first: it decides how triton is imported
+
 import torch
 import triton
 import triton.language as tl
 
-from common import checks
-from common.checks import check_tensors, real
-from common.device import sm_count
-from common.launch import cdiv, needs_op, next_power_of_2, traceable
+from common.checks import check_tensors, index_type, real
+from common.launch import cdiv, next_power_of_2
 from common.trace import show
-from lesson03_rowsum.main import launch as row_sum_launch, row_sum_kernel, row_sum_split_kernel, tile_config
+from lesson03_rowsum.row_sum import launch as row_sum_launch, tile_config  # the lesson's op: row sums, its tiles
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_N = 16384  # the widest row: the backward holds one in registers (16 float32 per thread at 32 warps)
@@ -113,7 +113,7 @@ def rms_norm_backward_kernel(
     tl.store(dw_ptr + pid.to(INDEX_TYPE) * N + cols, tl.sum(dw, axis=0), mask=cols < N)
 
 
-def launch(x, w, eps: float, residual=None, *, kernel=rms_norm_kernel) -> tuple:
+def launch(x, w, eps: float, residual=None) -> tuple:
     """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w, rstd per row."""
     M, N = x.shape
     y, rstd = x.new_empty((M, N)), x.new_empty(M, dtype=torch.float32)
@@ -121,16 +121,16 @@ def launch(x, w, eps: float, residual=None, *, kernel=rms_norm_kernel) -> tuple:
     if M:
         BLOCK_M, BLOCK_N, num_warps = tile_config(N)  # lesson 3's tile: short rows packed, 8 per thread
         r = residual if residual is not None else x  # (a pointer the kernel never reads)
-        kernel[(cdiv(M, BLOCK_M),)](x, r, h if h is not None else y, w, y, rstd, M, N, x.stride(0), r.stride(0),
-                                    (h if h is not None else y).stride(0), y.stride(0), eps, BLOCK_M=BLOCK_M,
-                                    BLOCK_N=BLOCK_N, HAS_RESIDUAL=residual is not None,
-                                    INDEX_TYPE=checks.index_type(x, r, y), num_warps=num_warps)
+        hy = h if h is not None else y
+        rms_norm_kernel[(cdiv(M, BLOCK_M),)](x, r, hy, w, y, rstd, M, N, x.stride(0), r.stride(0), hy.stride(0),
+                                             y.stride(0), eps, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                             HAS_RESIDUAL=residual is not None, INDEX_TYPE=index_type(x, r, y),
+                                             num_warps=num_warps)
     return h, y, rstd
 
 
-def launch_backward(dy, x, w, rstd, dh=None, *, kernel=rms_norm_backward_kernel, sum_kernels=None) -> tuple:
-    """(dx, dw) from dy; dx includes dh where the residual was fused. sum_kernels: row_sum's two
-    kernels, traceable inside the operator."""
+def launch_backward(dy, x, w, rstd, dh=None) -> tuple:
+    """(dx, dw) from dy; dx includes dh where the residual was fused."""
     M, N = x.shape
     dx = x.new_empty((M, N))
     BLOCK_N = next_power_of_2(N)
@@ -142,62 +142,48 @@ def launch_backward(dy, x, w, rstd, dh=None, *, kernel=rms_norm_backward_kernel,
         x.new_empty((programs, N), dtype=torch.float32)
     if M:
         dh_ = dh if dh is not None else dy
-        kernel[(programs,)](dy, x, w, rstd, dh_, dx, partial, M, N, dy.stride(0), x.stride(0), dh_.stride(0),
-                            per_program, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, HAS_DH=dh is not None,
-                            INDEX_TYPE=checks.index_type(dy, x, dx), num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
-    kernel, split_kernel = sum_kernels or (row_sum_kernel, row_sum_split_kernel)
-    dw = row_sum_launch(partial.t(), kernel=kernel, split_kernel=split_kernel)  # the columns of partial, added
+        rms_norm_backward_kernel[(programs,)](dy, x, w, rstd, dh_, dx, partial, M, N, dy.stride(0), x.stride(0),
+                                              dh_.stride(0), per_program, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                              HAS_DH=dh is not None, INDEX_TYPE=index_type(dy, x, dx),
+                                              num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
+    dw = row_sum_launch(partial.t())  # the columns of partial, added: row_sum.py's kernels on the transpose
     return dx, dw.to(w.dtype)
 
 
-@torch.library.triton_op("lessons::rms_norm", mutates_args=())
-def rms_norm_op(x: torch.Tensor, w: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    _, y, rstd = launch(x, w, eps, kernel=traceable(rms_norm_kernel))
-    return y, rstd
+class RMSNorm(torch.autograd.Function):
+    """y = rms_norm(x) * w; the backward from x, w and rstd (the normalised rows recomputed)."""
+
+    @staticmethod
+    def forward(ctx, x, w, eps):
+        _, y, rstd = launch(x, w, eps)
+        ctx.save_for_backward(x, w, rstd)  # saved tensors: autograd checks they were not changed in place
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, w, rstd = ctx.saved_tensors
+        dx, dw = launch_backward(dy.contiguous(), x, w, rstd)
+        return dx, dw, None  # one gradient per input of forward; none for eps
 
 
-@torch.library.triton_op("lessons::add_rms_norm", mutates_args=())
-def add_rms_norm_op(x: torch.Tensor, residual: torch.Tensor, w: torch.Tensor,
-                    eps: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    h, y, rstd = launch(x, w, eps, residual, kernel=traceable(rms_norm_kernel))
-    return h, y, rstd
+class AddRMSNorm(torch.autograd.Function):
+    """(h, y) = (x + residual, rms_norm(h) * w) in one launch; the backward from h, w and rstd (x and
+    residual are not kept). h's gradient from the rest of the network (dh) joins dx in one store."""
 
+    @staticmethod
+    def forward(ctx, x, residual, w, eps):
+        h, y, rstd = launch(x, w, eps, residual)
+        ctx.set_materialize_grads(False)  # a gradient nobody sent arrives as None, not as zeros made for it
+        ctx.save_for_backward(h, w, rstd)
+        return h, y
 
-@torch.library.triton_op("lessons::rms_norm_backward", mutates_args=())
-def rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, w: torch.Tensor, rstd: torch.Tensor,
-                      dh: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    return launch_backward(dy, x, w, rstd, dh, kernel=traceable(rms_norm_backward_kernel),
-                           sum_kernels=(traceable(row_sum_kernel), traceable(row_sum_split_kernel)))
-
-
-def keep_plain(ctx, inputs, output):
-    ctx.set_materialize_grads(False)  # rstd's gradient is never used: no zeros made for it
-    x, w, _ = inputs
-    ctx.save_for_backward(x, w, output[1])
-
-
-def plain_grad(ctx, dy, drstd):
-    x, w, rstd = ctx.saved_tensors
-    dx, dw = rms_norm_backward(dy.contiguous(), x, w, rstd, None)
-    return dx, dw, None
-
-
-def keep_fused(ctx, inputs, output):
-    ctx.set_materialize_grads(False)
-    _, _, w, _ = inputs
-    ctx.save_for_backward(output[0], w, output[2])  # h, the rows normalised: x and residual not kept
-
-
-def fused_grad(ctx, dh, dy, drstd):
-    h, w, rstd = ctx.saved_tensors
-    if dy is None:  # (the normalised rows unused: h's gradient is all there is)
-        return dh, dh, None, None
-    dx, dw = rms_norm_backward(dy.contiguous(), h, w, rstd, None if dh is None else dh.contiguous())
-    return dx, dx, dw, None  # h = x + residual: both get dL/dh
-
-
-rms_norm_op.register_autograd(plain_grad, setup_context=keep_plain)
-add_rms_norm_op.register_autograd(fused_grad, setup_context=keep_fused)
+    @staticmethod
+    def backward(ctx, dh, dy):
+        h, w, rstd = ctx.saved_tensors
+        if dy is None:  # (the normalised rows unused: h's gradient is all there is)
+            return dh, dh, None, None
+        dx, dw = launch_backward(dy.contiguous(), h, w, rstd, None if dh is None else dh.contiguous())
+        return dx, dx, dw, None  # h = x + residual: both get dL/dh
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None):
@@ -224,14 +210,6 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residu
     if rows.stride(-1) != 1:
         rows = rows.contiguous()  # the kernel reads a row's columns side by side
     if residual is not None:
-        res = residual.reshape(-1, N).contiguous()
-        if needs_op(rows, res, weight):
-            h, y, _ = add_rms_norm_op(rows, res, weight, eps)
-        else:
-            h, y, _ = launch(rows, weight, eps, res)
+        h, y = AddRMSNorm.apply(rows, residual.reshape(-1, N).contiguous(), weight, eps)
         return h.view(shape), y.view(shape)
-    if needs_op(rows, weight):
-        y = rms_norm_op(rows, weight, eps)[0]
-    else:
-        y = launch(rows, weight, eps)[1]
-    return y.view(shape)
+    return RMSNorm.apply(rows, weight, eps).view(shape)

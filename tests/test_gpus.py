@@ -26,7 +26,7 @@ from common.device import GPUS
 from lesson02_softmax import cross_entropy
 from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
 from lesson03_rowsum import rmsnorm
-from lesson03_rowsum.main import tile_config
+from lesson03_rowsum.row_sum import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.main import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from common.launch import dot_block
@@ -34,7 +34,7 @@ from lesson05_flash_attention import backward, decode
 from lesson05_flash_attention.main import NARROW, WIDE
 from lesson06_gpt import adamw
 
-L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.main"
+L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.row_sum"
 L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
 DEC = "lesson05_flash_attention.decode"
 HEAD_DIMS = (16, 64, 80, 128, 256)  # attention's: BLOCK_D 16, 64, 128 (80 padded), 128, 256
@@ -255,7 +255,7 @@ def families(arch: int) -> list[Family]:
         Family("empty_kernel_8", {}, {}, lambda v: dict(
             module="lesson01_vector_add.timing", kernel="empty_kernel_8",
             signature={**pointers("fp32", "a_ptr", "b_ptr", "c_ptr", "d_ptr"), **ints("M", "N", "K", "L")}, constexprs={})),
-        Family("spin_kernel", {}, {}, lambda v: dict(module=L3, kernel="spin_kernel", signature={"y_ptr": "*fp32", "iters": "i32"},
+        Family("spin_kernel", {}, {}, lambda v: dict(module="lesson03_rowsum.main", kernel="spin_kernel", signature={"y_ptr": "*fp32", "iters": "i32"},
                                                      constexprs={"BLOCK": 1024}, num_warps=32)),
         # lesson 2: one BLOCK_N per power of two up to the longest row of the one-pass kernel
         Family("softmax_kernel", {"dtype": DTYPES, "N": tuple(n for n in POWERS if n <= MAX_ONE_PASS_N)},

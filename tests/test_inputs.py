@@ -223,7 +223,7 @@ def test_softmax_takes_dim_as_torch_softmax_does():
 
 
 def test_row_sums_last_program_runs_past_n_in_64_bits():
-    from lesson03_rowsum.main import columns_per_program, offset_type
+    from lesson03_rowsum.row_sum import columns_per_program, offset_type
 
     meta = dict(device="meta")
     x, N = torch.empty(1, 1_500_000_000, **meta), 1_500_000_000  # split in 2: 3 stretches, the last past 2^31

@@ -293,25 +293,31 @@ def test_lse_is_not_differentiable():
 
 
 def recorded_launches(monkeypatch, fn, leaves) -> list:
-    """(module, the kernel's name there, {argument: value}) for each launch through traceable(...)
-    that fn(*leaves) and its backward make: every argument, defaults included, as torch.compile's
-    tracer gets them; a tensor as its dtype, shape and whether it is memory of one of the leaves."""
+    """(module, the kernel's name there, {argument: value}) for each `kernel[grid](...)` that fn(*leaves)
+    and its backward make: every argument, defaults included, as torch.compile's tracer gets them; a
+    tensor as its dtype, shape and whether it is memory of one of the leaves."""
+    import inspect
     import sys
 
-    from common import launch
     from triton.runtime import Autotuner
+    from triton.runtime.jit import KernelInterface
 
     inputs = {leaf.untyped_storage().data_ptr() for leaf in leaves}
     launches = []
+    getitem = KernelInterface.__getitem__
 
     def record(self, grid):
+        launch = getitem(self, grid)
+
         def run(*args, **kwargs):
-            named = dict(zip((p.name for p in self.params), args), **kwargs)
-            named.update((p.name, p.default) for p in self.params  # the autotuner's picks left out, as
-                         if p.name not in named and p.default is not p.empty)  # traceable does
-            jit = self.kernel.fn if isinstance(self.kernel, Autotuner) else self.kernel
+            jit = self.fn if isinstance(self, Autotuner) else self  # @triton.autotune wraps a @triton.jit
+            params = list(inspect.signature(jit.fn).parameters.values())
+            tuned = {name for config in getattr(self, "configs", []) for name in config.kwargs}
+            named = dict(zip((p.name for p in params), args), **kwargs)
+            named.update((p.name, p.default) for p in params  # the autotuner's picks are its own to pass
+                         if p.name not in named and p.default is not p.empty and p.name not in tuned)
             module = sys.modules[jit.fn.__module__]
-            name = next(n for n, value in vars(module).items() if value is self.kernel)
+            name = next(n for n, value in vars(module).items() if value is self)
             args_json = {}
             for arg, value in named.items():
                 if isinstance(value, torch.Tensor):
@@ -319,13 +325,13 @@ def recorded_launches(monkeypatch, fn, leaves) -> list:
                                       "input": value.untyped_storage().data_ptr() in inputs}
                 elif hasattr(value, "primitive_bitwidth"):  # a tl.dtype (INDEX_TYPE)
                     args_json[arg] = {"dtype": str(value)}
-                else:
+                elif arg not in ("num_warps", "num_stages", "maxnreg"):  # launch options, not the kernel's
                     args_json[arg] = value
             launches.append((module.__name__, name, args_json))
-            return self.kernel[grid](*args, **kwargs)
+            return launch(*args, **kwargs)
         return run
 
-    monkeypatch.setattr(launch.traceable, "__getitem__", record)
+    monkeypatch.setattr(KernelInterface, "__getitem__", record)
     out = fn(*leaves)
     out.backward(torch.randn_like(out))
     return launches
