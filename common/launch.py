@@ -47,6 +47,15 @@ def splits_to_fill(programs: int, most: int) -> int:
     return max(1, min(cdiv(4 * sm_count(), programs), most))
 
 
+def scratch(size: int, alignment: int, stream) -> torch.Tensor:
+    """Global memory for the TMA descriptors a kernel's programs build (tl.make_tensor_descriptor),
+    which Triton asks for at each launch: `triton.set_allocator(scratch)` before the launch (lesson 4's
+    hopper.py). PyTorch's allocator aligns every block to at least 256 bytes, more than the
+    `alignment` Triton asks for. Triton keeps the allocator per thread (a context variable), and
+    autograd runs a backward on a thread of its own: set it on every call."""
+    return torch.empty(size, dtype=torch.int8, device="cuda" if not INTERPRET else "cpu")
+
+
 def needs_op(*tensors) -> bool:
     """Must this call go through the registered operator? Where autograd records the call (grad mode
     on and an input that requires grad) or torch.compile traces it; not otherwise."""
