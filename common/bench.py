@@ -9,6 +9,8 @@ The functions here answer three different questions; every table says which one 
   larger of kernel time and host time, what a caller pays.
 - the host's time per call (`host_time_ms`): Python, the checks, the launch, the driver; measured
   in fresh processes (`host_costs`), since a process that has run the profiler pays more.
+- the host's time to enqueue one call with the GPU idle (`enqueue_time_ms`): a whole forward and
+  backward, say, many launches, none of them waiting for a full queue.
 Every function here needs a CUDA GPU: under the interpreter, sections that time things show the
 H200's recorded tables instead (common/chapter.py).
 """
@@ -59,6 +61,21 @@ def host_time_ms(fn, calls: int = 100) -> float:
     clock until the last call returns (median of 5 loops). A launch only queues the kernel, so this
     is Python + checks + the driver, whatever the kernel costs."""
     return _loop_ms(fn, calls, wait_for_gpu=False)
+
+
+def enqueue_time_ms(fn, calls: int = 50) -> float:
+    """The host's time to enqueue one call of fn(), in ms, with the GPU's queue empty: synchronize,
+    time the call on the host clock, synchronize; the median of `calls`. A call of many launches
+    (a forward and its backward) can outrun a short queue in host_time_ms's loop; here none waits."""
+    fn()
+    times = []
+    for _ in range(calls):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e3
 
 
 def _loop_ms(fn, calls: int, wait_for_gpu: bool) -> float:

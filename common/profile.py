@@ -1,8 +1,11 @@
-"""Which kernels does an implementation launch? torch.profiler knows (a CUDA GPU needed).
+"""Which kernels does an implementation launch, and which operations does it call? torch.profiler knows.
 
-One row per CUDA kernel name: how many launches, total GPU time. Lessons print it to show what
-fusion saves (eager PyTorch launches one kernel per operator; a fused kernel, one in all), and
-common.bench reads the kernels' own timestamps from it.
+kernels_launched (a CUDA GPU needed): one row per CUDA kernel name, how many launches, total GPU
+time. Lessons print it to show what fusion saves (eager PyTorch launches one kernel per operator; a
+fused kernel, one in all), and common.bench reads the kernels' own timestamps from it.
+ops_called (any machine): the operations each phase of a computation calls, in order, with their
+inputs' shapes: aten::* for PyTorch's operators, an autograd function's class name for one of ours,
+and in a backward the nodes autograd's engine runs (MmBackward0, RMSNormBackward, ...).
 """
 import collections
 import contextlib
@@ -37,6 +40,32 @@ def kernels_launched(fn, repeat: int = 1, between=None) -> list[tuple[str, int, 
             calls[e.key] += e.count
             micros[e.key] += e.self_device_time_total
     return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])
+
+
+def ops_called(phases: dict) -> list[tuple[str, str, tuple]]:
+    """Run each fn of phases = {phase: fn}, in order, under the profiler; return (phase, name, input
+    shapes) for each operation a phase calls itself (not those called inside it), and for each
+    backward node autograd's engine runs while it does (on a thread of its own on a GPU: matched by
+    time), "autograd::engine::evaluate_function: " left off their names."""
+    prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+    with _quiet_stderr():
+        prof.start()
+    for phase, fn in phases.items():
+        with torch.profiler.record_function(phase):
+            fn()
+    with _quiet_stderr():
+        prof.stop()
+    events = prof.events()
+    spans = {e.name: e.time_range for e in events if e.name in phases}
+    called = []
+    for e in sorted(events, key=lambda e: e.time_range.start):
+        if e.name in phases or not (e.cpu_parent is None or e.cpu_parent.name in phases):
+            continue
+        phase = next((p for p, span in spans.items() if span.start <= e.time_range.start <= span.end), None)
+        if phase is not None:
+            name = e.name.removeprefix("autograd::engine::evaluate_function: ")
+            called.append((phase, name, tuple(tuple(shape) for shape in e.input_shapes if shape)))
+    return called
 
 
 @contextlib.contextmanager

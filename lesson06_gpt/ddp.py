@@ -7,8 +7,8 @@ Each process builds the model from the same seed (DDP also broadcasts rank 0's w
 start), draws its own batches (its rank seeds them), and DistributedDataParallel averages the
 gradients across processes during the backward, bucket by bucket, while later layers' gradients are
 still being computed. Then every process takes the same optimizer step and the replicas stay equal.
-The course's ops need nothing for this: they are PyTorch operators, and DDP only sees parameters and
-their gradients. (This file sits above main.py, as the exercises do: it imports the chapter.)
+The course's ops need nothing for this: they are autograd functions, and DDP only sees parameters and
+their gradients. It imports the model and the data (model.py, data.py), not the chapter.
 """
 import argparse
 import os
@@ -20,7 +20,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from lesson06_gpt.main import GPT, GPT2_SMALL, TOY, batch, load_bytes, optimizer, split
+from lesson06_gpt.data import batch, load_bytes, split
+from lesson06_gpt.model import GPT, GPT2_SMALL, TOY, optimizer
 
 
 def main(argv=None) -> int:

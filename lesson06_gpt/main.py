@@ -23,28 +23,28 @@ d_model 64, seq 64) in float32: exact kernels, a few training steps; the section
 show what an H200 printed (RESULTS.md).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
-import dataclasses
-import glob
 import math
-import os
-import pathlib
 import time
 
-from common.device import DEVICE, INTERPRET, ROOT
+from common.device import DEVICE, INTERPRET
 
 import torch
 import torch.nn.functional as F
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from common import bench, profile, roofline
 from common.chapter import Chapter, positive_int
 from common.checks import dtype_name, grad_ok, rel_error
 from common.table import print_table
+from lesson01_vector_add.elementwise import add, gelu                           # lesson 1 (section 11's costs)
 from lesson02_softmax.cross_entropy import cross_entropy, cross_entropy_kernel  # lesson 2's online softmax
+from lesson02_softmax.softmax import softmax
 from lesson03_rowsum.rmsnorm import rms_norm, rms_norm_kernel                   # lesson 3's row walk
-from lesson04_matmul.main import matmul                                         # lesson 4
-from lesson05_flash_attention.main import attention                             # lesson 5
-from lesson06_gpt import adamw  # the lesson's other file: the optimizer
+from lesson03_rowsum.row_sum import row_sum
+from lesson04_matmul.matmul import matmul                                       # lesson 4
+from lesson05_flash_attention.attention import attention                        # lesson 5
+from lesson06_gpt import adamw  # the optimizer (adamw.py)
+from lesson06_gpt.data import batch, corpus_files, load_bytes, split  # the corpus (data.py)
+from lesson06_gpt.model import BETAS, DTYPE, GPT, GPT2_SMALL, LR, OPS, TOY, Config, optimizer  # the model (model.py)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "data": "1. The data: the bytes of this repository",
@@ -57,41 +57,23 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "profile": "8. The step on a GPU, kernel by kernel (torch.profiler)",
     "bench": "9. Training side by side: eager, torch.compile, the course, the course compiled",
     "bench_loss": "10. The cross-entropy alone, at the vocabularies models use",
-    "ddp": "11. Beyond one GPU: the same training under torchrun",
+    "costs": "11. What a call costs, forward and backward: every op against PyTorch's",
+    "ddp": "12. Beyond one GPU: the same training under torchrun",
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class Config:
-    layers: int = 2
-    d_model: int = 64
-    heads: int = 4
-    kv_heads: int = 2       # grouped-query attention: heads // kv_heads query heads share a key head
-    seq: int = 64
-    vocab: int = 256        # bytes
-    mlp: int = 4            # the MLP's hidden width, in d_model's
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.heads
-
-
-TOY = Config()  # the CPU's model, and every run's agreement check (section 5)
 TOY_BATCH = 1  # windows per batch of the toy runs: the interpreter runs one program at a time
-GPT2_SMALL = Config(layers=12, d_model=768, heads=12, kv_heads=4, seq=1024)  # GPT-2 small's size, 4 key heads
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). model/batch/
 # steps/lr: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's.
 SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, seq=512), batch=8, steps=20,
                        warmup=5, lr=1e-3, rows=4096, vocabs=[50264]),
          "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, lr=6e-4, rows=4096,
                       vocabs=[32000, 50264, 128256])}
-# float32 on the CPU: the interpreter computes bfloat16 through float32 anyway, only slower
-DTYPE = "float32" if INTERPRET else "bfloat16"
 
 chapter = Chapter("lesson06_gpt", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--data", metavar="FILE", help="train on this text file (default: the repository's text)")
 chapter.parser.add_argument("--steps", type=positive_int, default=None,
-                            help="section 6's training steps (default: 8 on the CPU, 200 on a GPU)")
+                            help="section 6's training steps (default: 5 on the CPU, 200 on a GPU)")
 chapter.parser.add_argument("--dtype", default=DTYPE, choices=["float32", "bfloat16"],
                             help=f"the activations' dtype (default {DTYPE}); parameters stay float32")
 args = chapter.start()
@@ -111,40 +93,6 @@ args = chapter.start()
 
 
 # %%
-def corpus_files() -> list[str]:
-    """The repository's text, in a fixed order: the README, then every lesson's and helper's Python."""
-    files = [os.path.join(ROOT, "README.md")]
-    for pattern in ("lesson0*/*.py", "lesson0*/exercises/*.py", "common/*.py"):
-        files += sorted(glob.glob(os.path.join(ROOT, pattern)))
-    return files
-
-
-def load_bytes(path: str | None = None) -> torch.Tensor:
-    """The corpus as a 1-D tensor of byte values (int64 token ids)."""
-    if path is not None:
-        if not os.path.isfile(path):
-            raise SystemExit(f"--data {path}: no such file")
-        data = pathlib.Path(path).read_bytes()
-    else:
-        data = b"".join(pathlib.Path(f).read_bytes() for f in corpus_files())
-    if len(data) < 4 * (TOY.seq + 1):
-        raise SystemExit(f"{path or 'the corpus'} holds {len(data)} bytes: too few for windows of {TOY.seq + 1}")
-    return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
-
-
-def split(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The fixed train / validation split: the first 90% and the last 10%."""
-    cut = int(0.9 * len(data))
-    return data[:cut], data[cut:]
-
-
-def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Generator) -> tuple:
-    """(inputs, targets): batch_size windows at random offsets, targets one byte ahead, on DEVICE."""
-    starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator)
-    windows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
-    return windows[:, :-1].to(DEVICE), windows[:, 1:].to(DEVICE)
-
-
 def bits_per_byte(loss_nats: float) -> float:
     return loss_nats / math.log(2)
 
@@ -190,119 +138,6 @@ chapter.run("data", data_section)
 
 
 # %%
-class TorchOps:
-    """PyTorch's own operations: F.linear, F.scaled_dot_product_attention, F.rms_norm, F.cross_entropy."""
-    name = "torch"
-
-    @staticmethod
-    def linear(x, w, activation=None):
-        y = F.linear(x, w.to(x.dtype))
-        return F.gelu(y, approximate="tanh") if activation == "gelu" else y
-
-    @staticmethod
-    def attention(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-
-    @staticmethod
-    def norm(h, branch, w, eps):
-        if branch is not None:
-            h = h + branch
-        return h, F.rms_norm(h, (h.shape[-1],), w.to(h.dtype), eps)
-
-    @staticmethod
-    def loss(logits, targets):
-        return F.cross_entropy(logits.float(), targets)  # autocast's way: the logits in float32
-
-
-class CourseOps:
-    """The course's kernels, each through its registered operator (autograd has their backwards)."""
-    name = "course"
-
-    @staticmethod
-    def linear(x, w, activation=None):
-        return matmul(x, w.to(x.dtype).t(), activation=activation)  # lesson 4: x @ W^T, GELU in the epilogue
-
-    @staticmethod
-    def attention(q, k, v):
-        return attention(q, k, v, causal=True)  # lesson 5: grouped-query heads by index
-
-    @staticmethod
-    def norm(h, branch, w, eps):
-        if branch is None:
-            return h, rms_norm(h, w.to(h.dtype), eps)
-        return rms_norm(branch, w.to(h.dtype), eps, residual=h)  # lesson 3: (h + branch, its norm), one launch
-
-    @staticmethod
-    def loss(logits, targets):
-        return cross_entropy(logits, targets)  # lesson 2: float32 inside, no probabilities stored
-
-
-OPS = {"torch": TorchOps, "course": CourseOps}
-
-
-class GPT(torch.nn.Module):
-    def __init__(self, config: Config, ops: str = "course", *, seed: int = 0, dtype: str | None = None):
-        """A fresh model: the same seed gives the same weights whatever the op set."""
-        super().__init__()
-        if ops not in OPS:
-            raise ValueError(f"ops must be one of {list(OPS)}, got {ops!r}")
-        if config.d_model % config.heads or config.heads % config.kv_heads:
-            raise ValueError(f"d_model ({config.d_model}) must split into heads ({config.heads}), and heads into "
-                             f"kv_heads ({config.kv_heads})")
-        self.config, self.ops = config, OPS[ops]
-        self.dtype = getattr(torch, dtype or args.dtype)
-        C, D, L = config.d_model, config.head_dim, config.layers
-        g = torch.Generator().manual_seed(seed)
-
-        def normal(*shape, std=0.02):
-            return torch.nn.Parameter((torch.randn(*shape, generator=g) * std).to(DEVICE))
-
-        def ones(n):
-            return torch.nn.Parameter(torch.ones(n, device=DEVICE))
-
-        self.wte, self.wpe = normal(config.vocab, C), normal(config.seq, C)
-        qkv = (config.heads + 2 * config.kv_heads) * D
-        self.blocks = torch.nn.ModuleList()
-        for _ in range(L):
-            block = torch.nn.Module()
-            block.norm1, block.norm2 = ones(C), ones(C)
-            block.wqkv, block.wo = normal(qkv, C), normal(C, C, std=0.02 / math.sqrt(2 * L))  # GPT-2's scaled init
-            block.up, block.down = normal(config.mlp * C, C), normal(C, config.mlp * C, std=0.02 / math.sqrt(2 * L))
-            self.blocks.append(block)
-        self.norm_f = ones(C)
-
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean cross-entropy of predicting targets (B, T) from idx (B, T), in nats."""
-        ops, cfg = self.ops, self.config
-        B, T = idx.shape
-        H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
-        h = (F.embedding(idx, self.wte) + self.wpe[:T]).to(self.dtype).view(B * T, -1)  # the residual stream
-        branch = None
-        for block in self.blocks:
-            h, x = ops.norm(h, branch, block.norm1, 1e-6)
-            q, k, v = ops.linear(x, block.wqkv).view(B, T, H + 2 * KV, D).split([H, KV, KV], dim=2)
-            y = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, D)
-            branch = ops.linear(y.transpose(1, 2).reshape(B * T, H * D), block.wo)
-            h, x = ops.norm(h, branch, block.norm2, 1e-6)
-            branch = ops.linear(ops.linear(x, block.up, activation="gelu"), block.down)
-        h, x = ops.norm(h, branch, self.norm_f, 1e-6)
-        logits = ops.linear(x, self.wte)  # the tied LM head: h @ wte^T
-        return ops.loss(logits, targets.reshape(-1))
-
-
-LR, BETAS = 3e-3, (0.9, 0.95)
-
-
-def optimizer(model: GPT, lr: float = LR, weight_decay: float = 0.1):
-    """AdamW with weight decay on the matrices: the course's one-launch kernel for the course's model,
-    torch.optim.AdamW(fused=True) for torch's, the same two groups."""
-    if model.ops is CourseOps:
-        return adamw.AdamW(model.named_parameters(), lr=lr, betas=BETAS, weight_decay=weight_decay)
-    groups = [[p for n, p in model.named_parameters() if adamw.decays(n, p) == d] for d in (True, False)]
-    return torch.optim.AdamW([{"params": groups[0], "weight_decay": weight_decay},
-                              {"params": groups[1], "weight_decay": 0.0}], lr=lr, betas=BETAS, fused=True)
-
-
 def model_section():
     train, _ = split(load_bytes(args.data))
     model = GPT(TOY, "course", seed=0)
@@ -540,69 +375,62 @@ chapter.run("train", training)
 
 # %% [markdown]
 # ## 7. The anatomy of a training step
-# What a step runs, in order: forward, backward, optimizer. A TorchDispatchMode sees every operation
-# PyTorch dispatches, with its inputs' shapes; the course's operators show as `lessons.*` (each a
-# kernel launch, or two or three: KERNELS says which), PyTorch's own as `aten.*`. Views and
-# allocations, which launch nothing, are left out. Beside it, the activations each op set keeps for
-# the backward (torch.autograd.graph.saved_tensors_hooks sees every tensor saved).
+# What a step runs, in order: forward, backward, optimizer. torch.profiler (lesson 1, section 6)
+# records every operation a step calls, with its inputs' shapes: the course's ops show as their
+# autograd functions (AddRMSNorm, Matmul, ...; each launches a kernel or two or three: KERNELS says
+# which) and, in the backward, as those functions' backward nodes; PyTorch's own as aten::* ops and
+# their backward nodes. Views and allocations, which launch nothing, are left out. Beside it, the
+# activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees every
+# tensor saved).
 
 
 # %%
-KERNELS = {  # the course's operators and the kernels each one launches
-    "lessons.matmul": "matmul_kernel (hopper.py's TMA kernel for large bfloat16 on Hopper)",
-    "lessons.attention": "attention_kernel (or the Gluon kernel on Hopper at head_dim 128)",
-    "lessons.attention_backward": "preprocess_kernel, dkdv_kernel, dq_kernel",
-    "lessons.rms_norm": "rms_norm_kernel", "lessons.add_rms_norm": "rms_norm_kernel (HAS_RESIDUAL)",
-    "lessons.rms_norm_backward": "rms_norm_backward_kernel, then row_sum's kernels for dw",
-    "lessons.cross_entropy": "cross_entropy_kernel", "lessons.cross_entropy_backward": "cross_entropy_backward_kernel",
-    "lessons.row_sum": "row_sum_split_kernel, row_sum_kernel", "lessons.gelu_backward": "gelu_backward_kernel",
+KERNELS = {  # the course's autograd functions and the kernels each one launches
+    "Matmul": "matmul_kernel (hopper.py's TMA kernel for large bfloat16 on Hopper)",
+    "MatmulBackward": "matmul_kernel twice (dX and dW), gelu_backward_kernel where the GELU was fused",
+    "Attention": "attention_kernel (or the Gluon kernel on Hopper at head_dim 128)",
+    "AttentionBackward": "preprocess_kernel, dkdv_kernel, dq_kernel (or the Gluon backward on Hopper)",
+    "RMSNorm": "rms_norm_kernel", "AddRMSNorm": "rms_norm_kernel (HAS_RESIDUAL)",
+    "RMSNormBackward": "rms_norm_backward_kernel, then row_sum's kernels for dw",
+    "AddRMSNormBackward": "rms_norm_backward_kernel (HAS_DH), then row_sum's kernels for dw",
+    "CrossEntropy": "cross_entropy_kernel", "CrossEntropyBackward": "cross_entropy_backward_kernel",
 }
 VIEWS = {"view", "_unsafe_view", "t", "transpose", "expand", "split", "split_with_sizes", "detach", "as_strided",
          "alias", "slice", "select", "unsqueeze", "squeeze", "permute", "reshape", "_reshape_alias", "lift_fresh",
-         "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided"}  # they launch nothing
+         "empty", "empty_like", "new_empty", "new_empty_strided", "empty_strided", "unbind",
+         "accumulategrad"}  # they launch nothing (a first gradient is stored, not added)
 
 
-class Recorder(TorchDispatchMode):
-    """Every operation dispatched while it is on, with its tensor inputs' shapes and the phase it ran
-    in (set from outside), views and allocations left out."""
-    def __init__(self):
-        super().__init__()
-        self.ops, self.phase = [], "forward"
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        namespace, name = str(func).split(".")[:2]  # "aten.mm.default" -> aten, mm
-        if name not in VIEWS and namespace != "profiler":
-            shapes = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
-            self.ops.append((self.phase, f"{namespace}.{name}", shapes))
-        return func(*args, **(kwargs or {}))
+def launches_nothing(name: str) -> bool:
+    """aten::view, ViewBackward0, torch::autograd::AccumulateGrad, ...: a view, an allocation or their backward."""
+    op = name.split("::")[-1].lower()
+    return op in VIEWS or op.removesuffix("backward0").removesuffix("backward") in VIEWS
 
 
 def step_ops(ops: str) -> tuple[list, int]:
-    """The operations of one training step of the toy model, in order, and the bytes kept for the backward."""
+    """The operations of one training step of the toy model, in order, as (phase, name, input shapes),
+    and the bytes kept for the backward."""
     model = GPT(TOY, ops, seed=0)
     opt = optimizer(model)
     x, y = batch(split(load_bytes(args.data))[0], TOY_BATCH, TOY.seq, torch.Generator().manual_seed(6))
     saved = {}
 
-    def pack(t):
+    def pack(t):  # each saved tensor once (the same memory may be saved by two ops)
         saved[(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape))] = t.numel() * t.element_size()
         return t
 
-    with Recorder() as rec:
+    def forward():
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = model(x, y)
-        rec.phase = "backward"
-        loss.backward()
-    if ops == "course":  # a Triton launch, which PyTorch's dispatcher never sees
-        opt.step()
-        rec.ops.append(("optimizer", "adamw_kernel (adamw.py)", ((opt.N,),)))
-    else:
-        with rec:
-            rec.phase = "optimizer"
-            opt.step()
+            forward.loss = model(x, y)
+
+    called = profile.ops_called({"forward": forward, "backward": lambda: forward.loss.backward(),
+                                 "optimizer": opt.step})
+    recorded = [(phase, name, shapes) for phase, name, shapes in called if not launches_nothing(name)]
+    if ops == "course":  # a bare Triton launch: no op of PyTorch's, so the profiler names none
+        recorded.append(("optimizer", "adamw_kernel (adamw.py)", ((opt.N,),)))
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     kept = sum(b for (ptr, *_), b in saved.items() if ptr not in params)  # activations, not the weights
-    return rec.ops, kept
+    return recorded, kept
 
 
 def anatomy():
@@ -615,9 +443,9 @@ def anatomy():
         for entry in recorded:
             counts[entry] = counts.get(entry, 0) + 1
         rows = [(phase, name, " ".join("x".join(map(str, s)) or "()" for s in shapes[:3]), n,
-                 KERNELS.get(name, "PyTorch's own" if name.startswith("aten") else "one launch"))
+                 KERNELS.get(name, "one launch" if name.startswith("adamw") else "PyTorch's own"))
                 for (phase, name, shapes), n in counts.items()]
-        course = sum(n for (_, name, _), n in counts.items() if name.startswith("lessons"))
+        course = sum(n for (_, name, _), n in counts.items() if name in KERNELS or name.startswith("adamw"))
         tables.append(print_table(rows, ["phase", "operation", "input shapes", "per step", "kernels"],
                                   title=f"One training step of the toy model, {ops} ops: {len(recorded)} operations "
                                         f"({course} of them the course's)",
@@ -690,7 +518,7 @@ chapter.run("profile", profile_section, gpu=True)
 # ## 9. Training side by side
 # Four runs of the same model from the same weights on the same batches: torch eager, torch.compile of
 # the torch model, the course's ops, and the course's ops under torch.compile (which sees into every
-# course kernel through its registered operator and fuses the casts and reshapes between them).
+# course kernel inside its autograd function and fuses the casts and reshapes between them).
 # Tokens per second over the steps after the warm-up (compilation and autotuning stay out), the
 # peak memory of the whole run (weights, gradients, optimizer state and activations), and the loss
 # at each step. The four curves lie on top of each other for the first steps; then bfloat16's
@@ -806,8 +634,64 @@ def bench_loss():
 chapter.run("bench_loss", bench_loss, gpu=True)
 
 # %% [markdown]
-# ## 11. Beyond one GPU: the same training under torchrun
-# The course's kernels are PyTorch operators, so DistributedDataParallel takes the course's model as
+# ## 11. What a call costs, forward and backward: every op against PyTorch's
+# A model calls each op as ops.norm(...) and then loss.backward(): the host enqueues the forward's
+# kernels and later the backward's, and the GPU runs them. Where the host takes longer than the
+# kernels, the GPU waits for it. For every op of the course beside PyTorch's own, at the shapes
+# GPT-2 small trains at: the host's time to enqueue one forward and its backward with the GPU idle
+# (bench.enqueue_time_ms), and the GPU time of the kernels that call launched (bench.kernel_time_ms).
+# Each course op goes op -> autograd function -> launcher -> kernel[grid] (lesson 1, section 5).
+
+
+# %%
+def call_costs():
+    """Host µs to enqueue one forward + backward, and its kernels' µs, of each op and torch's counterpart."""
+    def leaf(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device=DEVICE, dtype=dtype).requires_grad_()
+
+    def fwd_bwd(fn, *inputs):  # the gradients returned, not accumulated: every call the same work
+        out = fn(*inputs)
+        cotangent = torch.randn_like(out)
+        return lambda: torch.autograd.grad(fn(*inputs), inputs, cotangent)
+
+    x, y, w = leaf(16384, 768), leaf(16384, 768), leaf(768)
+    rows, v = leaf(4096, 4096), leaf(768, 768)
+    logits, targets = leaf(4096, 32000), torch.randint(0, 32000, (4096,), device=DEVICE)
+    q, k, val = leaf(16, 12, 1024, 64), leaf(16, 4, 1024, 64), leaf(16, 4, 1024, 64)
+    pairs = {  # op, shape: (PyTorch's, the course's)
+        "add, 16384 x 768": (fwd_bwd(torch.add, x, y), fwd_bwd(add, x, y)),
+        "GELU (tanh), 16384 x 768": (fwd_bwd(lambda t: F.gelu(t, approximate="tanh"), x), fwd_bwd(gelu, x)),
+        "softmax, 4096 x 4096": (fwd_bwd(lambda t: torch.softmax(t, dim=1), rows), fwd_bwd(softmax, rows)),
+        "row sum, 4096 x 4096": (fwd_bwd(lambda t: t.sum(dim=1), rows), fwd_bwd(row_sum, rows)),
+        "RMSNorm, 16384 x 768": (fwd_bwd(lambda t, w: F.rms_norm(t, (768,), w, 1e-6), x, w), fwd_bwd(rms_norm, x, w)),
+        "matmul, 16384 x 768 @ 768 x 768": (fwd_bwd(torch.matmul, x, v), fwd_bwd(matmul, x, v)),
+        "attention, causal, 16 x 12 (4) x 1024 x 64": (
+            fwd_bwd(lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True), q, k, val),
+            fwd_bwd(lambda q, k, v: attention(q, k, v, causal=True), q, k, val)),
+        "cross-entropy, 4096 x 32000": (fwd_bwd(lambda t: F.cross_entropy(t.float(), targets), logits),
+                                        fwd_bwd(lambda t: cross_entropy(t, targets), logits)),
+    }
+    host = {name: [bench.enqueue_time_ms(fn) * 1e3 for fn in fns] for name, fns in pairs.items()}  # before the profiler
+    table = []
+    for name, fns in pairs.items():
+        kernels = [bench.kernel_time_ms(fn) * 1e3 for fn in fns]
+        table.append([name, host[name][0], host[name][1], host[name][1] / host[name][0], kernels[0], kernels[1]])
+    return print_table(table, ["op, bfloat16, forward + backward", "torch: host µs", "course: host µs",
+                               "course host x torch's", "torch: kernels µs", "course: kernels µs"], floatfmt=".1f",
+                       title="What one forward and backward costs the host, and its kernels",
+                       note="host µs: the host's time to enqueue the forward and torch.autograd.grad's backward, the "
+                            "GPU idle before the call (synchronize, time, synchronize; median of 50: "
+                            "bench.enqueue_time_ms), in a fresh process before any profiling. kernels µs: the GPU time of "
+                            f"every kernel the call launched (profiler timestamps, L2 flushed between calls: bench.kernel_time_ms). "
+                            "The attention: 12 query heads on 4 key heads, as the model's.")
+
+
+# %%
+chapter.run("costs", call_costs, gpu=True, fresh=True)
+
+# %% [markdown]
+# ## 12. Beyond one GPU: the same training under torchrun
+# The course's ops are autograd functions, so DistributedDataParallel takes the course's model as
 # it takes any other: each process trains a replica on its own batches, and DDP averages the
 # gradients (an all-reduce, overlapped with the backward) before each optimizer step. ddp.py is the
 # whole script; on a machine with several GPUs:
