@@ -10,7 +10,8 @@ fused epilogue). The order in which programs run decides how much of A and B the
 share (grouped order), and the best block sizes depend on the shape and the GPU (autotuning). A
 first reading can stop after section 9 (training); sections 10-15 time the kernel against
 cuBLAS, and 16-18 (hopper.py) show Hopper's copy engine (TMA) and a persistent grid, the last few
-percent.
+percent. The kernels, their launchers, the route between them and the op live in op files, what a
+model imports: matmul.py (the pointer kernel, matmul() and its backward) and hopper.py (the TMA kernel).
 
 Run:   python lesson04_matmul/main.py            (every section)
        python lesson04_matmul/main.py --help     (sections, sizes)
@@ -18,30 +19,30 @@ Without a CUDA GPU the kernels run under Triton's interpreter on small matrices:
 the traces, the PTX; the sections that need a GPU show what an H200 printed (RESULTS.md).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
-import functools
-
-from common.device import DEVICE, INTERPRET, interpretable, sm_count
+from common.device import DEVICE, sm_count
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench, checks, roofline
+from common import bench, ptx, roofline
 from common.chapter import Chapter, positive_int
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_errors, grad_ok, rel_error
-from common.launch import cdiv, needs_op, traceable
+from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok, rel_error
+from common.launch import cdiv, scratch
 from common.table import Table, print_table
 from common.trace import show
-from lesson01_vector_add.main import gelu_tanh  # lesson 1's GELU, fused here into the epilogue
-from lesson04_matmul import backward, hopper, library  # the lesson's other files
+from lesson04_matmul import hopper, library  # the TMA kernel (an op file); torch.matmul's kernels (section 15)
+from lesson04_matmul.matmul import (ACTIVATIONS, DTYPES, choose_kernel, grouped_pid, launch, matmul,  # the op
+                                    matmul_kernel, matmul_kernel_tuned)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "tiles": "2. Why tiles: the arithmetic",
     "grouped": "3. Grouped order: which tile each program computes",
     "trace": "5. The trace: matmul_kernel, program by program, round by round",
+    "route": "7. The public function: matmul(), and which kernel it runs (matmul.choose_kernel)",
     "check": "8. Correctness: awkward shapes, views, dtypes, activations",
-    "grad": "9. Training: the backward pass is two more matmuls (backward.py)",
+    "grad": "9. Training: the backward pass is two more matmuls (matmul.py, Matmul)",
     "bench": "10. Timing: against torch.matmul (cuBLAS)",
     "roofline": "11. The roofline: a compute-bound kernel",
     "epilogue": "12. The fused epilogue, timed",
@@ -50,13 +51,11 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "library": "15. torch.matmul's kernel for each shape (library.py)",
     "ptx": "16. Hopper: which instructions move the tiles, compiled for sm_90 without a GPU (hopper.py)",
     "steps": "17. Hopper: TMA and a persistent grid, step by step (hopper.py)",
-    "offsets": "18. 64-bit offsets: what they cost the pointer kernel (hopper.py)",
+    "offsets": "18. 64-bit offsets: what they cost the pointer kernel",
 }
 SIZES = {"quick": [(4096, 4096, 4096)],  # section 10's (M, N, K); the last two of "full": a Llama-7B MLP, up and down
          "full": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
                   (4096, 11008, 4096), (4096, 4096, 11008)]}
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-ACTIVATIONS = (None, "relu", "gelu")
 
 chapter = Chapter("lesson04_matmul", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
@@ -133,25 +132,14 @@ chapter.run("tiles", reuse_table)
 # tile rows of A, and ALL of B. Grouped order walks GROUP_M tile rows at a time, down the columns:
 # a wave covers a squarer block of C, which needs fewer tiles of A and B, and shares more of them
 # through the L2 cache (the cache that all SMs share in front of memory: lesson 1, section 7).
-# grouped_pid computes the mapping, and the kernel of section 4 calls it first thing; with
-# GROUP_M = 1 it is row-major again. Triton's standard library has this mapping as tl.swizzle2d;
-# hopper.py uses it. Below, on a 9 x 9 grid of tiles, the first wave of 9 programs reads 90 input
-# tiles in row-major order and 54 in groups of 3; section 13 times the difference.
+# grouped_pid (in matmul.py, each line of its index arithmetic commented) computes the mapping,
+# and the kernel of section 4 calls it first thing; with GROUP_M = 1 it is row-major again.
+# Triton's standard library has this mapping as tl.swizzle2d; hopper.py uses it. Below, on a 9 x 9
+# grid of tiles, the first wave of 9 programs reads 90 input tiles in row-major order and 54 in
+# groups of 3; section 13 times the difference.
 
 
 # %%
-@triton.jit
-def grouped_pid(pid, num_pid_m, num_pid_n, GROUP_M: tl.constexpr):
-    """The tile (pid_m, pid_n) of program `pid`: GROUP_M tile rows at a time, down the columns."""
-    num_pid_in_group = GROUP_M * num_pid_n          # programs per group: GROUP_M full tile rows
-    group_id = pid // num_pid_in_group              # which group this program is in
-    first_pid_m = group_id * GROUP_M                # the group's first tile row
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)  # the last group may have fewer rows
-    pid_m = first_pid_m + (pid % num_pid_in_group) % group_size_m  # down a column of the group ...
-    pid_n = (pid % num_pid_in_group) // group_size_m               # ... then one column right
-    return pid_m, pid_n
-
-
 def tile_order(num_pid_m: int, num_pid_n: int, GROUP_M: int) -> list[tuple[int, int]]:
     """(pid_m, pid_n) of programs 0, 1, 2, ...: the kernel's own mapping, run as plain Python
     (.fn is the Python function under @triton.jit; on integers it needs no GPU)."""
@@ -194,80 +182,11 @@ chapter.run("grouped", order_demo)
 # The launcher allocates C and launches one program per tile. The kernel it is handed picks the
 # block sizes: matmul_kernel takes them as arguments (`meta`), the autotuned form of section 6
 # chooses them, so the grid is a function of the configuration in use.
-
-
-# %%
-@triton.jit
-def matmul_kernel(
-    a_ptr, b_ptr, c_ptr,            # A (M, K), B (K, N), C (M, N)
-    M, N, K,
-    stride_am, stride_ak,           # elements between rows / columns of A
-    stride_bk, stride_bn,           # ... of B
-    stride_cm, stride_cn,           # ... of C
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # the tile of C, the K step
-    GROUP_M: tl.constexpr,          # tile rows per group (section 3); 1 is row-major order
-    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store
-    INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: "tf32" (tensor cores) or "ieee"
-    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (common.checks.index_type)
-    TRACE: tl.constexpr = False,
-):
-    # Which tile of C is mine? (section 3)
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N), GROUP_M)
-    rows = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # its rows of C (and of A)
-    cols = pid_n.to(INDEX_TYPE) * BLOCK_N + tl.arange(0, BLOCK_N)  # its columns of C (and of B)
-    if TRACE:
-        show("program (pid_m, pid_n)", (pid_m, pid_n), indent=0)
-        show("rows kept", tl.sum((rows < M).to(tl.int32), axis=0))
-        show("cols kept", tl.sum((cols < N).to(tl.int32), axis=0))
-    # The K loop: one tile of A and one of B per step, multiplied and added into acc.
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for step in range(0, tl.cdiv(K, BLOCK_K)):
-        ks = (step * BLOCK_K + tl.arange(0, BLOCK_K)).to(INDEX_TYPE)
-        a_offsets = rows[:, None] * stride_am + ks[None, :] * stride_ak   # A[rows, ks]
-        b_offsets = ks[:, None] * stride_bk + cols[None, :] * stride_bn   # B[ks, cols]
-        a_mask = (rows[:, None] < M) & (ks[None, :] < K)
-        b_mask = (ks[:, None] < K) & (cols[None, :] < N)
-        a = tl.load(a_ptr + a_offsets, mask=a_mask, other=0.0)
-        b = tl.load(b_ptr + b_offsets, mask=b_mask, other=0.0)
-        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)  # acc += a @ b, on the tensor cores
-        if TRACE:
-            show("round", step + 1, indent=2)
-            show("ks kept", tl.sum((ks < K).to(tl.int32), axis=0))
-            if BLOCK_K <= 4:  # tiny tiles: print them whole
-                show("a offsets", a_offsets)
-                show("a tile", a)
-                show("b tile", b)
-                show("acc", acc)
-    # The epilogue: acc is still on chip, so an activation costs no memory traffic at all.
-    if ACTIVATION == "relu":
-        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as in torch.relu
-    if ACTIVATION == "gelu":
-        acc = gelu_tanh(acc)
-    # One store of the tile, masked at the edges of C, rounded to C's dtype.
-    c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
-    c_mask = (rows[:, None] < M) & (cols[None, :] < N)
-    tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-
-
-def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, **meta) -> torch.Tensor:
-    """activation(a @ b) by `kernel`: matmul_kernel with its block sizes in `meta`, or the autotuned
-    matmul_kernel_tuned (section 6), which picks them; for a and b as matmul() checked them.
-    index_type: of the kernel's offsets, tl.int32 or tl.int64; by default the one these tensors need
-    (common.checks.index_type). Section 18 hands it one, then the other."""
-    (M, K), N = a.shape, b.shape[1]
-    c = a.new_empty((M, N))
-    a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
-    if index_type is None:
-        index_type = checks.index_type(a, b, c)
-
-    def grid(meta):  # meta: the block sizes in use, given here or picked by the autotuner
-        return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # one program per tile of C
-
-    if M and N:  # (K = 0 is fine: the K loop runs no rounds, and act(0) = 0)
-        kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                     ACTIVATION=activation or "", INPUT_PRECISION=precision, INDEX_TYPE=index_type, **meta)
-    return c
+#
+# The kernel and its launcher are in matmul.py, the file a model imports: open it beside this
+# chapter at matmul_kernel (each line of the loop commented) and launch(). Its GELU epilogue is
+# lesson 1's gelu_tanh, a @triton.jit function inlined into the kernel, imported from lesson 1's
+# op file (lesson01_vector_add/elementwise.py), not from lesson 1's chapter.
 
 
 # %% [markdown]
@@ -323,68 +242,56 @@ chapter.run("trace", trace, trace=True)
 # 16). The stages wait in shared memory, so a GPU with less of it skips the largest tiles. Small
 # problems: below 512^3 tuning costs more than it saves; the smallest tile (the last, which fits
 # every GPU) runs untimed. The interpreter runs one small configuration. (Autotune times each
-# configuration once, briefly: near-equal ones can swap from run to run.)
-
-
-# %%
-GPU_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8}, num_stages=stages,
-                             num_warps=warps) for bm, bn, stages, warps in [
-    (128, 256, 3, 8), (256, 128, 3, 8), (128, 256, 4, 8), (128, 128, 4, 8), (128, 128, 4, 4), (64, 128, 4, 4),
-    (128, 64, 4, 4), (64, 64, 4, 4)]]  # the last fits every GPU from a T4 up, even in float32 (96 KB)
-CONFIGS = GPU_CONFIGS if not INTERPRET else [triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64, "GROUP_M": 4})]
-
-
-def small_problems_untuned(configs, named_args, **kwargs):
-    """Autotune's early prune: every configuration from 512^3 up, below it the last one alone."""
-    return configs if named_args["M"] * named_args["N"] * named_args["K"] >= 512**3 else configs[-1:]
-
-
-# cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it
-matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"], cache_results=True,
-                                      prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel)
+# configuration once, briefly: near-equal ones can swap from run to run.) The list, the rule for
+# small problems and matmul_kernel_tuned, the autotuned kernel, are in matmul.py (GPU_CONFIGS).
 
 
 # %% [markdown]
-# ## 7. The public function: matmul()
-# It checks the input, then chooses the kernel: hopper.py's TMA kernel (sections 16-17) where it
-# can run and pays (hopper.pays: a Hopper GPU, float16 or bfloat16, rows the copy engine can
-# address, M * N * K from 4096^3), the autotuned pointer kernel otherwise. Whether TMA can read a
-# tensor depends on where its memory starts, so the choice is made here, on the real tensors,
-# before the registered operator of section 9, which is handed a plain True or False.
+# ## 7. The public function: matmul(), and which kernel it runs
+# matmul() (matmul.py) checks the input, then asks one function which kernel runs:
+# choose_kernel, the route. hopper.py's TMA kernel (sections 16-17) where it can run and pays (a
+# Hopper GPU, float16 or bfloat16, rows the copy engine can address, M * N * K from 4096^3), the
+# autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
+# starts, so the choice is made there, on the real tensors, before the autograd function of section
+# 9 (Matmul), which is handed a plain True or False. The table: each of the route's conditions, in
+# the order it asks them, with an example it decides (a meta tensor: a shape and strides, no
+# memory), and the kernel it picks.
 
 
 # %%
-def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, precision: str = "tf32",
-           tma: bool | None = None) -> torch.Tensor:
-    """C = activation(a @ b) for 2-D a (M, K), b (K, N): float16, bfloat16 or float32, any strides;
-    fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
-    precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
-    tma: None takes hopper.py's TMA kernel where it can run and pays (never while torch.compile
-    traces), True insists on it, False never."""
-    a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
-                         f"({a.shape[1]} != {b.shape[0]})")
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
-    if precision not in ("tf32", "ieee"):
-        raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
-    tma = flag("tma", tma, optional=True)  # (the operator takes a Python bool)
-    if tma is None:
-        tma = not torch.compiler.is_compiling() and hopper.pays(a, b)
-    elif tma:
-        hopper.check_tma(a, b)  # raises where the TMA kernel cannot compute a @ b
-    if needs_op(a, b):  # autograd or torch.compile: through the registered operator (section 9)
-        return matmul_op(a, b, activation, precision, tma)
-    if tma:
-        return hopper.launch_tma(hopper.matmul_kernel_tma_tuned, a, b, activation)
-    return launch(matmul_kernel_tuned, a, b, activation, precision)
+ROUTE_EXAMPLES = [  # (the condition that decides; an example: M, N, K, dtype, A transposed?; choose_kernel's arguments)
+    ("tma=False", (4096, 4096, 4096), torch.float16, False, dict(tma=False)),
+    ("tma=True (raises where the TMA kernel cannot run)", (64, 48, 32), torch.float16, False, dict(tma=True)),
+    ("torch.compile tracing", (4096, 4096, 4096), torch.float16, False, dict(compiling=True)),
+    ("a GPU with TMA, 16-bit, M * N * K >= 4096^3, rows TMA can address", (4096, 4096, 4096), torch.bfloat16,
+     False, {}),
+    ("else: float32", (4096, 4096, 4096), torch.float32, False, {}),
+    ("else: M * N * K < 4096^3", (2048, 4096, 4096), torch.float16, False, {}),
+    ("else: rows TMA cannot address (A = X.t())", (4096, 4096, 4096), torch.float16, True, {}),
+    ("else: a GPU without TMA (before Hopper)", (4096, 4096, 4096), torch.float16, False, dict(gpu_has_tma=False)),
+]
+KERNELS = {"tma": ("matmul_kernel_tma", "hopper.py"), "pointer": ("matmul_kernel", "matmul.py")}  # the route's answers
 
 
-def reference(a, b, activation=None):
-    """torch.matmul (cuBLAS on a GPU), then the activation as a second kernel."""
-    c = a @ b
-    return torch.relu(c) if activation == "relu" else F.gelu(c, approximate="tanh") if activation == "gelu" else c
+def route_table() -> Table:
+    """choose_kernel's answer for each example of ROUTE_EXAMPLES, on a GPU with TMA unless the row says not."""
+    rows = []
+    for condition, (M, N, K), dtype, transposed, kwargs in ROUTE_EXAMPLES:
+        a = torch.empty((K, M) if transposed else (M, K), device="meta", dtype=dtype)
+        a = a.t() if transposed else a
+        b = torch.empty(K, N, device="meta", dtype=dtype)
+        arguments = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+        kernel = choose_kernel(a, b, **{"gpu_has_tma": True, "compiling": False, **kwargs})
+        rows.append((condition, f"{M} x {N} x {K} {dtype_name(dtype)}" + (", A transposed" if transposed else ""),
+                     arguments or "-", "{} ({})".format(*KERNELS[kernel])))
+    return print_table(rows, ["condition (asked in this order)", "example", "arguments", "kernel"],
+                       title="matmul()'s route: choose_kernel",
+                       note="The backward's dA = dC @ B^T and dB = A^T @ dC always take matmul_kernel (transposed "
+                            "views, whose rows TMA cannot read); with gelu, Z is recomputed by the forward's kernel.")
+
+
+# %%
+chapter.run("route", route_table)
 
 
 # %% [markdown]
@@ -396,6 +303,12 @@ def reference(a, b, activation=None):
 
 
 # %%
+def reference(a, b, activation=None):
+    """torch.matmul (cuBLAS on a GPU), then the activation as a second kernel."""
+    c = a @ b
+    return torch.relu(c) if activation == "relu" else F.gelu(c, approximate="tanh") if activation == "gelu" else c
+
+
 TINY = dict(BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, GROUP_M=8)  # 16 x 16 x 16 tiles, for contrast (section 10)
 TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3}  # relative; float32: TF32's
 
@@ -435,23 +348,14 @@ chapter.run("check", check)
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per
 #   layer, held from each step's forward to its backward; recomputing it costs one more matmul in
 #   the backward (as activation checkpointing does). Then lesson 1's gelu_backward kernel:
-#   dL/dZ = dL/dC * gelu'(Z).
-# The operator is registered as in lesson 1, section 5; its backward, matmul_grad, is in
-# backward.py, which gets the operator to call as an argument.
+#   dL/dZ = dL/dC * gelu'(Z), from lesson 1's op file (lesson01_vector_add/elementwise.py).
+# matmul.py's Matmul, a torch.autograd.Function, holds both directions: forward launches the
+# kernel matmul() chose, backward computes dA and dB (only those an input that requires grad wants:
+# ctx.needs_input_grad). matmul() calls Matmul.apply whether or not anything requires grad, and
+# torch.compile traces it whole, the kernels' launches included.
 
 
 # %%
-@torch.library.triton_op("lessons::matmul", mutates_args=())
-def matmul_op(a: torch.Tensor, b: torch.Tensor, activation: str | None, precision: str, tma: bool) -> torch.Tensor:
-    if tma:  # matmul() chose, on the real tensors: this body never looks at memory
-        return hopper.launch_tma(traceable(hopper.matmul_kernel_tma_tuned), a, b, activation)
-    return launch(traceable(matmul_kernel_tuned), a, b, activation, precision)
-
-
-matmul_op.register_autograd(functools.partial(backward.matmul_grad, matmul_op=matmul_op),
-                            setup_context=backward.keep_inputs)
-
-
 def grad_check(shapes=((1, 1, 1), (70, 50, 45))) -> Table:
     """dA, dB through matmul() against torch's autograd, every dtype and activation (common.checks.grad_errors)."""
     rows = []
@@ -495,11 +399,12 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
     for dtype in dtypes:
         for M, N, K in shapes:
             a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
-            cases = {"torch.matmul": lambda: a @ b, "Triton, tl.dot tiles (autotuned)": lambda: matmul(a, b, tma=False)}
+            cases = {"torch.matmul": lambda: a @ b,
+                     "Triton, tl.dot tiles (matmul_kernel, autotuned)": lambda: matmul(a, b, tma=False)}
             if hopper.HOPPER:
-                cases["Triton, TMA + persistent (hopper.py)"] = lambda: matmul(a, b, tma=True)
+                cases["Triton, TMA + persistent (matmul_kernel_tma, hopper.py)"] = lambda: matmul(a, b, tma=True)
             if max(M, N, K) <= 4096:  # (at 8192^3 they take a tenth of a second per call)
-                cases["Triton, 16 x 16 tiles"] = lambda: launch(matmul_kernel, a, b, **TINY)
+                cases["Triton, 16 x 16 tiles (matmul_kernel)"] = lambda: launch(matmul_kernel, a, b, **TINY)
             times = bench.side_by_side(cases)
             for name, ms in times.items():
                 tf = bench.tflops(2 * M * N * K, ms)
@@ -507,8 +412,10 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
                              100 * times["torch.matmul"] / ms, bench.percent(tf, ceiling)))
     note = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); TFLOP/s = 2MNK / "
             f"kernel time; '% of ceiling': of the measured matmul rate (cuBLAS, bf16, 8192^3: {ceiling:.0f} TFLOP/s). "
-            f"{bench.SIDE_BY_SIDE_NOTE} matmul() runs the TMA kernel from 4096^3 up on Hopper (hopper.pays). A small "
-            "product's caller pays its host cost instead, where that is larger: 'Host cost per call'.")
+            f"{bench.SIDE_BY_SIDE_NOTE} Each Triton row names the kernel it timed: tma=False and tma=True force "
+            "one or the other; matmul() left to choose runs the TMA kernel from 4096^3 up on Hopper (choose_kernel, "
+            "section 7). A small product's caller pays its host cost instead, where that is larger: 'Host cost per "
+            "call'.")
     return print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s", "% of torch",
                               "% of ceiling"], title="Timing against torch.matmul", note=note,
                        plot=dict(x="M x N x K", y="TFLOP/s", series=["dtype", "implementation"], ceiling=ceiling,
@@ -531,10 +438,15 @@ chapter.run("bench", timing, gpu=True)
 
 
 # %%
+def picked(a, b) -> str:
+    """The kernel matmul(a, b) runs, by name (choose_kernel: section 7), for the timing rows."""
+    return KERNELS[choose_kernel(a, b)][0]
+
+
 def roofline_points(n: int = 4096) -> Table:
     a, b = torch.randn(2, n, n, device=DEVICE, dtype=torch.float16)
     return roofline.points({(name, f"{n}^3 float16"): (fn, 2 * n**3, 2 * 3 * n * n) for name, fn in (
-        ("Triton matmul()", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))})
+        (f"Triton matmul() ({picked(a, b)})", lambda: matmul(a, b)), ("torch.matmul", lambda: a @ b))})
 
 
 # %%
@@ -551,7 +463,7 @@ def bench_epilogue(n: int = 4096, dtype=torch.float16) -> Table:
     a, b = torch.randn(2, n, n, device=DEVICE, dtype=dtype)
     times = bench.side_by_side({(act, name): fn for act in ("relu", "gelu") for name, fn in (
         ("torch.matmul, then the activation", lambda act=act: reference(a, b, act)),
-        ("Triton matmul(), activation fused", lambda act=act: matmul(a, b, activation=act)))})
+        (f"Triton matmul(), activation fused ({picked(a, b)})", lambda act=act: matmul(a, b, activation=act)))})
     rows = [(act, name, ms * 1e3, bench.tflops(2 * n**3, ms)) for (act, name), ms in times.items()]
     saved = 2 * n * n * a.element_size() / 1e6
     return print_table(rows, ["activation", "implementation", "kernel µs", "TFLOP/s"],
@@ -609,7 +521,7 @@ def host_cases(n: int = 2048) -> dict:  # bench.host_costs calls it in fresh pro
              "matmul(a32, b32): float32, pointers": lambda: matmul(a32, b32),
              'matmul(a, b, activation="gelu", tma=False)': lambda: matmul(a, b, activation="gelu", tma=False)}
     if hopper.HOPPER:
-        triton.set_allocator(hopper.scratch)
+        triton.set_allocator(scratch)
         kwargs = hopper.GPU_TMA_CONFIGS[0].all_kwargs()
         cases |= {"matmul_kernel_tma[grid](...) alone, arguments ready": lambda: hopper.matmul_kernel_tma[
                       (sm_count(),)](a, b, c, n, n, n, n, n, n, **kwargs),
@@ -643,7 +555,45 @@ chapter.run("library", lambda: library.kernels_by_shape(
 
 
 # %%
-chapter.run("ptx", lambda: hopper.copy_instructions(matmul_kernel))
+def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
+    """Compile both kernels for sm_90 (no GPU needed: common/ptx.py) and count, in the PTX, the
+    instructions that move tiles (cp.async: per-thread asynchronous copies; cp.async.bulk.tensor:
+    TMA) and Hopper's tensor-core instruction (wgmma.mma_async: a warpgroup, 4 warps, multiplies
+    tiles read straight from shared memory, asynchronously)."""
+    BM, BN, BK = BLOCK
+    print(f"The PTX of both kernels for an H100/H200 (sm_90), {BM} x {BN} x {BK} tiles:")
+    tile = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8, ACTIVATION="")
+    sizes = {"M": "i32", "N": "i32", "K": "i32"}
+    jobs = {
+        "matmul_kernel (matmul.py, pointer loads)": dict(
+            module="lesson04_matmul.matmul", kernel="matmul_kernel",
+            signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
+                       "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr", "stride_cm": "i32",
+                       "stride_cn": "constexpr", **dict.fromkeys(tile, "constexpr"),
+                       "INPUT_PRECISION": "constexpr", "TRACE": "constexpr"},
+            constexprs=dict(stride_ak=1, stride_bn=1, stride_cn=1, **tile, INPUT_PRECISION="tf32", TRACE=False),
+            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
+        "matmul_kernel_tma (descriptors)": dict(
+            module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
+            signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
+                       "stride_bk": "i32", "stride_cm": "i32", **dict.fromkeys(tile, "constexpr"),
+                       "FLATTEN": "constexpr"},
+            constexprs=dict(**tile, FLATTEN=True),
+            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
+    }
+    counts = {}
+    for name, asm in zip(jobs, ptx.compile_kernels([dict(job, num_warps=8) for job in jobs.values()])):
+        code = asm["ptx"]
+        counts[name] = {"cp.async": code.count("cp.async.cg") + code.count("cp.async.ca"),
+                        "cp.async.bulk.tensor": code.count("cp.async.bulk.tensor"),
+                        "wgmma.mma_async": code.count("wgmma.mma_async")}
+    print_table([(name, *c.values()) for name, c in counts.items()],
+                ["kernel", "cp.async", "cp.async.bulk.tensor (TMA)", "wgmma.mma_async"])
+    return counts
+
+
+# %%
+chapter.run("ptx", copy_instructions)
 
 # %% [markdown]
 # ## 17. Hopper: TMA and a persistent grid, step by step (hopper.py)
@@ -653,15 +603,61 @@ chapter.run("ptx", lambda: hopper.copy_instructions(matmul_kernel))
 
 
 # %%
-chapter.run("steps", lambda: hopper.bench_steps(launch, matmul_kernel, (4096, 8192) if args.full else (4096,)),
-            gpu=True)
+def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> Table | None:
+    """matmul.py's kernel (matmul_kernel, through its launch), then TMA, a persistent grid and
+    flatten, one tile shape throughout, side by side with cuBLAS."""
+    if not hopper.HOPPER:
+        print("This GPU cannot run the TMA kernel (tma_gpu: compute capability >= 9.0, and 160 KB of shared\n"
+              "memory per program): nothing to time.")
+        return None
+    tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
+    rows = []
+    for n in sizes:
+        a = torch.randn(n, n, device=DEVICE, dtype=dtype)
+        b = torch.randn(n, n, device=DEVICE, dtype=dtype)
+        c = torch.empty(n, n, device=DEVICE, dtype=dtype)
+        tiles = cdiv(n, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"])
+        triton.set_allocator(scratch)
+
+        def tma(programs, flatten):
+            hopper.matmul_kernel_tma[(programs,)](a, b, c, n, n, n, n, n, n, **tile, FLATTEN=flatten)
+
+        cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
+                 "tl.dot tiles, pointer loads (matmul_kernel)": lambda: launch(matmul_kernel, a, b, **tile),
+                 "+ TMA loads and stores, one program per tile": lambda: tma(tiles, False),
+                 "+ persistent: one program per SM": lambda: tma(min(sm_count(), tiles), False),
+                 "+ flatten: pipelined across tiles": lambda: tma(min(sm_count(), tiles), True)}
+        times = bench.side_by_side(cases)
+        for name, ms in times.items():
+            rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms),
+                         100 * times["cuBLAS (torch.matmul)"] / ms))
+    return print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
+                       title=f"What each step bought, {dtype_name(dtype)}",
+                       note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order. 'kernel µs': the kernels' "
+                            "own time (profiler timestamps, L2 flushed between calls). " + bench.SIDE_BY_SIDE_NOTE)
+
+
+# %%
+chapter.run("steps", lambda: bench_steps((4096, 8192) if args.full else (4096,)), gpu=True)
 
 # %% [markdown]
-# ## 18. 64-bit offsets: what they cost the pointer kernel (hopper.py)
+# ## 18. 64-bit offsets: what they cost the pointer kernel
 # The pointer kernel computes each address as an offset from the base: in int32, or in int64 where
 # a tensor passes 2^31 elements (common.checks.index_type), which costs wider registers and more
 # instructions per address. The TMA kernel hands the copy engine coordinates and needs neither.
 
 
 # %%
-chapter.run("offsets", lambda: hopper.bench_offsets(launch, matmul_kernel_tuned), gpu=True)
+def bench_offsets(n: int = 4096) -> Table:
+    """matmul.py's kernel computes addresses from offsets: int32, or int64 past 2^31 elements
+    (common.checks.index_type); the TMA kernel hands the copy engine coordinates and needs neither.
+    What int64 offsets would cost the pointer kernel (matmul_kernel_tuned, through launch, which
+    takes the index type as an argument), timed side by side with int32."""
+    ab = {t: torch.randn(2, n, n, device=DEVICE, dtype=t) for t in (torch.float16, torch.float32)}
+    return bench.offsets_cost({f"pointer kernel (autotuned), {n}^3 {dtype_name(t)}":
+                               (lambda index_type, a=a, b=b: launch(matmul_kernel_tuned, a, b, index_type=index_type))
+                               for t, (a, b) in ab.items()})
+
+
+# %%
+chapter.run("offsets", bench_offsets, gpu=True)

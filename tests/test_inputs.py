@@ -23,7 +23,7 @@ import lesson05_flash_attention.main as lesson05
 from lesson01_vector_add.main import add, gelu
 from lesson02_softmax.main import softmax
 from lesson03_rowsum.main import row_sum
-from lesson04_matmul.main import matmul
+from lesson04_matmul.matmul import matmul
 from lesson05_flash_attention.main import attention
 
 

@@ -1,6 +1,6 @@
 """Lesson 4: matmul against float64 on awkward shapes, views, dtypes and activations; the trace;
 the grouped order (and tl.swizzle2d, hopper.py's copy of it); the interpreter's bf16 trap; the TMA
-kernel; bad input; the chapter's runs."""
+kernel; the route between the two kernels, row by row; bad input; the chapter's runs."""
 import re
 
 import pytest
@@ -10,10 +10,10 @@ import triton.language as tl
 
 from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, parse_command_line, run_trace
 from common.checks import grad_errors, grad_ok, rel_error
-from lesson04_matmul.hopper import HOPPER, copy_instructions, launch_tma, matmul_kernel_tma_tuned
-from lesson04_matmul.main import (A4, B4, TINY, TOLERANCE, check, grad_check, grouped_pid, launch, matmul,
-                                  matmul_kernel, matmul_kernel_tuned, matmul_plan, order_demo, reference, tile_order,
-                                  tiles_loaded)
+from lesson04_matmul.hopper import HOPPER, TMA_FROM, launch_tma, matmul_kernel_tma_tuned
+from lesson04_matmul.main import (A4, B4, TINY, TOLERANCE, check, copy_instructions, grad_check, matmul_plan,
+                                  order_demo, reference, route_table, tile_order, tiles_loaded)
+from lesson04_matmul.matmul import choose_kernel, grouped_pid, launch, matmul, matmul_kernel, matmul_kernel_tuned
 
 SHAPES = [(1, 1, 1), (70, 50, 45), (127, 33, 255), (300, 8, 16), (16, 24, 700), (33, 65, 17)]  # M, N, K
 
@@ -188,9 +188,9 @@ def test_tma_kernel(shape, dtype):
     assert rel_error(matmul(a, b, tma=True), a.double() @ b.double()) < TOLERANCE[dtype]
 
 
-def test_the_tma_path_through_the_operator_and_its_backward():
-    # matmul() decides tma on the real tensors and hands the operator a plain bool; the gelu
-    # backward recomputes Z with the forward's choice, dA and dB take the pointer kernel
+def test_the_tma_path_through_the_autograd_function_and_its_backward():
+    # matmul() decides tma on the real tensors and hands Matmul a plain bool; the gelu backward
+    # recomputes Z with the forward's choice, dA and dB take the pointer kernel
     if not INTERPRET and not HOPPER:
         pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
     a = torch.randn(64, 32, device=DEVICE, dtype=torch.float16)
@@ -213,10 +213,64 @@ def test_tma_refuses_what_it_cannot_address():
 def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
     # hopper.py's claim, checked in the compiled code for sm_90: Triton pipelines the pointer loads
     # with per-thread asynchronous copies; the descriptor loads become TMA bulk copies.
-    pointers, descriptors = copy_instructions(matmul_kernel).values()
+    pointers, descriptors = copy_instructions().values()
     assert pointers["cp.async"] > 0 and pointers["cp.async.bulk.tensor"] == 0
     assert descriptors["cp.async.bulk.tensor"] > 0 and descriptors["cp.async"] == 0
     assert pointers["wgmma.mma_async"] > 0 and descriptors["wgmma.mma_async"] > 0
+
+
+def meta(M, N, K, dtype=torch.float16, transposed=False):
+    """a (M, K) and b (K, N) as the route sees them: shapes, strides and a dtype, no memory (an
+    address of 0, which is 16-byte aligned); a transposed: column-major."""
+    a = torch.empty((K, M) if transposed else (M, K), device="meta", dtype=dtype)
+    return (a.t() if transposed else a), torch.empty(K, N, device="meta", dtype=dtype)
+
+
+def test_the_route_table_takes_one_row_per_condition():
+    # the chapter's table (section 7), row by row: the kernel each example takes, on a GPU with TMA
+    # unless the row says not
+    table = route_table()
+    assert table.column("kernel") == ["matmul_kernel (matmul.py)", "matmul_kernel_tma (hopper.py)",
+                                      "matmul_kernel (matmul.py)", "matmul_kernel_tma (hopper.py)"] + [
+                                         "matmul_kernel (matmul.py)"] * 4
+    assert table.column("condition (asked in this order)")[:3] == ["tma=False", "tma=True (raises where the TMA "
+                                                                   "kernel cannot run)", "torch.compile tracing"]
+
+
+@pytest.mark.parametrize("shape, dtype, transposed, kwargs, kernel", [
+    ((4096, 4096, 4096), torch.float16, False, dict(tma=False), "pointer"),          # 1. told not to
+    ((64, 48, 32), torch.float16, False, dict(tma=True), "tma"),                     # 2. told to, and it can
+    ((4096, 4096, 4096), torch.float16, False, dict(compiling=True), "pointer"),     # 3. torch.compile tracing
+    ((4096, 4096, 4096), torch.float16, False, {}, "tma"),                           # 4. where it pays
+    ((4096, 4096, 4096), torch.bfloat16, False, {}, "tma"),
+    ((4096, 4096, 4096), torch.float32, False, {}, "pointer"),                       # 5. else: float32,
+    ((4088, 4096, 4096), torch.float16, False, {}, "pointer"),                       # below 4096^3 (by 8 rows),
+    ((4096, 4096, 4096), torch.float16, True, {}, "pointer"),                        # column-major A,
+    ((4096, 4096, 4100), torch.float16, False, {}, "pointer"),                       # rows of 8200 bytes,
+    ((4096, 4096, 4096), torch.float16, False, dict(gpu_has_tma=False), "pointer"),  # no TMA on the GPU
+])
+def test_the_route_decides_each_condition(shape, dtype, transposed, kwargs, kernel):
+    a, b = meta(*shape, dtype=dtype, transposed=transposed)
+    assert choose_kernel(a, b, **{"gpu_has_tma": True, "compiling": False, **kwargs}) == kernel
+    assert TMA_FROM == 4096**3
+
+
+def test_the_route_refuses_tma_true_where_the_kernel_cannot_run():
+    a, b = meta(64, 48, 32)
+    with pytest.raises(ValueError, match="under torch.compile leave tma=None"):
+        choose_kernel(a, b, True, gpu_has_tma=True, compiling=True)
+    with pytest.raises(TypeError, match="float16 or bfloat16"):
+        choose_kernel(*meta(64, 48, 32, torch.float32), True, gpu_has_tma=True, compiling=False)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        choose_kernel(*meta(64, 48, 32, transposed=True), True, gpu_has_tma=True, compiling=False)
+    if not INTERPRET:  # (the interpreter imitates TMA on any machine)
+        with pytest.raises(ValueError, match="compute capability 9.0 or newer"):
+            choose_kernel(a, b, True, gpu_has_tma=False, compiling=False)
+
+
+def test_the_route_asks_this_machine_by_default():
+    a, b = meta(4096, 4096, 4096)
+    assert choose_kernel(a, b) == ("tma" if HOPPER else "pointer")
 
 
 @pytest.mark.skipif(INTERPRET or not HOPPER, reason="matmul() picks the TMA kernel on Hopper GPUs only")
@@ -293,7 +347,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert "wgmma.mma_async" in next(c for c in cells if "=== 16. Hopper" in c)  # compiled for sm_90, no GPU
     headings = [line for line in text.splitlines() if line.startswith("=== ")]
     numbers = [int(h.split()[1].rstrip(".")) for h in headings]
-    assert numbers == sorted(numbers) and len(headings) == 14  # every section, numbered as in the code
+    assert numbers == sorted(numbers) and len(headings) == 15  # every section, numbered as in the code
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
         assert text.count("This section needs a GPU") == 8

@@ -15,7 +15,8 @@ from lesson01_vector_add.main import add, gelu, grad_check as grad_check01
 from lesson02_softmax.backward import softmax_backward
 from lesson02_softmax.main import grad_check as grad_check02, softmax
 from lesson03_rowsum.main import grad_check as grad_check03, row_sum
-from lesson04_matmul.main import grad_check as grad_check04, matmul, reference
+from lesson04_matmul.main import grad_check as grad_check04, reference
+from lesson04_matmul.matmul import matmul
 from lesson05_flash_attention import backward
 from lesson05_flash_attention.main import attention, attention_op, attention_standard, grad_check as grad_check05
 
@@ -175,7 +176,7 @@ FROZEN = {  # name: (function, shapes of its inputs, the float64 reference)
 @pytest.mark.parametrize("name", FROZEN)
 def test_each_input_frozen_in_turn(name):
     # A frozen input (a weight that does not train) gets no gradient; the others still get theirs.
-    # (Swap matmul_grad's needs_input_grad indices and the frozen a's gradient is the one computed.)
+    # (Swap Matmul.backward's needs_input_grad indices and the frozen a's gradient is the one computed.)
     fn, shapes, ref = FROZEN[name]
     for frozen in range(len(shapes)):
         inputs = [torch.randn(shape, device=DEVICE) for shape in shapes]
