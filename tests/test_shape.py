@@ -16,9 +16,11 @@ import sys
 import pytest
 import torch
 
-from conftest import DEVICE, ROOT
+from conftest import DEVICE, INTERPRET, ROOT
 from lesson03_rowsum.rmsnorm import rms_norm
 from lesson03_rowsum.row_sum import row_sum
+from lesson04_matmul.hopper import HOPPER
+from lesson04_matmul.matmul import matmul
 
 LESSONS = sorted(name for name in os.listdir(ROOT) if name.startswith("lesson") and os.path.isdir(os.path.join(ROOT, name)))
 COURSE = {"common", *LESSONS}  # the course's folders
@@ -66,6 +68,13 @@ OPS = {
     "row_sum, rows split": forward_and_backward(lambda x: row_sum(x, splits=4), (3, 70000)),
     "rms_norm": forward_and_backward(lambda x, w: rms_norm(x, w), (4, 3, 40), (40,)),
     "rms_norm, residual fused": forward_and_backward(lambda x, r, w: rms_norm(x, w, residual=r), (6, 40), (6, 40), (40,)),
+    "matmul": forward_and_backward(matmul, (37, 20), (20, 9)),
+    "matmul, relu epilogue": forward_and_backward(lambda a, b: matmul(a, b, activation="relu"), (37, 20), (20, 9)),
+    "matmul, gelu epilogue": forward_and_backward(lambda a, b: matmul(a, b, activation="gelu"), (37, 20), (20, 9)),
+    "matmul, a transposed operand": forward_and_backward(lambda a, b: matmul(a.t(), b), (20, 37), (20, 9)),
+    **({"matmul, TMA kernel, gelu epilogue": forward_and_backward(  # (the interpreter imitates TMA; on a GPU, Hopper's)
+        lambda a, b: matmul(a, b, activation="gelu", tma=True), (40, 32), (32, 24), dtype=torch.float16)}
+       if INTERPRET or HOPPER else {}),
 }
 
 
