@@ -469,7 +469,8 @@ chapter.run("anatomy", anatomy)
 # ## 8. The step on a GPU, kernel by kernel
 # torch.profiler over training steps of section 9's model: each kernel's share of the GPU time of a
 # step, for the torch model (eager) and the course's, side by side. Where the course's step is slower,
-# this table says which kernel is to blame.
+# this table says which kernel is to blame. Then the step's wall clock against the sum of its kernels:
+# where the wall clock is longer, the GPU waited for the host (section 11 says which op costs it).
 
 
 # %%
@@ -494,21 +495,27 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
 
 def profile_section():
     sizes = chapter.sizes(SIZES)
-    shares = {}
+    shares, bound = {}, []
     for ops in ("torch", "course"):
         step = train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"])
-        for _ in range(3):
-            step()
+        wall = bench.call_time_ms(step)  # (its first calls warm up: compilation and autotuning stay out)
         kernels = profile.kernels_launched(step, repeat=2)
         total = sum(us for _, _, us in kernels)
         shares[ops] = [(profile.short(name, 60), calls // 2, us / 2 / 1000, 100 * us / total)
                        for name, calls, us in kernels[:12]] + [("(all kernels)", sum(c for _, c, _ in kernels) // 2,
                                                                 total / 2 / 1000, 100.0)]
-    return [print_table(shares[ops], ["kernel", "launches per step", "ms per step", "% of the step"],
-                        title=f"Kernels of one training step, {ops} ops ({sizes['model'].layers} layers, d_model "
-                              f"{sizes['model'].d_model}, batch {sizes['batch']} x {sizes['model'].seq})",
-                        note="GPU time per kernel from torch.profiler over 2 steps, the 12 longest.")
-            for ops in ("torch", "course")]
+        bound.append((f"{ops} ops", wall, total / 2 / 1000, wall / (total / 2 / 1000)))
+    model = f"{sizes['model'].layers} layers, d_model {sizes['model'].d_model}, batch {sizes['batch']} x {sizes['model'].seq}"
+    tables = [print_table(shares[ops], ["kernel", "launches per step", "ms per step", "% of the step"],
+                          title=f"Kernels of one training step, {ops} ops ({model})",
+                          note="GPU time per kernel from torch.profiler over 2 steps, the 12 longest.")
+              for ops in ("torch", "course")]
+    tables.append(print_table(bound, ["step", "wall clock ms per step", "its kernels' ms", "wall / kernels"],
+                              floatfmt=".2f", title=f"Is the step bound by its kernels? ({model})",
+                              note="Wall clock: steps back to back, synchronized at the end (bench.call_time_ms), the "
+                                   "time a caller pays. Kernels: the sum of the tables above. A ratio near 1: the GPU "
+                                   "never waits for the host; above it, the host's Python and launches are the limit."))
+    return tables
 
 
 # %%
@@ -681,9 +688,9 @@ def call_costs():
                        title="What one forward and backward costs the host, and its kernels",
                        note="host µs: the host's time to enqueue the forward and torch.autograd.grad's backward, the "
                             "GPU idle before the call (synchronize, time, synchronize; median of 50: "
-                            "bench.enqueue_time_ms), in a fresh process before any profiling. kernels µs: the GPU time of "
-                            f"every kernel the call launched (profiler timestamps, L2 flushed between calls: bench.kernel_time_ms). "
-                            "The attention: 12 query heads on 4 key heads, as the model's.")
+                            "bench.enqueue_time_ms), in a fresh process before any profiling. kernels µs: the GPU time "
+                            "of every kernel the call launched (profiler timestamps, L2 flushed between calls: "
+                            "bench.kernel_time_ms). The attention: 12 query heads on 4 key heads, as the model's.")
 
 
 # %%
