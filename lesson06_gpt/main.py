@@ -82,9 +82,10 @@ args = chapter.start()
 # ## 1. The data: the bytes of this repository
 # A byte-level tokenizer is no tokenizer at all: each byte of UTF-8 text is a token, so the
 # vocabulary is the 256 byte values and any text file is a dataset. The default corpus is this
-# repository's own text, the README and every chapter and helper, a few hundred kilobytes, read in
-# a fixed order; the first 90% trains, the last 10% validates. A batch is `batch` windows of seq + 1
-# bytes at random offsets: the model reads bytes 0..seq-1 and predicts 1..seq.
+# repository's own text (data.py): the README and every chapter, op file and helper, not the
+# exercises, which a learner edits; a few hundred kilobytes, read in a fixed order. The first 90%
+# trains, the last 10% validates. A batch is `batch` windows of seq + 1 bytes at random offsets: the
+# model reads bytes 0..seq-1 and predicts 1..seq.
 #
 # A fresh model's weights are small (std 0.02), so its logits are near 0 and its softmax near
 # uniform: 1/256 for every byte. The loss is the negative log of the probability given to the
@@ -362,12 +363,20 @@ def training():
         if step == 1 or step == steps or step % max(1, steps // 8) == 0:
             rows.append((f"train, step {step}", step, loss.item()))
     seconds = time.perf_counter() - start
-    rows.append(("validation, after", steps, evaluate(model, val)))
+    after = evaluate(model, val)
+    rows.append(("validation, after", steps, after))
+    windows = TOY_BATCH if INTERPRET else 16
+    unigram = unigram_entropy(train)
+    where = (f"below the unigram loss, {unigram:.3f} (section 2): the model has learnt more than each byte's frequency"
+             if after < unigram else
+             f"still above the unigram loss, {unigram:.3f} (section 2): {steps} steps have seen {steps * windows * TOY.seq:,} "
+             f"bytes, too few to learn even how often each byte occurs; more steps (--steps, or a GPU's 200 in "
+             "RESULTS.md) go below it")
     return print_table([(what, loss, bits_per_byte(loss)) for what, _, loss in rows],
                        ["", "loss (nats)", "bits per byte"], floatfmt=".3f",
                        title=f"Training the toy model ({TOY.layers} layers, d_model {TOY.d_model}) on the course ops",
-                       note=f"{steps} steps of {TOY_BATCH if INTERPRET else 16} x {TOY.seq} bytes, lr {LR}, in {seconds:.1f} s"
-                            f"{' under the interpreter' if INTERPRET else ''}.")
+                       note=f"{steps} steps of {windows} x {TOY.seq} bytes, lr {LR}, in {seconds:.1f} s"
+                            f"{' under the interpreter' if INTERPRET else ''}. The validation loss after them is {where}.")
 
 
 # %%
