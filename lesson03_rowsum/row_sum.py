@@ -136,6 +136,9 @@ def offset_type(x: torch.Tensor, out: torch.Tensor, cols: int):
 
 
 # %% The launcher and the op
+# Every launch passes every argument of its kernel, defaults too (TRACE=False): torch.compile records
+# the launch as it is written, and its check of which tensors a kernel writes needs them all (without
+# them it assumes the kernel writes every input, and copies them).
 def launch(x: torch.Tensor, splits: int | None = None, *, index_type=None) -> torch.Tensor:
     """The row sums of x (as row_sum checked it), shape (M,): one launch, or two where rows are split.
     splits: programs per row (None: choose_splits); index_type: tl.int32 or tl.int64 for every
@@ -149,18 +152,18 @@ def launch(x: torch.Tensor, splits: int | None = None, *, index_type=None) -> to
     per_row = cdiv(N, cols)  # programs per row
     if per_row == 1:  # one program per block of rows
         row_sum_kernel[(cdiv(M, BLOCK_M),)](x, y, M, N, x.stride(0), x.stride(1), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                            INDEX_TYPE=index_type or offset_type(x, y, N), num_warps=num_warps)
+                                            INDEX_TYPE=index_type or offset_type(x, y, N), TRACE=False, num_warps=num_warps)
         return y
     # stage 1: partial sums, M x per_row in fp32
     partial = x.new_empty((M, per_row), dtype=torch.float32)
     row_sum_split_kernel[(cdiv(M, BLOCK_M) * per_row,)](
         x, partial, M, N, x.stride(0), x.stride(1), partial.stride(0), cols, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-        INDEX_TYPE=index_type or offset_type(x, partial, cols), num_warps=num_warps)
+        INDEX_TYPE=index_type or offset_type(x, partial, cols), TRACE=False, num_warps=num_warps)
     # stage 2: the rows of partial summed by row_sum_kernel, with the tiles for rows of per_row
     BLOCK_M, BLOCK_N, num_warps = tile_config(per_row)
     row_sum_kernel[(cdiv(M, BLOCK_M),)](partial, y, M, per_row, partial.stride(0), partial.stride(1), BLOCK_M=BLOCK_M,
                                         BLOCK_N=BLOCK_N, INDEX_TYPE=index_type or offset_type(partial, y, per_row),
-                                        num_warps=num_warps)
+                                        TRACE=False, num_warps=num_warps)
     return y
 
 

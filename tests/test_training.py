@@ -295,9 +295,9 @@ def test_lse_is_not_differentiable():
 
 def recorded_launches(monkeypatch, fn, leaves) -> list:
     """(module, the kernel's name there, {argument: value}) for each `kernel[grid](...)` that fn(*leaves)
-    and its backward make: every argument, defaults included, as torch.compile's tracer gets them; a
-    tensor as its dtype, shape and whether it is memory of one of the leaves."""
-    import inspect
+    and its backward make, the arguments as the launch passes them (torch.compile records them so: a
+    default left out is missing for its analysis, which then takes the kernel to write every input);
+    a tensor as its dtype, shape and whether it is memory of one of the leaves."""
     import sys
 
     from triton.runtime import Autotuner
@@ -312,11 +312,7 @@ def recorded_launches(monkeypatch, fn, leaves) -> list:
 
         def run(*args, **kwargs):
             jit = self.fn if isinstance(self, Autotuner) else self  # @triton.autotune wraps a @triton.jit
-            params = list(inspect.signature(jit.fn).parameters.values())
-            tuned = {name for config in getattr(self, "configs", []) for name in config.kwargs}
-            named = dict(zip((p.name for p in params), args), **kwargs)
-            named.update((p.name, p.default) for p in params  # the autotuner's picks are its own to pass
-                         if p.name not in named and p.default is not p.empty and p.name not in tuned)
+            named = dict(zip(jit.arg_names, args), **kwargs)
             module = sys.modules[jit.fn.__module__]
             name = next(n for n, value in vars(module).items() if value is self)
             args_json = {}
