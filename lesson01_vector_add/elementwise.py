@@ -130,7 +130,9 @@ class Add(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, y, BLOCK_SIZE, num_warps):
-        return launch(add_kernel, x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
+        # every argument, TRACE too: torch.compile's analysis of what a kernel writes wants them all
+        # (it takes a kernel called with fewer to write every input, x and y included)
+        return launch(add_kernel, x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps, TRACE=False)
 
     @staticmethod
     def backward(ctx, dout):

@@ -142,7 +142,9 @@ def one_pass_settings(N: int) -> tuple[int, int, int]:
 # %% The launchers, the autograd function and the op
 def launch(x: torch.Tensor, long_rows: bool | None, *, index_type=None) -> torch.Tensor:
     """y = softmax(x) by the kernel that fits the row length (x as softmax() checked it).
-    index_type: tl.int32 or tl.int64 for the offsets (None: common.checks.index_type decides)."""
+    index_type: tl.int32 or tl.int64 for the offsets (None: common.checks.index_type decides). The
+    launches pass every argument of their kernel, defaults too: torch.compile's analysis of what a
+    kernel writes wants them all (it takes a kernel called with fewer to write every input)."""
     M, N = x.shape
     y = x.new_empty((M, N))  # same device and dtype as x
     if M == 0 or N == 0:
@@ -154,12 +156,12 @@ def launch(x: torch.Tensor, long_rows: bool | None, *, index_type=None) -> torch
     if long_rows:
         # tiles of 8192 columns, 16 per thread: long enough to keep the loads streaming
         softmax_online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
-                                    BLOCK_N=8192, INDEX_TYPE=index_type, num_warps=16)
+                                    BLOCK_N=8192, INDEX_TYPE=index_type, TRACE=False, num_warps=16)
     else:
         BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
         grid = (cdiv(M, BLOCK_M),)  # BLOCK_M rows per program
-        softmax_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
-                             BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INDEX_TYPE=index_type, num_warps=num_warps)
+        softmax_kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0), BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                             PAD_ZERO=False, STABLE=True, INDEX_TYPE=index_type, TRACE=False, num_warps=num_warps)
     return y
 
 
