@@ -16,26 +16,29 @@ results, the traces; the sections that need a GPU show what an H200 printed (RES
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import math
 
-from common.device import DEVICE, interpretable
+from common.device import DEVICE
 
 import torch
 import torch.nn.functional as F
 import triton
 import triton.language as tl
+from torch.library import wrap_triton
 
 from common import bench, profile, ptx, roofline
 from common.chapter import Chapter, add_compile_option, positive_int
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, grad_errors, grad_ok, whole
+from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok
 from common.exercise import explain
-from common.launch import cdiv, needs_op, traceable
+from common.launch import cdiv
 from common.table import print_table
 from common.trace import show
-from lesson01_vector_add import cuda_cpp, timing  # the lesson's other files
+from lesson01_vector_add import cuda_cpp, timing  # the lesson's other files: sections 9 and 11-14
+from lesson01_vector_add.elementwise import DTYPES, add, add_kernel, checked, gelu, launch  # the ops
+from lesson01_vector_add.elementwise import gelu_backward, gelu_tanh  # noqa: F401  (lesson 4 imports them from here)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "trace": "2. The trace: add_kernel, program by program",
     "check": "4. Correctness: against PyTorch on random and awkward sizes",
-    "grad": "5. Training: gradients through the registered operators",
+    "grad": "5. Training: gradients through autograd functions",
     "fusion": "6. Fusion, seen by the profiler: how many kernels each GELU launches",
     "machine": "7. The machine: what the timings are measured against",
     "ptx": "8. Under the hood: add_kernel's PTX, compiled for sm_90 without a GPU",
@@ -48,7 +51,6 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "debug": "15. When a kernel is wrong: printing, asserting, a debugger, and the errors everyone hits",
 }
 SIZES = {"quick": [2**12, 2**20, 2**24, 2**26], "full": [2**12, 2**16, 2**20, 2**24, 2**26, 2**28]}  # section 10's N
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 chapter = Chapter("lesson01_vector_add", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
@@ -63,83 +65,17 @@ args = chapter.start()
 # ## 1. The add kernel
 # Six steps, the same in every kernel of this course:
 # who am I (pid) -> which elements (offsets) -> which are real (mask) -> load -> compute -> store.
-
-
-# %%
-@triton.jit
-def add_kernel(
-    x_ptr,                      # address of x[0] (Triton takes it from the torch tensor)
-    y_ptr,                      # address of y[0]
-    output_ptr,                 # address of output[0]
-    N,                          # number of elements
-    BLOCK_SIZE: tl.constexpr,   # elements per program; a compile-time constant
-    TRACE: tl.constexpr = False,  # print what each program does (interpreter only)
-):
-    # 1. Which program am I? Programs are numbered 0 .. grid-1 along axis 0.
-    pid = tl.program_id(axis=0)
-    # 2. Which elements are mine? A whole block of positions at once: tl.arange(0, BLOCK_SIZE) is
-    #    the vector [0, 1, ..., BLOCK_SIZE-1]; adding the start of my block shifts it.
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    # 3. Which of them exist? The last block usually runs past the end of the array.
-    mask = offsets < N
-    if TRACE:
-        show("pid", pid)
-        show("offsets", offsets)
-        show("lanes the mask keeps", tl.sum(mask.to(tl.int32), axis=0))
-        show("lanes masked off", BLOCK_SIZE - tl.sum(mask.to(tl.int32), axis=0))
-    # 4. Load: pointer + vector of offsets = vector of addresses (in elements, not bytes).
-    #    Masked-off lanes are not read; they get `other` instead.
-    x = tl.load(x_ptr + offsets, mask=mask, other=0)
-    y = tl.load(y_ptr + offsets, mask=mask, other=0)
-    # 5. Compute, on the whole block at once.
-    output = x + y
-    if TRACE and BLOCK_SIZE <= 8:  # small enough to print whole
-        show("x", x)
-        show("y", y)
-        show("output", output)
-    # 6. Store; masked-off lanes are not written (the sum is rounded to the output's dtype here).
-    tl.store(output_ptr + offsets, output, mask=mask)
-
-
-# %% [markdown]
-# The launcher checks the input, allocates the output, chooses the grid and launches:
+# The kernel, add_kernel, is in elementwise.py, the file a model imports (this chapter imports it
+# from there): open it beside this chapter. Each step is a numbered comment there.
+#
+# The launcher, launch() beside it, allocates the output, chooses the grid and launches:
 # `kernel[grid](...)` runs len(grid) programs. Two numbers say how big a program is. BLOCK_SIZE is
 # data: the elements it owns. num_warps is threads: a warp is 32 threads that a GPU runs in lockstep,
 # so num_warps = 4 gives each program 128 threads, and the compiler spreads BLOCK_SIZE over them
 # (1024 / 128 = 8 elements each; section 8 shows what it makes of that, section 14 times the choice).
-# One launcher serves both element-wise kernels of this lesson, and the registered operators of
-# section 5 hand it their own form of the kernel.
-
-
-# %%
-def launch(kernel, inputs: dict, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
-    """Run an element-wise kernel over tensors of one shape: kernel(*inputs, output, N, BLOCK_SIZE).
-
-    The kernels walk memory with flat offsets 0..N-1, which is only right for a contiguous tensor,
-    so a strided view (x[::2], x.t()) is copied into a contiguous one first: correct, at the cost
-    of one extra pass over memory.
-    """
-    tensors = check_tensors(inputs, DTYPES, same_shape=True)
-    # tl.arange needs a power of two; a program has at most 32 warps (1024 threads)
-    BLOCK_SIZE = whole("BLOCK_SIZE", BLOCK_SIZE, power_of_two_to=2**16)
-    num_warps = whole("num_warps", num_warps, power_of_two_to=32)
-    if tensors[0].numel() + BLOCK_SIZE > 2**31:  # the offsets are int32, up to a block past the end
-        raise ValueError(f"{tensors[0].numel()} elements: this kernel's int32 offsets stop near 2**31 "
-                         "(lesson 2, section 4: 64-bit offsets)")
-    output = tensors[0].new_empty(tensors[0].shape)  # contiguous, whatever the inputs' strides
-    N = output.numel()
-    if N:
-        grid = (cdiv(N, BLOCK_SIZE),)  # ceil(N / BLOCK_SIZE) programs
-        args = [interpretable(t.contiguous()) for t in tensors]  # (bf16 as fp32 under the interpreter)
-        kernel[grid](*args, output, N, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps)
-    return output
-
-
-def add(x: torch.Tensor, y: torch.Tensor, *, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
-    """x + y, element-wise, for float32/float16/bfloat16 tensors of one shape on one device."""
-    if needs_op(x, y):  # autograd or torch.compile: through the registered operator (section 5)
-        return add_op(x, y, BLOCK_SIZE, num_warps)
-    return launch(add_kernel, {"x": x, "y": y}, BLOCK_SIZE, num_warps)
+# One launcher serves every element-wise kernel of this lesson. add(x, y), the public op, checks its
+# inputs first (tensors of one shape, dtype and device; the two numbers powers of two), then hands
+# them to the launcher through Add, an autograd function (section 5).
 
 
 # %% [markdown]
@@ -198,39 +134,10 @@ def gelu_torch(x):
 
 # torch.compile traces gelu_naive, sees eight element-wise ops and generates ONE Triton kernel for
 # them: bench.compiled(gelu_naive), timed in section 10.
-
-
-@triton.jit
-def gelu_tanh(x):
-    """GELU, tanh form, on a float32 block. A @triton.jit function called from kernels is
-    inlined into them: lesson 4 fuses this same function into a matmul."""
-    # 0.5 * (1 + tanh(u)) = sigmoid(2u) = 1 / (1 + exp(-2u)): the same GELU with one exp and
-    # one division. (Triton's interpreter has no tanh; this form runs everywhere.)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)  # sqrt(2/pi) * (x + 0.044715 x^3)
-    # For very negative x, exp(-2u) is inf and x / inf = -0.0: the right limit, no NaN.
-    # ieee_rounding=False: a fast division (within 2 units in the last place) instead of the
-    # correctly rounded one, which takes a dozen instructions. Here memory is the limit and it
-    # makes no difference; in lesson 4's fused epilogue the arithmetic is what costs.
-    return tl.fdiv(x, 1.0 + tl.exp(-2.0 * u), ieee_rounding=False)
-
-
-@triton.jit
-def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
-    # The same six steps as add_kernel: only step 5 differs. The whole formula runs on numbers
-    # already in registers, so eight operators cost one read and one write of memory.
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < N
-    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)  # math in fp32, for every dtype
-    y = gelu_tanh(x)
-    tl.store(y_ptr + offsets, y.to(y_ptr.dtype.element_ty), mask=mask)  # back to the input's dtype
-
-
-def gelu(x: torch.Tensor, *, BLOCK_SIZE: int = 1024, num_warps: int = 4) -> torch.Tensor:
-    """GELU (tanh approximation) in one pass: float32/float16/bfloat16, math in float32."""
-    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 5)
-        return gelu_op(x, BLOCK_SIZE, num_warps)
-    return launch(gelu_kernel, {"x": x}, BLOCK_SIZE, num_warps)
+#
+# Ours is one kernel written by hand: elementwise.py's gelu_kernel, add_kernel's six steps with the
+# whole formula as step 5, computed by gelu_tanh, a @triton.jit function that the kernel inlines
+# (and lesson 4 inlines into its matmul). gelu(x) is its op, checked and launched as add(x, y) is.
 
 
 # %% [markdown]
@@ -269,60 +176,42 @@ chapter.run("check", check)
 # make a kernel a citizen of PyTorch:
 # - a backward. For out = x + y both gradients are dL/dout itself: no kernel. For y = gelu(x),
 #   dL/dx = dL/dy * gelu'(x): one more element-wise kernel, fused like the forward (reads dy and
-#   x, writes dx), with gelu' worked out below.
-# - a registration. torch.library.triton_op makes a function an operator ("lessons::gelu") whose
-#   kernels torch.compile can see into and trace; register_autograd attaches the backward, and
-#   setup_context keeps what it needs (here x) from the forward. Inside the operator, each launch
-#   is `traceable(kernel)[grid](...)` (common/launch.py): torch.library.wrap_triton's form of the
-#   kernel, which records the launch while torch.compile traces and is the kernel itself otherwise.
-# A call through the operator passes PyTorch's dispatcher, microseconds of host time (section 12),
-# so add() and gelu() take it only where autograd or torch.compile needs it (common.launch.needs_op).
+#   x, writes dx): elementwise.py's gelu_backward_kernel, with gelu' worked out in its comments.
+# - an autograd function: a subclass of torch.autograd.Function whose forward launches the forward
+#   kernel and whose backward takes dL/d(output) and returns one gradient per input of forward (None
+#   for an int). ctx carries what the backward needs: Gelu's forward keeps x with
+#   ctx.save_for_backward(x), and autograd checks that nobody changed x in place in between.
+# elementwise.py's add() checks its inputs and calls Add.apply(x, y, ...), gelu() Gelu.apply(x, ...):
+# always, with or without gradients. Where nothing requires grad (inference, torch.no_grad()),
+# apply runs the forward and records nothing. So a call passes three of the course's functions on
+# its way to the kernel, the op, the autograd function's forward and the launcher, as Liger-Kernel's
+# ops and Triton's attention tutorial do (Function.apply -> forward -> kernel[grid]). torch.compile
+# traces the same path: Dynamo follows the Python of the op, the forward and the launcher into
+# `kernel[grid](...)`, and records the launch of the Triton kernel in its graph, the backward's too
+# (PyTorch's recipe "Using User-Defined Triton Kernels with torch.compile").
+#
+# An operator PyTorch knows is something more. torch.library.triton_op registers a function under a
+# name ("lessons::add" below) with PyTorch's dispatcher, the layer every torch operation passes, and
+# register_autograd gives it its backward. Then torch.export can save a graph that calls it,
+# tensor-level tools (FlopCounterMode, a TorchDispatchMode) see it as one operation, and a CPU
+# implementation can be registered beside the GPU one. Inside the operator a launch is written
+# `torch.library.wrap_triton(kernel)[grid](...)`: while torch.compile traces the operator it records
+# the launch instead of running it (it is the kernel itself otherwise), and it wants every argument of
+# the kernel, defaults included (TRACE). Every call of an operator passes the dispatcher, which costs
+# the host tens of microseconds: section 12 times add() through Add beside the same add registered
+# as torch.ops.lessons.add. The lessons' ops are autograd functions; register an operator where
+# the dispatcher's services are the point.
 
 
 # %%
-@triton.jit
-def gelu_backward_kernel(dy_ptr, x_ptr, dx_ptr, N, BLOCK_SIZE: tl.constexpr):
-    # gelu(x) = x s with s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (gelu_tanh above), and
-    # sigmoid' = s (1 - s), so gelu'(x) = s + x s (1 - s) 2 du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
-    pid = tl.program_id(axis=0)
-    offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-    mask = offsets < N
-    dy = tl.load(dy_ptr + offsets, mask=mask, other=0).to(tl.float32)
-    x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    s = 1.0 / (1.0 + tl.exp(-2.0 * u))                   # exp overflows to inf for x << 0: s = 0, no NaN
-    du = 0.7978845608028654 * (1.0 + 0.134145 * x * x)
-    dx = dy * (s + 2.0 * x * s * (1.0 - s) * du)
-    tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
-
-
 @torch.library.triton_op("lessons::add", mutates_args=())  # mutates_args: it writes no input
-def add_op(x: torch.Tensor, y: torch.Tensor, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
-    return launch(traceable(add_kernel), {"x": x, "y": y}, BLOCK_SIZE, num_warps)
+def add_op(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """add(x, y) as an operator PyTorch's dispatcher knows: torch.ops.lessons.add(x, y)."""
+    (x, y), BLOCK_SIZE, num_warps = checked({"x": x, "y": y}, 1024, 4)
+    return launch(wrap_triton(add_kernel), x, y, BLOCK_SIZE=BLOCK_SIZE, num_warps=num_warps, TRACE=False)
 
 
-@torch.library.triton_op("lessons::gelu", mutates_args=())
-def gelu_op(x: torch.Tensor, BLOCK_SIZE: int, num_warps: int) -> torch.Tensor:
-    return launch(traceable(gelu_kernel), {"x": x}, BLOCK_SIZE, num_warps)
-
-
-@torch.library.triton_op("lessons::gelu_backward", mutates_args=())
-def gelu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """dL/dx = dy * gelu'(x), in one pass. An operator too: torch.compile traces backward passes."""
-    return launch(traceable(gelu_backward_kernel), {"dy": dy, "x": x}, 1024, 4)
-
-
-def keep_input(ctx, inputs, output):
-    ctx.save_for_backward(inputs[0])  # saved tensors: autograd checks they were not changed in place
-
-
-def gelu_grad(ctx, dy):
-    (x,) = ctx.saved_tensors
-    return gelu_backward(dy, x), None, None  # one gradient per input; none for the two ints
-
-
-add_op.register_autograd(lambda ctx, dout: (dout, dout, None, None))
-gelu_op.register_autograd(gelu_grad, setup_context=keep_input)
+add_op.register_autograd(lambda ctx, dout: (dout, dout))  # its backward: both gradients are dL/dout
 
 
 def grad_check(sizes=(1, 1000, 65536 + 3)):
@@ -426,7 +315,7 @@ def look_at_ptx(ir: str | None = None) -> dict:
     consts = {"BLOCK_SIZE": 1024, "TRACE": False}
     pointers = ("x_ptr", "y_ptr", "output_ptr")  # torch allocations are 16-byte aligned
     cases = {"N a multiple of 16": pointers + ("N",), "N not a multiple of 16": pointers}
-    compiled_asm = ptx.compile_kernels([dict(module="lesson01_vector_add.main", kernel=add_kernel, signature=sig,
+    compiled_asm = ptx.compile_kernels([dict(module="lesson01_vector_add.elementwise", kernel=add_kernel, signature=sig,
                                              constexprs=consts, divisible_by_16=div) for div in cases.values()])
     rows, found = [], {}
     for label, asm in zip(cases, compiled_asm):
@@ -516,12 +405,7 @@ chapter.run("bench", timing_section, gpu=True)
 
 
 # %%
-def pitfalls():
-    return timing.pitfalls(add, add_kernel, launch)
-
-
-# %%
-chapter.run("pitfalls", pitfalls, gpu=True)
+chapter.run("pitfalls", timing.pitfalls, gpu=True)
 
 # %% [markdown]
 # ## 12. What a call costs the host (timing.py)
@@ -532,11 +416,11 @@ chapter.run("pitfalls", pitfalls, gpu=True)
 
 # %%
 def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
-    return timing.host_cases(add, gelu, add_kernel, gelu_kernel, add_op)
+    return timing.host_cases(add_op)
 
 
 # %%
-chapter.run("host", lambda: timing.host_section("lesson01_vector_add.main:host_cases", add, 3 if args.full else 1), gpu=True)
+chapter.run("host", lambda: timing.host_section("lesson01_vector_add.main:host_cases", 3 if args.full else 1), gpu=True)
 
 # %% [markdown]
 # ## 13. CUDA graphs: one launch for a whole sequence (timing.py)
@@ -545,12 +429,7 @@ chapter.run("host", lambda: timing.host_section("lesson01_vector_add.main:host_c
 
 
 # %%
-def graphs():
-    return timing.graphs(add)
-
-
-# %%
-chapter.run("graphs", graphs, gpu=True)
+chapter.run("graphs", timing.graphs, gpu=True)
 
 # %% [markdown]
 # ## 14. BLOCK_SIZE against num_warps (timing.py)
@@ -558,7 +437,7 @@ chapter.run("graphs", graphs, gpu=True)
 
 
 # %%
-chapter.run("blocks", lambda: timing.block_size_sweep(add, 1 << 26 if args.full else 1 << 24), gpu=True)
+chapter.run("blocks", lambda: timing.block_size_sweep(1 << 26 if args.full else 1 << 24), gpu=True)
 
 # %% [markdown]
 # ## 15. When a kernel is wrong: printing, asserting, a debugger, and the errors everyone hits

@@ -2,8 +2,8 @@
 
 A GPU runs what the host queues. A Python call such as add(x, y) checks its inputs, allocates
 the output, and asks the driver to queue the kernel; then it returns, usually before the kernel
-has even started. Four consequences, one section each of main.py (which hands these functions the
-lesson's add, gelu and kernels as arguments):
+has even started. Four consequences, one section each of main.py (the calls timed are
+elementwise.py's ops and kernels):
 
 - "pitfalls": a host clock around a call measures the queueing, not the work, unless the clock
   waits for the GPU (torch.cuda.synchronize); the first call also compiles. Which number answers
@@ -23,12 +23,15 @@ import statistics
 import tempfile
 import time
 
+import common.device  # noqa: F401  (first: it decides how triton is imported)
+
 import torch
 import triton
 
 from common import bench
 from common.launch import cdiv
 from common.table import print_table
+from lesson01_vector_add.elementwise import add, add_kernel, gelu, gelu_kernel, launch  # the lesson's ops
 
 
 @contextlib.contextmanager
@@ -69,7 +72,7 @@ def host_clock_ms(fn, synchronize: bool, repeat: int = 5) -> float:
 
 
 # %%
-def pitfalls(add, add_kernel, launch, n: int = 1 << 24):
+def pitfalls(n: int = 1 << 24):
     """The table, in the lesson's own process (which has run the profiler by the time section 11
     runs: its host rows may read a little high; section 12 measures the host in a fresh process)."""
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
@@ -77,7 +80,7 @@ def pitfalls(add, add_kernel, launch, n: int = 1 << 24):
     def first_call(cache_dir=None):
         fresh = triton.jit(add_kernel.fn)  # a new kernel object: its in-memory cache is empty
         with triton_cache(cache_dir) if cache_dir else contextlib.nullcontext():
-            return host_clock_ms(lambda: launch(fresh, {"x": x, "y": y}, 1024, 4), synchronize=True, repeat=1)
+            return host_clock_ms(lambda: launch(fresh, x, y), synchronize=True, repeat=1)
 
     add(x, y)  # add_kernel compiled in memory and, so, in Triton's disk cache
     with tempfile.TemporaryDirectory() as empty:
@@ -112,8 +115,10 @@ def pitfalls(add, add_kernel, launch, n: int = 1 << 24):
 # tensor's dtype and whether its address is a multiple of 16 bytes; each integer's class: 1, a
 # multiple of 16, past 32 bits), looks the compiled kernel up by it, and hands it to the driver.
 # The table takes that apart with calls that do less and less:
-# - add(x, y) whole; the same through its registered operator (the dispatcher's share, paid where
-#   autograd or torch.compile needs it: section 5);
+# - add(x, y) whole: its checks, Add.apply (the autograd function of section 5) and the launcher;
+#   the same add registered as an operator, torch.ops.lessons.add (section 5): the dispatcher's
+#   share; and each again on inputs that require grad, where autograd records every call (torch's
+#   x + y too);
 # - add_kernel[grid](...) alone, its arguments ready: Triton's launch of four arguments;
 # - empty kernels of two and of eight arguments: the floor, and what each argument adds (binding
 #   and specialization grow with the arguments);
@@ -131,17 +136,24 @@ def empty_kernel_8(a_ptr, b_ptr, c_ptr, d_ptr, M, N, K, L):
     pass
 
 
-def host_cases(add, gelu, add_kernel, gelu_kernel, add_op, n: int = 4096) -> dict:
-    """For bench.host_costs: {label: call} on n floats."""
+ADD = "add(x, y): checks, Add.apply, output, grid, launch"
+
+
+def host_cases(add_op, n: int = 4096) -> dict:
+    """For bench.host_costs: {label: call} on n floats; add_op: add registered as an operator (section 5)."""
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
+    xg, yg = x.clone().requires_grad_(), y.clone().requires_grad_()
     grid = (cdiv(n, 1024),)
     graph, _ = capture(lambda: add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024))
     return {"empty @triton.jit kernel, 8 arguments": lambda: empty_kernel_8[(1,)](x, x, x, x, n, n, n, n),
             "one add_kernel launch replayed from a CUDA graph (graph.replay())": graph.replay,
             f"torch x + y ({n} floats)": lambda: x + y,
             "add_kernel[grid](...) alone, arguments ready": lambda: add_kernel[grid](x, y, out, n, BLOCK_SIZE=1024),
-            "add(x, y): checks, output, grid, launch": lambda: add(x, y),
-            "the same through its operator, torch.ops.lessons.add": lambda: add_op(x, y, 1024, 4),
+            ADD: lambda: add(x, y),
+            "the same add registered as an operator, torch.ops.lessons.add": lambda: add_op(x, y),
+            "torch x + y, x and y requiring grad (autograd records it)": lambda: xg + yg,
+            "add(x, y), x and y requiring grad (Add records its backward)": lambda: add(xg, yg),
+            "torch.ops.lessons.add(x, y), x and y requiring grad": lambda: add_op(xg, yg),
             "F.gelu(x)": lambda: torch.nn.functional.gelu(x, approximate="tanh"),
             "gelu_kernel[grid](...) alone, arguments ready": lambda: gelu_kernel[grid](x, out, n, BLOCK_SIZE=1024),
             "gelu(x)": lambda: gelu(x)}
@@ -158,12 +170,12 @@ def crossover(ns: list, host_us: float, kernel_us: list) -> float | None:
     return None
 
 
-def host_section(cases: str, add, processes: int = 3, sizes=tuple(2**k for k in range(10, 27, 2))) -> list:
+def host_section(cases: str, processes: int = 3, sizes=tuple(2**k for k in range(10, 27, 2))) -> list:
     """The host cost table (cases: 'module:function' returning host_cases' dict, timed in `processes`
     fresh processes), then kernel time by size."""
     host_table = bench.host_cost_table(cases, processes)
     us = {label: t for label, t, _ in host_table.rows}
-    torch_us, add_us = us["torch x + y (4096 floats)"], us["add(x, y): checks, output, grid, launch"]
+    torch_us, add_us = us["torch x + y (4096 floats)"], us[ADD]
     inputs = {n: (torch.randn(n, device="cuda"), torch.randn(n, device="cuda")) for n in sizes}
     rows = [[n, bench.kernel_time_ms(lambda: x + y) * 1e3, bench.kernel_time_ms(lambda: add(x, y)) * 1e3,
              torch_us, add_us] for n, (x, y) in inputs.items()]
@@ -211,7 +223,7 @@ def capture(fn):
     return graph, out
 
 
-def graphs(add, n: int = 4096, chain: int = 10):
+def graphs(n: int = 4096, chain: int = 10):
     """`chain` adds in a row (z = z + y) on n floats: eager against one CUDA graph replay, per add
     (the host's speed varies between processes, so take its ratios, not its microseconds, from here)."""
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
@@ -254,7 +266,7 @@ def graphs(add, n: int = 4096, chain: int = 10):
 
 
 # %%
-def block_size_sweep(add, n: int = 1 << 26):
+def block_size_sweep(n: int = 1 << 26):
     """Triton add over a grid of BLOCK_SIZE x num_warps, by kernel time (do_bench)."""
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     torch_us = bench.time_ms(lambda: x + y) * 1e3

@@ -13,19 +13,25 @@ float32 probabilities are never stored; F.cross_entropy in eager mode keeps its 
 vocabulary, in the logits' dtype) from the forward to the backward.
 
 reduction="mean" folds the 1/rows into the kernel (each row's loss is stored divided by the rows)
-and adds the rows up with lesson 3's row_sum: every launch a course kernel. A target outside
-[0, vocabulary) gives a NaN loss (found on the GPU without a synchronisation; F.cross_entropy stops
-with a device-side assert instead).
+and adds the rows up with torch's .sum(): one small PyTorch launch after the course's kernel, whose
+order of additions is fixed for a given number of rows, so the mean is the same bits every time. A
+target outside [0, vocabulary) gives a NaN loss (found on the GPU without a synchronisation;
+F.cross_entropy stops with a device-side assert instead).
+
+The op has the course's one shape (lesson 1, section 5): cross_entropy() checks its inputs,
+CrossEntropy (an autograd function) says what the forward and the backward launch, and the launchers
+run `kernel[grid](...)`.
 """
+import common.device  # noqa: F401  (first: it decides how triton is imported)
+
 import torch
 import triton
 import triton.language as tl
 
 from common import checks
 from common.checks import check_tensors
-from common.launch import cdiv, needs_op, next_power_of_2, traceable
+from common.launch import cdiv, next_power_of_2
 from common.trace import show
-from lesson03_rowsum.main import row_sum  # lesson 3: the mean's sum over the rows
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 REDUCTIONS = ("mean", "none")
@@ -107,58 +113,53 @@ def settings(V: int) -> tuple[int, int, int]:
     return BLOCK_M, BLOCK_V, max(1, min(16, BLOCK_M * BLOCK_V // 512))
 
 
-def launch(x: torch.Tensor, targets: torch.Tensor, scale: float, *, kernel=cross_entropy_kernel) -> tuple:
+def launch(x: torch.Tensor, targets: torch.Tensor, scale: float) -> tuple:
     """(loss per row times scale, lse), both float32, for x and targets as cross_entropy() checked them."""
     M, V = x.shape
     loss, lse = x.new_empty(M, dtype=torch.float32), x.new_empty(M, dtype=torch.float32)
     if M:
         BLOCK_M, BLOCK_V, num_warps = settings(V)
-        kernel[(cdiv(M, BLOCK_M),)](x, targets, loss, lse, M, V, x.stride(0), x.stride(1), scale, BLOCK_M=BLOCK_M,
-                                    BLOCK_V=BLOCK_V, INDEX_TYPE=checks.index_type(x), num_warps=num_warps)
+        cross_entropy_kernel[(cdiv(M, BLOCK_M),)](x, targets, loss, lse, M, V, x.stride(0), x.stride(1), scale,
+                                                  BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V, INDEX_TYPE=checks.index_type(x),
+                                                  TRACE=False, num_warps=num_warps)  # (every argument: softmax.py's launch says why)
     return loss, lse
 
 
-def launch_backward(x, targets, lse, dloss, scale: float, *, kernel=cross_entropy_backward_kernel) -> torch.Tensor:
+def launch_backward(x, targets, lse, dloss, scale: float) -> torch.Tensor:
+    """dL/dlogits, (M, V) in the logits' dtype, from the forward's lse and dL/dloss (one per row)."""
     M, V = x.shape
     dx = x.new_empty((M, V))
     if M:
         BLOCK_M, BLOCK_V, num_warps = settings(V)
-        kernel[(cdiv(M, BLOCK_M),)](x, targets, lse, dloss, dx, M, V, x.stride(0), x.stride(1), dloss.stride(0),
-                                    scale, BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V, INDEX_TYPE=checks.index_type(x, dx),
-                                    num_warps=num_warps)
+        cross_entropy_backward_kernel[(cdiv(M, BLOCK_M),)](x, targets, lse, dloss, dx, M, V, x.stride(0), x.stride(1),
+                                                           dloss.stride(0), scale, BLOCK_M=BLOCK_M, BLOCK_V=BLOCK_V,
+                                                           INDEX_TYPE=checks.index_type(x, dx), num_warps=num_warps)
     return dx
 
 
-@torch.library.triton_op("lessons::cross_entropy", mutates_args=())
-def cross_entropy_op(x: torch.Tensor, targets: torch.Tensor, scale: float) -> tuple[torch.Tensor, torch.Tensor]:
-    return launch(x, targets, scale, kernel=traceable(cross_entropy_kernel))
+class CrossEntropy(torch.autograd.Function):
+    """Each row's loss (times scale); the backward recomputes the probabilities from the logits and lse,
+    the forward's one float32 per row: the rows x vocabulary probabilities are never stored."""
 
+    @staticmethod
+    def forward(ctx, x, targets, scale):
+        loss, lse = launch(x, targets, scale)
+        ctx.save_for_backward(x, targets, lse)  # the logits, the targets and lse: no probabilities
+        ctx.scale = scale
+        return loss
 
-@torch.library.triton_op("lessons::cross_entropy_backward", mutates_args=())
-def cross_entropy_backward(x: torch.Tensor, targets: torch.Tensor, lse: torch.Tensor, dloss: torch.Tensor,
-                           scale: float) -> torch.Tensor:
-    return launch_backward(x, targets, lse, dloss, scale, kernel=traceable(cross_entropy_backward_kernel))
-
-
-def keep_for_backward(ctx, inputs, output):
-    ctx.set_materialize_grads(False)  # lse's gradient is never used: no zeros made for it
-    x, targets, ctx.scale = inputs
-    ctx.save_for_backward(x, targets, output[1])  # the logits, the targets and lse: no probabilities
-
-
-def cross_entropy_grad(ctx, dloss, dlse):  # (nothing downstream uses lse: dlse is None)
-    x, targets, lse = ctx.saved_tensors
-    return cross_entropy_backward(x, targets, lse, dloss, ctx.scale), None, None
-
-
-cross_entropy_op.register_autograd(cross_entropy_grad, setup_context=keep_for_backward)
+    @staticmethod
+    def backward(ctx, dloss):
+        x, targets, lse = ctx.saved_tensors
+        return launch_backward(x, targets, lse, dloss, ctx.scale), None, None  # none for targets and scale
 
 
 def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, reduction: str = "mean") -> torch.Tensor:
     """F.cross_entropy(logits, targets) for 2-D logits (rows, vocabulary) of float32, float16 or bfloat16
     and integer targets (rows,), the arithmetic in float32. The loss is float32 whatever the logits'
     dtype (F.cross_entropy's is the logits' dtype): the mean over the rows (reduction="mean"), or one
-    per row ("none"). A target outside [0, vocabulary) gives NaN."""
+    per row ("none"). A target outside [0, vocabulary) gives NaN. The mean is the rows' losses, each
+    already divided by the rows in the kernel, added by torch's .sum() (deterministic)."""
     (logits,) = check_tensors({"logits": logits}, DTYPES, ndim=2)
     if not isinstance(targets, torch.Tensor) or targets.dtype not in (torch.int64, torch.int32):
         raise TypeError(f"targets must be an int64 or int32 tensor (token ids), got "
@@ -172,15 +173,9 @@ def cross_entropy(logits: torch.Tensor, targets: torch.Tensor, *, reduction: str
         raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if logits.shape[1] == 0:
         raise ValueError("logits have no columns: a vocabulary of 0 has no cross-entropy")
-    targets = targets.contiguous()
-    scale = 1.0 / max(logits.shape[0], 1) if reduction == "mean" else 1.0
-    if needs_op(logits):  # autograd or torch.compile: through the registered operator
-        loss = cross_entropy_op(logits, targets, scale)[0]
-    else:
-        loss = launch(logits, targets, scale)[0]
+    rows = logits.shape[0]
     if reduction == "none":
-        return loss
-    if loss.shape[0] == 0:
-        return loss.new_full((), float("nan"))  # as F.cross_entropy: the mean of no rows
-    return row_sum(loss.view(1, -1))[0]  # the rows' losses, already divided by the rows, added up
-
+        return CrossEntropy.apply(logits, targets.contiguous(), 1.0)
+    if rows == 0:
+        return logits.new_full((), float("nan"), dtype=torch.float32)  # as F.cross_entropy: the mean of no rows
+    return CrossEntropy.apply(logits, targets.contiguous(), 1.0 / rows).sum()  # the rows' shares of the mean, added

@@ -22,23 +22,23 @@ import math
 from common.device import DEVICE
 
 import torch
-import triton
 import triton.language as tl
 
 from common import bench, checks, profile, ptx, roofline
 from common.chapter import Chapter, add_compile_option, positive_int
-from common.checks import check_tensors, dtype_name, flag, whole
-from common.launch import cdiv, needs_op, next_power_of_2, traceable
+from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok
+from common.launch import cdiv, next_power_of_2
 from common.table import Table, print_table
 from common.trace import show
-from lesson02_softmax import backward  # the backward pass, in the lesson's second file
+from lesson02_softmax.softmax import (DTYPES, MAX_ONE_PASS_N, launch, one_pass_settings, softmax,  # the op
+                                      softmax_kernel, softmax_online_kernel)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "traffic": "1. Softmax step by step in PyTorch: five kernels, and what each way moves",
     "trace": "5. The trace: both kernels from inside, on the worked examples",
     "tree": "6. What tl.max and tl.sum become: a reduction tree, and its PTX for sm_90",
     "check": "7. Correctness: random and awkward shapes, every dtype, both kernels",
-    "grad": "8. Training: softmax's backward, one more row reduction (backward.py)",
+    "grad": "8. Training: softmax's backward, one more row reduction (softmax.py)",
     "fusion": "9. Fusion, seen by the profiler: how many kernels each softmax launches",
     "bench": "10. Timing: torch against Triton, GB/s and % of the copy bandwidth",
     "offsets": "11. 64-bit offsets: what they cost",
@@ -46,7 +46,6 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 }
 SIZES = {"quick": (4096, [256, 1024, 4096, 16384, 131072]),  # section 10's M, then its row lengths N
          "full": (4096, [256, 1024, 4096, 8192, 16384, 32768, 65536, 131072])}
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 chapter = Chapter("lesson02_softmax", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--rows", type=positive_int, metavar="M",
@@ -99,49 +98,11 @@ chapter.run("traffic", memory_traffic)
 # power of two); the lanes past N are masked. Short rows leave a program with little to do, so it
 # takes BLOCK_M rows at once: a 2-D block [BLOCK_M, BLOCK_N], reduced along axis 1. The textbook
 # kernel, one row per program, is the case BLOCK_M = 1.
-
-
-# %%
-@triton.jit
-def softmax_kernel(
-    x_ptr, y_ptr,               # input and output, (M, N)
-    M, N,                       # rows, columns
-    stride_xm, stride_xn,       # elements between rows / columns of x: views need no copy
-    stride_ym,                  # y is allocated contiguous: its column stride is 1
-    BLOCK_M: tl.constexpr,      # rows per program
-    BLOCK_N: tl.constexpr,      # next power of two >= N: a whole row at once
-    PAD_ZERO: tl.constexpr = False,     # masked-off lanes hold -inf; the trace tries 0.0 instead
-    STABLE: tl.constexpr = True,        # subtract the row max first (the trace tries without)
-    INDEX_TYPE: tl.constexpr = tl.int32,  # of the offsets: tl.int64 past 2**31 elements (section 4)
-    TRACE: tl.constexpr = False,
-):
-    pid = tl.program_id(axis=0)
-    rows = pid.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # the rows this program owns
-    cols = tl.arange(0, BLOCK_N).to(INDEX_TYPE)                  # every column of them
-    # [:, None] makes a column, [None, :] a row; combined, they broadcast to [BLOCK_M, BLOCK_N]
-    mask = (rows[:, None] < M) & (cols[None, :] < N)
-    x_ptrs = x_ptr + rows[:, None] * stride_xm + cols[None, :] * stride_xn
-    # Masked lanes take part in the max and the sum below, so the padding must change neither:
-    # -inf is below every number, and exp(-inf) = 0.
-    x = tl.load(x_ptrs, mask=mask, other=0.0 if PAD_ZERO else float("-inf")).to(tl.float32)  # math in fp32
-    if STABLE:
-        x_max = tl.max(x, axis=1)                 # reduction 1: one max per row
-        z = x - x_max[:, None]                    # every exponent <= 0: exp cannot overflow
-    else:
-        z = x
-    numerator = tl.exp(z)
-    denominator = tl.sum(numerator, axis=1)       # reduction 2: one sum per row, >= 1 if STABLE
-    y = numerator / denominator[:, None]
-    y_ptrs = y_ptr + rows[:, None] * stride_ym + cols[None, :]
-    tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=mask)
-    if TRACE:
-        show("loaded row", x)
-        if STABLE:
-            show("max", x_max)
-        show("after subtracting", z)
-        show("exp", numerator)
-        show("sum", denominator)
-        show("result", y)
+#
+# The kernel, softmax_kernel, is in softmax.py, the file a model imports: open it beside this
+# chapter. It loads its [BLOCK_M, BLOCK_N] block with -inf in the masked-off lanes, then the five
+# steps, each a line: the max of each row (tl.max, reduction 1), subtract it, exp, the sum of each row
+# (tl.sum, reduction 2), divide; and one store. Section 5 shows why the max and the -inf matter.
 
 
 # %% [markdown]
@@ -153,47 +114,16 @@ def softmax_kernel(
 # A second walk writes exp(x - m) / l. Two reads and one write (3MN) instead of 2MN: the price of
 # long rows. Flash attention (lesson 5) does the same rescaling, with the output carried along
 # so that no second walk is needed.
-
-
-# %%
-@triton.jit
-def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym, BLOCK_N: tl.constexpr,
-                          INDEX_TYPE: tl.constexpr = tl.int32, TRACE: tl.constexpr = False):
-    row = tl.program_id(axis=0).to(INDEX_TYPE)   # one program per row
-    x_row = x_ptr + row * stride_xm
-    y_row = y_ptr + row * stride_ym
-    m = tl.full([], float("-inf"), tl.float32)   # running max
-    l = tl.zeros([], dtype=tl.float32)           # running sum of exp(x - m)
-    for start in range(0, N, BLOCK_N):           # walk 1: the max and the sum
-        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf")).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(x, axis=0))
-        # A row that is all -inf so far has m_new = -inf, and -inf - (-inf) is NaN: subtract 0.
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m - m_safe)               # rescales the old sum to the new max
-        l = l * alpha + tl.sum(tl.exp(x - m_safe), axis=0)
-        m = m_new
-        if TRACE:
-            show("tile", x)
-            show("m", m)
-            show("alpha", alpha)
-            show("l", l)
-    for start in range(0, N, BLOCK_N):           # walk 2: normalise and write
-        cols = start + tl.arange(0, BLOCK_N).to(INDEX_TYPE)
-        x = tl.load(x_row + cols * stride_xn, mask=cols < N, other=float("-inf")).to(tl.float32)
-        y = tl.exp(x - m) / l
-        tl.store(y_row + cols, y.to(y_ptr.dtype.element_ty), mask=cols < N)
-        if TRACE:
-            show("output tile", y)
+#
+# The kernel: softmax.py, softmax_online_kernel, one program per row, its two walks commented there.
 
 
 # %% [markdown]
 # ## 4. The launcher: checks, then the kernel that fits the row length
-# softmax() checks its input, then runs the launcher, launch(), directly, or through the registered
-# operator of section 8 where autograd or torch.compile needs one (common.launch.needs_op; lesson 1,
-# section 5). launch() allocates the output, picks the kernel and its grid and calls
-# `kernel[grid](...)`; it takes the two kernels as arguments, so that the operator can hand it
-# their traceable forms.
+# softmax() (softmax.py) checks its input and calls Softmax.apply: Softmax, an autograd function
+# (section 8; lesson 1, section 5, says how they work), whose forward runs the launcher, launch().
+# launch() allocates the output, picks the kernel and its grid from the row length and calls
+# `kernel[grid](...)`.
 #
 # How big a program is. num_warps sets its threads: a warp is 32 threads that the GPU runs in
 # lockstep (lesson 1, section 1). The rule for the one-pass kernel: rows shorter than 1024 are
@@ -214,64 +144,8 @@ def softmax_online_kernel(x_ptr, y_ptr, N, stride_xm, stride_xn, stride_ym, BLOC
 # which softmax() never passes; section 11 does, to time both. For this memory-bound kernel the
 # cost is lost in the noise; for lesson 4's matmul and lesson 5's attention it is not (each
 # RESULTS.md: "64-bit offsets: what they cost").
-
-
-# %%
-MAX_ONE_PASS_N = 65536  # the longest row the one-pass kernel takes
-TUNED = {256: (2, 2), 512: (1, 2), 2048: (2, 4), 65536: (1, 8)}  # BLOCK_N: (BLOCK_M, num_warps), H200 sweep
-
-
-def one_pass_settings(N: int) -> tuple[int, int, int]:
-    """BLOCK_M, BLOCK_N and num_warps for the one-pass kernel."""
-    BLOCK_N = next_power_of_2(N)
-    BLOCK_M = max(1, 1024 // BLOCK_N)
-    BLOCK_M, num_warps = TUNED.get(BLOCK_N, (BLOCK_M, min(32, BLOCK_M * BLOCK_N // 1024)))
-    return BLOCK_M, BLOCK_N, num_warps
-
-
-def softmax(x: torch.Tensor, dim: int = -1, *, long_rows: bool | None = None) -> torch.Tensor:
-    """Softmax of a 2-D tensor along `dim` (float32/float16/bfloat16; math in fp32), as
-    torch.softmax(x, dim). The kernels reduce along rows; dim 0 runs them on x.t(), a view.
-
-    long_rows: None picks the kernel by row length; True / False forces the online / one-pass one.
-    """
-    (x,) = check_tensors({"x": x}, DTYPES, ndim=2)
-    dim = whole("dim", dim, least=-2)
-    if dim > 1:
-        raise IndexError(f"dim must be in [-2, 1] for a 2-D tensor, got {dim}")
-    long_rows = flag("long_rows", long_rows, optional=True)  # a string such as "no" would be truthy
-    if dim % 2 == 0:  # along the columns: the rows of the transpose (the kernels follow strides)
-        return softmax(x.t(), long_rows=long_rows).t()
-    if needs_op(x):  # autograd or torch.compile: through the registered operator (section 8)
-        return softmax_op(x, long_rows)
-    return launch(x, long_rows)
-
-
-def launch(x: torch.Tensor, long_rows: bool | None, *, kernel=softmax_kernel, online_kernel=softmax_online_kernel,
-           index_type=None) -> torch.Tensor:
-    """y = softmax(x) by the kernel that fits the row length (x as softmax() checked it).
-    kernel, online_kernel: the one-pass and the online kernel (the operator passes traceable forms);
-    index_type: tl.int32 or tl.int64 for the offsets (None: common.checks.index_type decides)."""
-    M, N = x.shape
-    y = x.new_empty((M, N))  # same device and dtype as x
-    if M == 0 or N == 0:
-        return y
-    if long_rows is None:
-        long_rows = N > MAX_ONE_PASS_N
-    if index_type is None:
-        index_type = checks.index_type(x, y)
-    if long_rows:
-        # tiles of 8192 columns, 16 per thread: long enough to keep the loads streaming
-        online_kernel[(M,)](x, y, N, x.stride(0), x.stride(1), y.stride(0),
-                            BLOCK_N=8192, INDEX_TYPE=index_type, num_warps=16)
-    else:
-        BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
-        grid = (cdiv(M, BLOCK_M),)  # BLOCK_M rows per program
-        kernel[grid](x, y, M, N, x.stride(0), x.stride(1), y.stride(0),
-                     BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, INDEX_TYPE=index_type, num_warps=num_warps)
-    return y
-
-
+#
+# The rule and TUNED: softmax.py's one_pass_settings; the launcher: softmax.py's launch(). And
 # bench.compiled(softmax_naive): torch.compile fuses the five steps into one generated Triton
 # kernel, profiled in section 9 and timed in section 10.
 
@@ -371,7 +245,7 @@ def tree(N: int = 4096) -> dict:
           f"1024 numbers: {len(tree_rounds([0] * 1024)) - 1} rounds.")
     BLOCK_M, BLOCK_N, num_warps = one_pass_settings(N)
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn", "stride_ym"), "i32")}
-    code = ptx.compile_kernel("lesson02_softmax.main", softmax_kernel, sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
+    code = ptx.compile_kernel("lesson02_softmax.softmax", softmax_kernel, sig, {"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N},
                               num_warps=num_warps)["ptx"]
     counts = {op: code.count(op) for op in ("shfl.sync", "bar.sync", "st.shared", "ld.shared")}
     print(f"\nsoftmax_kernel for rows of {N} (BLOCK_N = {BLOCK_N}, {num_warps} warps = {32 * num_warps} threads, "
@@ -422,32 +296,24 @@ chapter.run("check", check)
 # For y = softmax(x) over a row, dy_j/dx_i = y_j (delta_ij - y_i), so given dL/dy the chain rule
 # gives dL/dx_i = y_i (dL/dy_i - sum_j dL/dy_j y_j): one row reduction (the dot product of dy and y)
 # and an element-wise step. The backward needs y, not x: the forward's output is what autograd keeps.
-# Its kernel, softmax_backward_kernel, and the check of the gradients live in backward.py; here,
-# the registration (lesson 1, section 5 shows how it works). Inside the operator the launcher gets
-# the kernels as traceable(kernel), which records each launch while torch.compile traces.
+# Its kernel, softmax_backward_kernel, walks a row in tiles twice, the dot product first, then dx;
+# softmax_backward() launches it. Both are in softmax.py, beside Softmax, the autograd function that
+# softmax() calls (lesson 1, section 5, shows how one works): its forward launches the forward kernel
+# and keeps y (ctx.save_for_backward), its backward launches softmax_backward. Here, the check of the
+# gradients.
 
 
 # %%
-@torch.library.triton_op("lessons::softmax", mutates_args=())
-def softmax_op(x: torch.Tensor, long_rows: bool | None) -> torch.Tensor:
-    return launch(x, long_rows, kernel=traceable(softmax_kernel), online_kernel=traceable(softmax_online_kernel))
-
-
-def keep_output(ctx, inputs, output):
-    ctx.save_for_backward(output)
-
-
-def softmax_grad(ctx, dy):
-    (y,) = ctx.saved_tensors
-    return backward.softmax_backward(dy, y), None  # no gradient for long_rows
-
-
-softmax_op.register_autograd(softmax_grad, setup_context=keep_output)
-
-
 def grad_check() -> Table:
-    """dL/dx through softmax() against float64 autograd of torch.softmax (backward.grad_check)."""
-    return backward.grad_check(softmax, DTYPES)
+    """dL/dx through softmax() against torch's autograd of torch.softmax in float64 (common.checks.grad_errors)."""
+    rows = []
+    for dtype in DTYPES:
+        for M, N in [(1, 1), (3, 5), (64, 1000), (7, 4097)]:
+            x = 5 * torch.randn(M, N, device=DEVICE, dtype=dtype)
+            ((ours, theirs),) = grad_errors(softmax, lambda t: torch.softmax(t, dim=1), [x])
+            rows.append((dtype_name(dtype), f"{M} x {N}", ours, theirs, grad_ok(ours, theirs)))
+    return print_table(rows, ["dtype", "shape", "dx: relative error", "torch's, same dtype", "ok"],
+                       floatfmt=".1e", title="Check: softmax's gradient against float64 autograd", note=GRAD_NOTE)
 
 
 # %%

@@ -175,10 +175,10 @@ def test_compiling_for_a_gpu_without_one_takes_a_kept_compiled_mode_process(monk
     # under the interpreter a compilation goes to a compiled-mode child, kept for the next; on a GPU
     # this process compiles, the kernel handed over as itself
     from common import child, ptx
-    from lesson01_vector_add.main import add_kernel
+    from lesson01_vector_add.elementwise import add_kernel
 
     monkeypatch.setattr(child, "_kept", {})
-    job = dict(module="lesson01_vector_add.main", kernel=add_kernel, signature={
+    job = dict(module="lesson01_vector_add.elementwise", kernel=add_kernel, signature={
         "x_ptr": "*fp32", "y_ptr": "*fp32", "output_ptr": "*fp32", "N": "i32"}, constexprs={"BLOCK_SIZE": 64},
         asm=("ptx",))
     for _ in range(2):
@@ -299,7 +299,7 @@ def test_trace_formatting():
 
 @pytest.mark.skipif(INTERPRET, reason="needs a GPU: the interpreter launches no CUDA kernels")
 def test_gpu_kernel_names_in_profile():
-    from lesson01_vector_add.main import gelu
+    from lesson01_vector_add.elementwise import gelu
     x = torch.randn(1 << 16, device=DEVICE)
     rows = profile.kernels_launched(lambda: gelu(x))
     assert [name for name, _, _ in rows] == ["gelu_kernel"]

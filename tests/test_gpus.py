@@ -24,7 +24,7 @@ from conftest import COMPILED, INTERPRET  # noqa: F401  (common.device before tr
 from common import ptx
 from common.device import GPUS
 from lesson02_softmax import cross_entropy
-from lesson02_softmax.main import MAX_ONE_PASS_N, one_pass_settings
+from lesson02_softmax.softmax import MAX_ONE_PASS_N, one_pass_settings
 from lesson03_rowsum import rmsnorm
 from lesson03_rowsum.row_sum import tile_config
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
@@ -34,7 +34,7 @@ from lesson05_flash_attention import backward, decode
 from lesson05_flash_attention.main import NARROW, WIDE
 from lesson06_gpt import adamw
 
-L1, L2, L3 = "lesson01_vector_add.main", "lesson02_softmax.main", "lesson03_rowsum.row_sum"
+L1, L2, L3 = "lesson01_vector_add.elementwise", "lesson02_softmax.softmax", "lesson03_rowsum.row_sum"
 L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
 DEC = "lesson05_flash_attention.decode"
 HEAD_DIMS = (16, 64, 80, 128, 256)  # attention's: BLOCK_D 16, 64, 128 (80 padded), 128, 256
@@ -99,9 +99,9 @@ def softmax_job(v):
                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
 
 
-def softmax_backward_job(v):  # as backward.softmax_backward launches it
+def softmax_backward_job(v):  # as softmax.softmax_backward launches it
     BLOCK_N = min(v["N"], 4096)
-    return dict(module="lesson02_softmax.backward", kernel="softmax_backward_kernel",
+    return dict(module=L2, kernel="softmax_backward_kernel",
                 signature={**pointers(v["dtype"], "y_ptr", "dy_ptr", "dx_ptr"),
                            **ints("M", "N", "stride_ym", "stride_dym", "stride_dxm")},
                 constexprs={"BLOCK_M": max(1, 4096 // BLOCK_N), "BLOCK_N": BLOCK_N, "INDEX_TYPE": v["index"]}, num_warps=8)

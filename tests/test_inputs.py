@@ -20,8 +20,8 @@ import lesson02_softmax.main as lesson02
 import lesson03_rowsum.main as lesson03
 import lesson04_matmul.main as lesson04
 import lesson05_flash_attention.main as lesson05
-from lesson01_vector_add.main import add, gelu
-from lesson02_softmax.main import softmax
+from lesson01_vector_add.elementwise import add, gelu
+from lesson02_softmax.softmax import softmax
 from lesson03_rowsum.main import row_sum
 from lesson04_matmul.matmul import matmul
 from lesson05_flash_attention.main import attention

@@ -6,7 +6,8 @@ import torch
 import torch.nn.functional as F
 
 from conftest import DEVICE, INTERPRET, assert_matches, run_as_notebook, run_script, parse_command_line, run_trace
-from lesson01_vector_add.main import add, check, gelu, look_at_ptx
+from lesson01_vector_add.elementwise import add, gelu
+from lesson01_vector_add.main import check, look_at_ptx
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 SIZES = [1, 7, 256, 1000, 1025, 65536 + 3]
@@ -199,7 +200,6 @@ def test_timing_pitfalls_table_with_fake_clocks(monkeypatch):
     # reading; the first call compiles with TRITON_CACHE_DIR on an empty folder, then as it was
     from common import bench
     from lesson01_vector_add import timing
-    from lesson01_vector_add.main import add_kernel, launch
 
     seen = []
 
@@ -215,7 +215,7 @@ def test_timing_pitfalls_table_with_fake_clocks(monkeypatch):
     for name, value in (("time_ms", 5.0), ("kernel_time_ms", 6.0), ("call_time_ms", 7.0)):
         monkeypatch.setattr(bench, name, clock(value))
     before = os.environ.get("TRITON_CACHE_DIR")
-    table = timing.pitfalls(add, add_kernel, launch, n=1 << 12)
+    table = timing.pitfalls(n=1 << 12)
     assert os.environ.get("TRITON_CACHE_DIR") == before
     assert table.column("µs") == [1000.0 * k for k in range(1, 8)]
     assert [how.split(",")[0] for how in table.column("how add(x, y) was timed")][:4] == [

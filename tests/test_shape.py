@@ -17,6 +17,9 @@ import pytest
 import torch
 
 from conftest import DEVICE, INTERPRET, ROOT
+from lesson01_vector_add.elementwise import add, gelu
+from lesson02_softmax.cross_entropy import cross_entropy
+from lesson02_softmax.softmax import softmax
 from lesson03_rowsum.rmsnorm import rms_norm
 from lesson03_rowsum.row_sum import row_sum
 from lesson04_matmul.hopper import HOPPER
@@ -64,6 +67,14 @@ def forward_and_backward(op, *shapes, dtype=torch.float32):
 
 # name: fn() that calls the op as a model does, forward and backward. Each lesson adds its ops.
 OPS = {
+    "add": forward_and_backward(add, (5, 7), (5, 7)),
+    "gelu": forward_and_backward(gelu, (5, 7)),
+    "softmax, one pass": forward_and_backward(softmax, (5, 300)),
+    "softmax, online (long rows)": forward_and_backward(lambda x: softmax(x, long_rows=True), (3, 300)),
+    "softmax, down the columns": forward_and_backward(lambda x: softmax(x, dim=0), (6, 40)),
+    "cross_entropy, mean": forward_and_backward(lambda x: cross_entropy(x, torch.arange(4, device=DEVICE) % 3), (4, 10)),
+    "cross_entropy, none": forward_and_backward(
+        lambda x: cross_entropy(x, torch.arange(4, device=DEVICE) % 3, reduction="none"), (4, 10)),
     "row_sum": forward_and_backward(row_sum, (5, 300)),
     "row_sum, rows split": forward_and_backward(lambda x: row_sum(x, splits=4), (3, 70000)),
     "rms_norm": forward_and_backward(lambda x, w: rms_norm(x, w), (4, 3, 40), (40,)),

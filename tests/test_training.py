@@ -11,9 +11,10 @@ import torch
 from conftest import DEVICE, INTERPRET, TESTS
 from common import child
 from common.checks import grad_errors, grad_ok, rel_error
-from lesson01_vector_add.main import add, gelu, grad_check as grad_check01
-from lesson02_softmax.backward import softmax_backward
-from lesson02_softmax.main import grad_check as grad_check02, softmax
+from lesson01_vector_add.elementwise import add, gelu
+from lesson01_vector_add.main import grad_check as grad_check01
+from lesson02_softmax.main import grad_check as grad_check02
+from lesson02_softmax.softmax import softmax, softmax_backward
 from lesson03_rowsum.main import grad_check as grad_check03, row_sum
 from lesson04_matmul.main import grad_check as grad_check04, reference
 from lesson04_matmul.matmul import matmul
@@ -192,11 +193,11 @@ def test_each_input_frozen_in_turn(name):
                 assert ours.grad is not None and rel_error(ours.grad, theirs.grad) < 1e-5, (name, frozen, i)
 
 
-def test_the_operator_only_where_autograd_needs_it():
+def test_autograd_records_a_call_only_where_a_gradient_is_needed():
     x = torch.randn(4, 8, device=DEVICE)
-    assert softmax(x).grad_fn is None  # nothing requires grad: the launcher ran directly
+    assert softmax(x).grad_fn is None  # nothing requires grad: Softmax.apply recorded nothing
     y = softmax(x.requires_grad_())
-    assert y.grad_fn is not None  # through the registered operator
+    assert y.grad_fn is not None  # recorded: Softmax's backward
     with torch.no_grad():
         assert softmax(x).grad_fn is None
 
