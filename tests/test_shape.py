@@ -19,6 +19,7 @@ import torch
 from conftest import DEVICE, ROOT
 from lesson03_rowsum.rmsnorm import rms_norm
 from lesson03_rowsum.row_sum import row_sum
+from lesson05_flash_attention.attention import attention
 
 LESSONS = sorted(name for name in os.listdir(ROOT) if name.startswith("lesson") and os.path.isdir(os.path.join(ROOT, name)))
 COURSE = {"common", *LESSONS}  # the course's folders
@@ -66,6 +67,13 @@ OPS = {
     "row_sum, rows split": forward_and_backward(lambda x: row_sum(x, splits=4), (3, 70000)),
     "rms_norm": forward_and_backward(lambda x, w: rms_norm(x, w), (4, 3, 40), (40,)),
     "rms_norm, residual fused": forward_and_backward(lambda x, r, w: rms_norm(x, w, residual=r), (6, 40), (6, 40), (40,)),
+    "attention": forward_and_backward(attention, (1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16)),
+    "attention, causal": forward_and_backward(lambda q, k, v: attention(q, k, v, causal=True), *[(2, 2, 33, 16)] * 3),
+    # 4 query heads on 2 key heads, 9 queries on 40 keys (its backward in parts: dkdv_parts)
+    "attention, grouped heads, two lengths": forward_and_backward(lambda q, k, v: attention(q, k, v, causal=True),
+                                                                  (1, 4, 9, 16), (1, 2, 40, 16), (1, 2, 40, 16)),
+    # decode.py's split keys: 4 query heads of one query on 1 key head of 1024 keys, in 2 shares, merged
+    "attention, decoding": forward_and_backward(attention, (1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)),
 }
 
 
