@@ -242,7 +242,10 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, *
     def grid(meta):  # the block sizes in use: given, or the autotuner's pick
         return (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)
 
-    meta = {"BLOCK_D": dot_block(D), **meta}  # (the trace's head dim of 2 takes blocks of 2: tl.dot's 16 is the GPU's)
+    # Every argument, defaults too: torch.compile's tracer reads the kernel's code with the arguments
+    # it is given, and takes any kernel given fewer than all of them to write every tensor it reads.
+    # (The trace's head dim of 2 takes blocks of 2: tl.dot's 16 is the GPU's.)
+    meta = {"BLOCK_D": dot_block(D), "PACKED": False, "TRACE": False, **meta}
     kernel[grid](q, k, v, o, lse, sm_scale, H, H // H_KV, seq_q, seq_k, seq_k, 0, 0, *q.stride(), *k.stride(),
                  *v.stride(), *o.stride(), HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, INDEX_TYPE=index_type,
                  **meta)

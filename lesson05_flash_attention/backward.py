@@ -339,7 +339,6 @@ NARROW_FUSED = configs([(64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (32, 128, 4, 3, 
 NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)], dim_split=False)
 WIDE_DQ = configs([(128, 64, 8, 3, 1), (64, 32, 4, 2, 1), (64, 32, 4, 1, 1), (32, 32, 4, 2, 1), (16, 16, 4, 1, 1)],
                   dim_split=False)
-INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
 LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, []), "dq": (NARROW_DQ, WIDE_DQ)}
 
 
@@ -363,7 +362,8 @@ KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
 
 def tuned(kernel, name: str, key: list, **kwargs):
     narrow, wide = LISTS[name]
-    return triton.autotune(INTERPRETED if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
+    interpreted = configs([(32, 32, 4, 1, 1)], dim_split=name != "dq")  # the interpreter: one small configuration
+    return triton.autotune(interpreted if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
                            cache_results=True, **kwargs)(kernel)
 
 
@@ -424,6 +424,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"  # as the forward's launcher says
+    # (each launch names every argument of its kernel, TRACE too: attention.launch says why)
     dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
     rows = 64 if D <= 128 else 16
     preprocess_kernel[(cdiv(seq_q, rows) * B * H,)](o, do, delta, seq_q, BLOCK_M=rows, **dims)
@@ -448,7 +449,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
 
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_sums, dv_sums, dq_sum, sm_scale, H_KV, group, seq_q, seq_k, parts,
                      k.numel(), CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
-                     **{**dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
+                     **{"TRACE": False, **dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
     if parts > 1:
         dk_out.copy_(dk_sums.sum(dim=0))
         dv_out.copy_(dv_sums.sum(dim=0))
@@ -456,7 +457,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         return dq_sum.to(dq_out.dtype), dk_out, dv_out
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
         q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal, INPUT_PRECISION=precision,
-        **{**dims, **(dq_meta or {})})
+        **{"TRACE": False, **dims, **(dq_meta or {})})
     return dq_out, dk_out, dv_out
 
 

@@ -138,11 +138,11 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel, num_splits: 
     q, k, v = interpretable(q), interpretable(k), interpretable(v)
     dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
     o_strides = part_o.stride()[-4:]  # (b, h, query, dim) of one share
-    split_kernel[(num_splits * B * H_KV,)](
+    split_kernel[(num_splits * B * H_KV,)](  # (every argument, TRACE too: attention.launch says why)
         q, k, v, part_o, part_lse, sm_scale, H, group, seq_q, seq_k, share_len,
         part_o.stride(0) if num_splits > 1 else 0, part_lse.stride(0) if num_splits > 1 else 0,
         *q.stride(), *k.stride(), *v.stride(), *o_strides, BLOCK_M=max(16, next_power_of_2(group * seq_q)),
-        CAUSAL=causal, PACKED=True, INPUT_PRECISION=precision, **dims)
+        CAUSAL=causal, PACKED=True, INPUT_PRECISION=precision, TRACE=False, **dims)
     if num_splits > 1:
         rows_total = B * H * seq_q
         combine_splits_kernel[(rows_total,)](part_o, part_lse, o, lse, num_splits, H, seq_q, rows_total, *o.stride(),

@@ -438,6 +438,36 @@ def test_each_path_of_the_route_takes_its_example(row, monkeypatch):
     assert route(q, k, k, direction) == ("triton" if path == "gluon" else path)
 
 
+def test_every_launch_names_every_argument_of_its_kernel(monkeypatch):
+    # torch.compile's tracer reads a kernel's code with the arguments its launch hands it (an
+    # autotuner's first configuration added) and takes a kernel handed fewer than all of them to write
+    # every tensor it reads (then an input that is a view fails to compile): so attention's launches,
+    # forward and backward, each path the CPU reaches, name every argument, defaults too (TRACE=False)
+    from triton.runtime import Autotuner
+    from triton.runtime.jit import KernelInterface
+
+    launched, getitem = {}, KernelInterface.__getitem__
+
+    def record(self, grid):
+        launch = getitem(self, grid)
+
+        def run(*args, **kwargs):
+            jit = self.fn if isinstance(self, Autotuner) else self
+            tuned = set(self.configs[0].kwargs) if isinstance(self, Autotuner) else set()
+            missing = set(jit.arg_names) - set(jit.arg_names[:len(args)]) - set(kwargs) - tuned
+            launched.setdefault(jit.__name__, set()).update(missing)
+            return launch(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(KernelInterface, "__getitem__", record)
+    for shape in [(1, 2, 2, 40, 40, 16), (1, 4, 2, 9, 40, 16), (1, 4, 1, 1, 1024, 8)]:  # plain, grouped, decoding
+        q, k, v = model_inputs(*shape, torch.float32, requires_grad=True)
+        attention(q, k, v, causal=True).sum().backward()
+    assert sorted(launched) == ["attention_kernel", "combine_splits_kernel", "dkdv_kernel", "dq_kernel",
+                                "preprocess_kernel"]
+    assert all(not missing for missing in launched.values()), launched
+
+
 def test_the_route_table_has_a_row_for_each_path():
     # every path route() returns, once, in the order it tries them
     assert [(direction, path) for direction, path, *_ in ROUTES] == [
