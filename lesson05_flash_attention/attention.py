@@ -185,6 +185,7 @@ def attention_kernel(
     tl.store(o_ptr + o_rows[:, None] + dims[None, :] * stride_od, out.to(o_ptr.dtype.element_ty),
              mask=real[:, None] & dim_ok[None, :])
 
+
 # %% The launch settings (main.py, section 4): on a GPU the autotuner times the configurations of the
 # head dim's list on the first call per (lengths, head dim, causal) and keeps the fastest, on disk
 # too; below 512 x 512 (query, key) pairs the list's last runs untimed; under the interpreter one
@@ -265,7 +266,6 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"head_dim must be from 1 to {MAX_HEAD_DIM}, got {D}")
 
 
-
 # %% The route: which kernel runs, forward and backward
 # Every path, in the order route() tries them: (direction, path, its condition, the kernels it runs,
 # an example that takes it as (batch, query heads, key heads, seq_q, seq_k, head_dim) in float16).
@@ -294,7 +294,7 @@ def route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, direction: str = "f
     """The path of ROUTES that these (checked) inputs take in `direction`: "split keys", "gluon" or
     "triton" forward; "gluon" or "triton" backward, asked when the backward runs (whether
     deterministic algorithms are asked for, or torch.compile traces, is a question of that moment)."""
-    compiling = torch.compiler.is_compiling()  # (first: the other conditions need not be traced)
+    compiling = torch.compiler.is_compiling()  # (asked first: Dynamo never traces Gluon's conditions)
     if direction == "backward":
         if not compiling and hopper.HOPPER and q.shape[-1] in hopper.FASTER_BACKWARD_HEAD_DIMS \
                 and hopper.backward_takes(q, k, v):

@@ -468,6 +468,31 @@ def test_every_launch_names_every_argument_of_its_kernel(monkeypatch):
     assert all(not missing for missing in launched.values()), launched
 
 
+def test_torch_compile_traces_attention_whole_forward_and_backward():
+    # Dynamo (fullgraph) and AOTAutograd trace attention on each path torch.compile reaches: the
+    # Triton kernel (plain, grouped heads and two lengths causal; at head_dim 128 in float16, where
+    # an H100 or H200 would run Gluon's, which Dynamo does not trace) and decoding's split keys with
+    # their merge; its backward's three kernels; no launch the tracer cannot read. Without a GPU:
+    # tests/compile_trace.py, in a compiled-mode child (tests/test_training.py runs them on a GPU)
+    from common import child
+    from conftest import TESTS
+
+    op = "lesson05_flash_attention.attention:attention"
+    cases = [dict(op=op, shapes=[(1, 2, 40, 16)] * 3, dtype="float32"),
+             dict(op=op, shapes=[(1, 4, 9, 16), (1, 2, 40, 16), (1, 2, 40, 16)], dtype="float32",
+                  kwargs=dict(causal=True)),
+             dict(op=op, shapes=[(1, 2, 256, 128)] * 3, dtype="float16"),
+             dict(op=op, shapes=[(1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)], dtype="float32")]
+    _, results = child.run("compile_trace:joint_graphs", dict(cases=cases), interpret=False, path=(TESTS,))
+    backward_kernels = ["preprocess_kernel", "dkdv_kernel", "dq_kernel"]
+    expected = [["attention_kernel", *backward_kernels]] * 3 + [["attention_kernel", "combine_splits_kernel",
+                                                                 *backward_kernels]]
+    for case, (error, kernels, warned), wanted in zip(cases, results, expected):
+        assert error is None, (case, error)
+        assert "Encountered an exception" not in warned, (case, warned[-2000:])
+        assert kernels == wanted, case
+
+
 def test_the_route_table_has_a_row_for_each_path():
     # every path route() returns, once, in the order it tries them
     assert [(direction, path) for direction, path, *_ in ROUTES] == [
