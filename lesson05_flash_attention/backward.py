@@ -45,8 +45,10 @@ heads that read it, so dK and dV are summed without atomics; where the key heads
 programs, several share a key block's heads, `parts`), two lengths, head dims to 256 (padded, and at
 256 the dK/dV work split by columns between two programs).
 
-main.py imports this file and hands it what it needs of the forward (the launcher, the public
-function, the reference) as arguments: sections 12-15 of the chapter run the functions below.
+attention.py's Attention (the op's autograd function) runs launch_backward, by default, from what its
+forward kept. The chapter, main.py, hands the timing and tracing functions below what they need of
+the forward (the launcher, the public function, the reference) as arguments: its sections 12-15
+run them.
 """
 import functools
 
@@ -58,10 +60,9 @@ import triton.language as tl
 
 from common import bench
 from common.checks import dtype_name, flag, index_type
-from common.launch import cdiv, dot_block, splits_to_fill, traceable
+from common.launch import cdiv, dot_block, scratch, splits_to_fill
 from common.table import print_table
 from common.trace import show
-from lesson04_matmul.hopper import scratch  # the memory device-side TMA descriptors live in (tma_dq=True)
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -187,7 +188,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     out_dims, out_ok = real_dims(dim_part * (BLOCK_D // DIM_SPLIT), BLOCK_D // DIM_SPLIT, BLOCK_D, HEAD_DIM)
     dk = tl.zeros([BLOCK_N, BLOCK_D // DIM_SPLIT], dtype=tl.float32)
     dv = tl.zeros([BLOCK_N, BLOCK_D // DIM_SPLIT], dtype=tl.float32)
-    sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
+    sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (attention.py says why)
     qk_scale = sm_scale * LOG2E
     # Stages, in query rows (lo, mid, ... are row offsets, stepped by BLOCK_M). Causal (query i sees
     # keys j <= i + diag): the rows before lo see none of these keys, skipped; the diagonal band,
@@ -286,7 +287,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
     delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (main.py says why)
+    sm_scale = tl.cast(sm_scale, tl.float32)  # float32 whoever launches (attention.py says why)
     qk_scale = sm_scale * LOG2E
     diag = seq_k - seq_q
     if CAUSAL:
@@ -338,7 +339,6 @@ NARROW_FUSED = configs([(64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (32, 128, 4, 3, 
 NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)], dim_split=False)
 WIDE_DQ = configs([(128, 64, 8, 3, 1), (64, 32, 4, 2, 1), (64, 32, 4, 1, 1), (32, 32, 4, 2, 1), (16, 16, 4, 1, 1)],
                   dim_split=False)
-INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
 LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, []), "dq": (NARROW_DQ, WIDE_DQ)}
 
 
@@ -362,7 +362,8 @@ KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
 
 def tuned(kernel, name: str, key: list, **kwargs):
     narrow, wide = LISTS[name]
-    return triton.autotune(INTERPRETED if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
+    interpreted = configs([(32, 32, 4, 1, 1)], dim_split=name != "dq")  # the interpreter: one small configuration
+    return triton.autotune(interpreted if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
                            cache_results=True, **kwargs)(kernel)
 
 
@@ -381,7 +382,7 @@ def dkdv_parts(batch_key_heads: int, seq_k: int, group: int) -> int:
 
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomic_dq: bool = False,
-                    tma_dq: bool = False, parts: int | None = None, preprocess=preprocess_kernel, dkdv=None,
+                    tma_dq: bool = False, parts: int | None = None, dkdv=None,
                     dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
     """dq, dk, dv for attention's output o (with its lse) and the gradient do, for every shape the
     forward takes: q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D).
@@ -396,11 +397,11 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     is a power of two):
     FlashAttention-3's way of adding, a whole dQ tile per TMA reduce-add instead of an atomic per
     element (Triton's interpreter has no such copy engine: GPU only). atomic_dq and tma_dq are this
-    function's only: attention() and its operator run the default. Section 15 times all three
+    function's only: attention() runs the default. Section 15 times all three
     (RESULTS.md).
-    preprocess, dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned
-    for the dK/dV pass; the operator hands in their traceable forms; the trace and the block-size
-    sweep plain ones, with their block sizes in dkdv_meta, dq_meta). The kernels read contiguous
+    dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned for the
+    dK/dV pass; the trace and the block-size sweep hand in plain ones, with their block sizes in
+    dkdv_meta, dq_meta). The kernels read contiguous
     tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
@@ -423,9 +424,10 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"  # as the forward's launcher says
+    # (each launch names every argument of its kernel, TRACE too: attention.launch says why)
     dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
     rows = 64 if D <= 128 else 16
-    preprocess[(cdiv(seq_q, rows) * B * H,)](o, do, delta, seq_q, BLOCK_M=rows, **dims)
+    preprocess_kernel[(cdiv(seq_q, rows) * B * H,)](o, do, delta, seq_q, BLOCK_M=rows, **dims)
     group = H // H_KV
     parts = dkdv_parts(B * H_KV, seq_k, group) if parts is None else parts
     if parts == 1:
@@ -439,7 +441,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         raise ValueError("atomic_dq=True takes a dK/dV kernel whose autotuner zeroes dq_sum_ptr between its trial "
                          "runs (fused_kernel_tuned), or a plain one (dkdv_kernel)")
     dq_sum = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if atomic_dq else dq_out  # (unused without)
-    if tma_dq:  # each program builds its descriptors in memory Triton asks for at each launch (lesson 4's hopper.py)
+    if tma_dq:  # each program builds its descriptors in memory Triton asks for at each launch (common.launch.scratch)
         triton.set_allocator(scratch)
 
     def key_blocks(meta):  # a program per key block, head-dim slice and part of each (batch, key head)
@@ -447,7 +449,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
 
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_sums, dv_sums, dq_sum, sm_scale, H_KV, group, seq_q, seq_k, parts,
                      k.numel(), CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
-                     **{**dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
+                     **{"TRACE": False, **dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
     if parts > 1:
         dk_out.copy_(dk_sums.sum(dim=0))
         dv_out.copy_(dv_sums.sum(dim=0))
@@ -455,32 +457,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         return dq_sum.to(dq_out.dtype), dk_out, dv_out
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
         q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal, INPUT_PRECISION=precision,
-        **{**dims, **(dq_meta or {})})
+        **{"TRACE": False, **dims, **(dq_meta or {})})
     return dq_out, dk_out, dv_out
-
-
-def keep_for_backward(ctx, inputs, output):
-    """main.py's attention_op's setup_context: what the backward needs from the forward."""
-    q, k, v, ctx.causal, ctx.sm_scale, _ = inputs  # (the last: which forward kernel ran; its o, lse are the same)
-    ctx.save_for_backward(q, k, v, *output)
-    ctx.mark_non_differentiable(output[1])  # lse is for the backward only: no gradient flows through it
-
-
-def attention_grad(ctx, do, dlse):
-    """main.py's attention_op's backward: (dq, dk, dv, and none for causal, sm_scale, kernel)."""
-    q, k, v, o, lse = ctx.saved_tensors
-    return *attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None, None
-
-
-TRACED = dict(preprocess=traceable(preprocess_kernel), dkdv=traceable(dkdv_kernel_tuned), dq=traceable(dq_kernel_tuned))
-
-
-@torch.library.triton_op("lessons::attention_backward", mutates_args=())
-def attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                       lse: torch.Tensor, causal: bool, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv): the gradients of attention for dO = do. An operator too: torch.compile traces
-    backward passes, so each launch inside is traceable(kernel)[grid](...) (lesson 1, section 5)."""
-    return launch_backward(do, q, k, v, o, lse, causal, sm_scale, **TRACED)
 
 
 def trace(q, k, v, o, lse, standard) -> None:
@@ -508,7 +486,7 @@ BACKWARD_NOTE = ("'µs': the GPU kernels' own time (profiler timestamps, L2 flus
 def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=None) -> list:
     """Forward and backward side by side, one table per (batch, heads, head_dim): impls = {name:
     fn(q, k, v, causal=...)}, main.py's attention first, then SDPA's backends; kernel_of(q, k, v):
-    the name of the forward kernel the first runs (main.choose_kernel), for its rows. GPU only."""
+    the name of the forward kernel the first runs (attention.route), for its rows. GPU only."""
     tables = []
     for B, H, D in shapes:
         rows = []
@@ -534,7 +512,7 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=
             rows, ["seq", "causal", "implementation", "forward µs", "backward µs", "forward TFLOP/s",
                    "backward TFLOP/s", "backward x SDPA flash"],
             title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}", floatfmt=".2f",
-            note=BACKWARD_NOTE + " attention(): the forward kernel main.choose_kernel picks for the shape (in brackets), its "
+            note=BACKWARD_NOTE + " attention(): the forward kernel attention.route picks for the shape (in brackets), its "
                  "backward backward.py's default design (three kernels). "
                  "TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls to "
                  "the forward's two: useful work; the three kernels execute seven); 'backward x SDPA flash': the "

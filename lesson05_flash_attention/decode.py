@@ -1,14 +1,15 @@
 """Decoding: a few new queries against a long KV cache, the keys split between programs.
 
 A model generating text runs attention once per new token: one query per head against every key
-cached so far, thousands of them. main.py's launch gives each (batch, query head) one program and a
+cached so far, thousands of them. attention.py's launch gives each (batch, query head) one program and a
 block of query rows, so at decode time it launches B x H programs of one real row each, each
 streaming a whole head of keys and values, and every query head of a group reads its key head again.
 On 16 x 32 heads that is 512 programs on 132 SMs, each walking 8192 keys alone: the work is all
 memory traffic (a query row is one vector, not a tile), and too few programs are reading it.
 
 Two changes give the GPU the parallelism back (FlashAttention's "flash-decoding"), both options of
-main.py's attention_kernel, which main.py hands to this file's launch:
+attention.py's attention_kernel, which attention.py hands to this file's launch (its route sends
+decoding here: takes(), below):
 
 - PACKED: the query heads of a group in one block's rows. The GROUP query heads that read key head
   hk, times seq_q queries each, are rows of one tile: row r is query head hk * GROUP + r // seq_q,
@@ -16,26 +17,25 @@ main.py's attention_kernel, which main.py hands to this file's launch:
   tile has GROUP x seq_q real rows instead of seq_q (tl.dot wants at least 16).
 - share_len: the keys split between programs (lesson 3's split rows, for attention): each program
   walks one share of the keys with the online softmax, and writes its partial output, normalized by
-  its own sum, and log2 of that sum, lse_s (main.py's base-2 lse). A second kernel, here, merges the
+  its own sum, and log2 of that sum, lse_s (attention.py's base-2 lse). A second kernel, here, merges the
   shares of each row exactly: o = sum_s 2^lse_s o_s / sum_s 2^lse_s, lse = log2(sum_s 2^lse_s),
   computed from the largest lse_s as the softmax is. A share whose keys a row's causal mask hides
   gives lse_s = -inf and weight 0. (Exercise 5.7, exercises/merge_splits.py, has you write that merge.)
 
 The output and lse are the kernel's own, so backward.py's backward serves these too.
 """
-import functools
+from common.device import INTERPRET, interpretable  # first: it decides how triton is imported
 
 import torch
 import triton
 import triton.language as tl
 
 from common import checks
-from common.device import INTERPRET, interpretable
 from common.launch import cdiv, dot_block, next_power_of_2, splits_to_fill
 
 MAX_ROWS = 64       # GROUP x seq_q rows, packed into one block: more than that is not decoding
 MAX_TILE = 64 * 64  # and the packed query tile (rows x BLOCK_D) at most 64 x 64 elements (head dim 256: 16 rows)
-MIN_KEYS = 512      # fewer keys than that: main.py's plain launch, for there is little to split
+MIN_KEYS = 512      # fewer keys than that: attention.py's plain launch, for there is little to split
 MIN_SHARE = 512     # keys per program, at least: a share shorter than that costs more to merge
 SHARE_ALIGN = 128   # choose_splits's shares are rounded up to it: none ends in a part-filled key block
 MAX_SPLITS = 16     # the most shares of one row (the merge loads them all at once)
@@ -53,7 +53,6 @@ def takes(q: torch.Tensor, k: torch.Tensor) -> bool:
     return q.shape[2] * (q.shape[1] // k.shape[1]) <= max_rows(q.shape[3]) and k.shape[2] >= MIN_KEYS
 
 
-@functools.cache
 def choose_splits(programs: int, seq_k: int) -> int:
     """How many programs share a row's keys: as lesson 3's row sums, enough for 4 programs per SM
     where the packed blocks alone (B x H_KV of them) give fewer, but no more than seq_k // MIN_SHARE
@@ -88,7 +87,7 @@ def combine_splits_kernel(
              out.to(o_ptr.dtype.element_ty), mask=real_dim)
 
 
-# The split launch's block sizes (main.py applies them to attention_kernel: attention_kernel_decode):
+# The split launch's block sizes (attention.py applies them to attention_kernel: attention_kernel_decode):
 # BLOCK_M is the launcher's (the packed rows, at least 16), the key block and the pipeline's depth are
 # tuned per share length. The last fits every GPU's shared memory in float32 at head dim 256
 # (tests/test_gpus.py); it is also what small problems run untimed.
@@ -106,11 +105,10 @@ def small_problems_untuned(configs, named_args, **kwargs):
 PRUNE = {"early_config_prune": small_problems_untuned}
 
 
-def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel, combine_kernel=combine_splits_kernel,
-           num_splits: int | None = None) -> tuple:
-    """The same (o, lse) as main.launch, computed by split_kernel (main.py's attention_kernel_decode,
-    or its traceable form from the operator) over the shares of the keys, then combine_kernel (where
-    there is more than one share). num_splits: the shares of each row's keys, 1 to MAX_SPLITS, by
+def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel, num_splits: int | None = None) -> tuple:
+    """The same (o, lse) as attention.launch, computed by split_kernel (attention.py's
+    attention_kernel_decode) over the shares of the keys, then combine_splits_kernel (where there is
+    more than one share). num_splits: the shares of each row's keys, 1 to MAX_SPLITS, by
     default choose_splits's (the tests pick it); the count used is cdiv(seq_k, share_len), which
     rounding the shares up can make smaller."""
     B, H, seq_q, D = q.shape
@@ -122,7 +120,7 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel, combine_kern
         raise ValueError(f"num_splits must be from 1 to {MAX_SPLITS}, got {num_splits}")
     if q.numel() == 0:
         return o, lse
-    if seq_k == 0:  # no key at all: every output is 0 (as main.launch has it)
+    if seq_k == 0:  # no key at all: every output is 0 (as attention.launch has it)
         return o.zero_(), lse.fill_(float("-inf"))
     if num_splits is None:
         num_splits = choose_splits(B * H_KV, seq_k)
@@ -140,13 +138,13 @@ def launch(q, k, v, causal: bool, sm_scale: float, *, split_kernel, combine_kern
     q, k, v = interpretable(q), interpretable(k), interpretable(v)
     dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
     o_strides = part_o.stride()[-4:]  # (b, h, query, dim) of one share
-    split_kernel[(num_splits * B * H_KV,)](
+    split_kernel[(num_splits * B * H_KV,)](  # (every argument, TRACE too: attention.launch says why)
         q, k, v, part_o, part_lse, sm_scale, H, group, seq_q, seq_k, share_len,
         part_o.stride(0) if num_splits > 1 else 0, part_lse.stride(0) if num_splits > 1 else 0,
         *q.stride(), *k.stride(), *v.stride(), *o_strides, BLOCK_M=max(16, next_power_of_2(group * seq_q)),
-        CAUSAL=causal, PACKED=True, INPUT_PRECISION=precision, **dims)
+        CAUSAL=causal, PACKED=True, INPUT_PRECISION=precision, TRACE=False, **dims)
     if num_splits > 1:
         rows_total = B * H * seq_q
-        combine_kernel[(rows_total,)](part_o, part_lse, o, lse, num_splits, H, seq_q, rows_total, *o.stride(),
-                                      MAX_SPLITS=MAX_SPLITS, **dims)
+        combine_splits_kernel[(rows_total,)](part_o, part_lse, o, lse, num_splits, H, seq_q, rows_total, *o.stride(),
+                                             MAX_SPLITS=MAX_SPLITS, **dims)
     return o, lse

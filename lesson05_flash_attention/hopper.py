@@ -1,7 +1,7 @@
 """Lesson 5 on Hopper: the forward pass written in Gluon, where the programmer, not the compiler,
 decides which warps do what.
 
-main.py's attention_kernel says what one program computes and leaves the rest to Triton's
+attention.py's attention_kernel says what one program computes and leaves the rest to Triton's
 compiler: which threads load, how the loads are pipelined, when the tensor cores run. On an H100 or
 H200 the fastest attention kernels (FlashAttention-3, cuDNN) split each program's warps by job
 instead, and Gluon (triton.experimental.gluon, shipped with Triton since 3.5) lets a kernel say so.
@@ -10,10 +10,10 @@ kernel, hands them out).
 
 - one *producer* warp issues the copies: TMA (the tensor memory accelerator, lesson 4's hopper.py)
   brings the queries once and each key/value block into a ring of shared-memory slots;
-- two *consumer* warpgroups (a warpgroup: 4 warps, what Hopper's wgmma instruction runs on: main.py
-  section 8) own 64 query rows each and do the work: S = Q K^T and O += P V on the tensor cores
-  (`warpgroup_mma`, wgmma, asynchronous: it returns at once, `warpgroup_mma_wait` waits for it),
-  the online softmax in registers between them;
+- two *consumer* warpgroups (a warpgroup: 4 warps, what Hopper's wgmma instruction runs on: main.py,
+  the chapter, section 8) own 64 query rows each and do the work: S = Q K^T and O += P V on the
+  tensor cores (`warpgroup_mma`, wgmma, asynchronous: it returns at once, `warpgroup_mma_wait` waits
+  for it), the online softmax in registers between them;
 - mbarriers, barrier objects in shared memory, say when a slot is full or free. An mbarrier counts
   arrivals (and, for TMA, bytes); when all have come in it completes a *phase* and starts the
   next, flipping a parity bit. `mbarrier.wait(bar, p)` returns once the phase of parity p is over,
@@ -53,7 +53,7 @@ error. It runs on Hopper only (sm_90: wgmma and setmaxnreg), for float16 and bfl
 one contiguous shape, head_dim 64 or 128 and seq a multiple of 128 (takes()). Whether it pays is
 section 18's table (RESULTS.md), timed on an H200 beside the Triton kernel and cuDNN: at head_dim
 128 it is clearly faster than the Triton kernel, about level with cuDNN; at head_dim 64 it is not
-faster, so main.py's attention() sends it head_dim 128 only (FASTER_HEAD_DIMS) and everything else
+faster, so attention.py's route() sends it head_dim 128 only (FASTER_HEAD_DIMS) and everything else
 to the Triton kernel. A reading of that, not a measurement: a turn's barriers and waits cost the
 same at either head_dim, while its tensor-core work (Q K^T and P V) halves at 64, so the
 hand-made schedule's fixed cost is twice the share there.
@@ -79,6 +79,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 from common import bench, ptx
 from common.checks import dtype_name, index_type
 from common.table import Table, print_table
+from lesson05_flash_attention.backward import BACKWARD_NOTE, preprocess_kernel  # Delta's kernel, the backward's note
 
 # TMA's copies, by their names in the installed Triton (3.6: async_copy_global_to_shared and
 # async_copy_shared_to_global; later releases renamed them async_load and async_store).
@@ -89,7 +90,7 @@ LOG2E = gl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_M = 128        # query rows per program: 64 per consumer warpgroup
 BLOCK_N = 128        # keys per block
 NUM_BUFFERS = 3      # key/value slots in the ring: 3 fit at head_dim 128 (224 KB) and beat 2 on an H200
-# Where attention() runs this kernel: where the H200 timed it faster than main.py's (section 18).
+# Where attention() runs this kernel: where the H200 timed it faster than attention.py's (section 18).
 FASTER_HEAD_DIMS = (128,)
 # Registers per thread, by partition. An SM has 64K. setmaxnreg (Hopper: a warpgroup gives
 # registers back or takes more, while the kernel runs) works on whole warpgroups, so the launch has
@@ -135,7 +136,7 @@ def producer(q_desc, k_desc, v_desc, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_r
 @gluon.jit
 def softmax_step(s, m_i, l_i, qk_scale, rows, j, diagonal, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                  s_layout: gl.constexpr):
-    """main.py's attend(), one key block: the running max and sum, P for this block, and alpha."""
+    """attention.py's attend(), one key block: the running max and sum, P for this block, and alpha."""
     if CAUSAL:
         if j == diagonal:  # the one block that crosses the diagonal: keys after the query get -inf
             cols = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
@@ -217,7 +218,7 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
     # orders the store above before the TMA copy reads it.
     fence_async_shared()
     tma_store(o_desc, [q_row + WHICH * SPLIT_M, 0], q)
-    # lse = m + log2(l), base 2, as main.py's kernel stores it for the backward.
+    # lse = m + log2(l), base 2, as attention.py's kernel stores it for the backward.
     gl.store(lse_ptr + q_row + WHICH * SPLIT_M + gl.arange(0, SPLIT_M, layout=row_layout), m_i + gl.log2(l_i))
     tma.store_wait(pendings=0)
 
@@ -281,7 +282,7 @@ HEAD_DIMS = (64, 128)
 
 
 def takes(q, k, v) -> bool:
-    """Can attention_kernel_hopper compute this, on this machine? (main.py's choose_kernel asks.)"""
+    """Can attention_kernel_hopper compute this, on this machine? (attention.py's route asks.)"""
     return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES
             and q.shape == k.shape == v.shape and q.dtype == k.dtype == v.dtype and q.shape[-1] in HEAD_DIMS
             and q.shape[-2] % BLOCK_M == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
@@ -301,7 +302,7 @@ def descriptor(t2d: torch.Tensor, rows: int) -> TensorDescriptor:
 
 
 def launch(q, k, v, causal: bool, sm_scale: float, *, num_buffers: int = NUM_BUFFERS) -> tuple:
-    """(o, lse) as main.py's launch returns them, for inputs takes() accepts. num_buffers: the
+    """(o, lse) as attention.py's launch returns them, for inputs takes() accepts. num_buffers: the
     key/value ring's slots (2 or 3 fit an H100's shared memory at head_dim 128: 160 or 224 KB)."""
     B, H, seq_len, D = q.shape
     o = torch.empty_like(q)
@@ -427,7 +428,7 @@ NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring: 193-194 KB of shared memory i
                          # head_dim 128 (231,344 bytes of the 232,448 a block may have; 232,880 at 64)
 DQ_TILE = [64, 64]       # a consumer's share of dQ_i per step: half the columns (head_dim 128) or rows (64)
 # Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
-# backward.py's Triton kernels at every length and mask (RESULTS.md). main.py's choose_backward reads
+# backward.py's Triton kernels at every length and mask (RESULTS.md). attention.py's route reads
 # this, and the tests run the path with it set whatever it holds.
 FASTER_BACKWARD_HEAD_DIMS = ()
 
@@ -696,18 +697,16 @@ ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, ran
 DQ_LAYOUT = gl.NVMMASharedLayout.get_default_for(DQ_TILE, gl.float32)
 
 
-def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, preprocess=None) -> tuple:
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float) -> tuple:
     """(dq, dk, dv) as backward.launch_backward returns them, for inputs backward_takes() accepts:
     Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32."""
-    from lesson05_flash_attention.backward import preprocess_kernel
-
     B, H, seq_len, D = q.shape
     H_KV = k.shape[1]
     block_m = bwd_block_m(D)
     do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous()
     delta = torch.empty_like(lse)
-    (preprocess or preprocess_kernel)[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D,
-                                                                BLOCK_M=64, INDEX_TYPE=index_type(o, do))
+    preprocess_kernel[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D, BLOCK_M=64,
+                                                INDEX_TYPE=index_type(o, do))
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)
     q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))
@@ -858,7 +857,7 @@ def step_in_sass(cases, codes) -> Table:
 # %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest
 def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seqs=(1024, 4096, 16384),
                  dtype=torch.float16) -> Table | None:
-    """Forward time of main.py's Triton kernel (triton_attention(q, k, v, causal=...), which
+    """Forward time of attention.py's Triton kernel (triton_attention(q, k, v, causal=...), which
     main.py hands in), this file's Gluon kernel, and SDPA's cuDNN and flash backends
     (sdpa(q, k, v, causal=..., backend=...)), side by side, on each shape."""
     if not HOPPER:
@@ -870,7 +869,7 @@ def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seq
             for causal in (False, True):
                 q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
                 sm_scale = D ** -0.5
-                cases = {"Triton (main.py)": lambda: triton_attention(q, k, v, causal=causal),
+                cases = {"Triton (attention.py)": lambda: triton_attention(q, k, v, causal=causal),
                          "Gluon (hopper.py)": lambda: launch(q, k, v, causal, sm_scale),
                          "SDPA cuDNN": lambda: sdpa(q, k, v, causal=causal, backend="CUDNN_ATTENTION"),
                          "SDPA flash (FA2)": lambda: sdpa(q, k, v, causal=causal, backend="FLASH_ATTENTION")}
@@ -878,7 +877,7 @@ def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seq
                 flops = 4 * B * H * seq * seq * D // (2 if causal else 1)
                 for name, ms in times.items():
                     rows.append((f"{B} x {H} x {seq} x {D}", causal, name, ms * 1e3, bench.tflops(flops, ms),
-                                 times["SDPA cuDNN"] / ms, times["Triton (main.py)"] / ms))
+                                 times["SDPA cuDNN"] / ms, times["Triton (attention.py)"] / ms))
                 del q, k, v
     return print_table(rows, ["B x H x seq x head_dim", "causal", "implementation", "kernel µs", "TFLOP/s",
                               "x cuDNN", "x Triton"],
@@ -897,8 +896,6 @@ def bench_hopper_backward(triton_backward, sdpa, shapes=((4, 32, 64), (4, 16, 12
     if not HOPPER:
         print("This GPU is not an sm_90 part (H100, H200): the Gluon kernel does not run here; nothing to time.")
         return None
-    from lesson05_flash_attention.backward import BACKWARD_NOTE
-
     rows, peak = [], bench.matmul_rate()
     for B, H, D in shapes:
         for seq in seqs:

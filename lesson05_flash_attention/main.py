@@ -11,13 +11,15 @@ grows. Memory stays linear in the sequence length, and the seq x seq scores neve
 One kernel takes every shape attention() takes: grouped-query heads, queries and keys of different
 lengths (cross-attention, a KV cache), head dims to 256; decode.py launches the same kernel for
 decoding, a few queries against a long KV cache, the keys split between programs, and merges the
-pieces. A first reading can stop after section 6 (correctness). Sections 7-11 measure the forward
-on a GPU (memory, time against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets;
-tuning.py holds most of their code); sections 12-15 are the backward pass, for training
-(backward.py); section 16 times the shapes models pass. Sections 17-18 are the forward again, for
-Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on an H100 or
-H200 at head_dim 128; sections 19-20 the backward in Gluon, FlashAttention-3's structure, timed
-against the Triton backward and cuDNN.
+pieces. The op a model imports, attention(), is in attention.py with that kernel, its launcher
+and its route (which kernel runs, forward and backward); this chapter builds it up, traces it,
+checks it and times it. A first reading can stop after section 6 (correctness). Sections 7-11
+measure the forward on a GPU (memory, time against PyTorch's SDPA, block sizes, the host's cost,
+64-bit offsets; tuning.py holds most of their code); sections 12-15 are the backward pass, for
+training (backward.py); section 16 times the shapes models pass. Sections 17-18 are the forward
+again, for Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on
+an H100 or H200 at head_dim 128; sections 19-20 the backward in Gluon, FlashAttention-3's
+structure, timed against the Triton backward and cuDNN.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -28,24 +30,23 @@ results, the traces; the sections that need a GPU show what an H200 printed (RES
 import functools
 import math
 
-from common.device import DEVICE, INTERPRET, interpretable
+from common.device import DEVICE
 
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
-from common import bench, checks, roofline
+from common import bench, roofline
 from common.chapter import Chapter, positive_int
-from common.checks import GRAD_NOTE, check_tensors, dtype_name, flag, grad_errors, grad_ok, real, rel_error
-from common.launch import cdiv, dot_block, needs_op, traceable
+from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok, rel_error
 from common.table import print_table
-from common.trace import show
-from lesson05_flash_attention import backward, decode, hopper, tuning  # the lesson's other files
+from lesson05_flash_attention import backward, hopper, tuning  # the lesson's other files
+from lesson05_flash_attention.attention import (DTYPES, ROUTES, attention, attention_kernel,  # the op
+                                                attention_kernel_tuned, launch, route)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "memory": "1. Standard attention, and what its scores cost in memory",
     "online": "2. Online softmax, on its own: one row of scores in blocks",
+    "route": "4. The launcher, and which kernel runs: attention's route (attention.py)",
     "trace": "5. The trace: attention_kernel on a tiny problem, block by block",
     "check": "6. Correctness: against float64 standard attention",
     "peak": "7. Memory, measured: each implementation's peak (tuning.py)",
@@ -82,10 +83,6 @@ SIZES = {
                  gluon=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[1024, 4096, 16384]),
                  gluon_backward=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[4096, 16384])),
 }
-DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-MAX_HEAD_DIM = 256
-LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
-
 chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
                             help=f"the sequence lengths of sections 8 and 14 (default {SIZES['quick']['seqs']}; with "
@@ -217,351 +214,71 @@ chapter.run("online", online_softmax)
 #   num_stages = 3 has the loads of the next K/V blocks issued while the tensor cores work on this
 #   one (software pipelining: the blocks in flight wait in shared memory). Section 9 times the
 #   candidates side by side.
-
-
-# %%
-@triton.jit
-def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, key_end, dim_ok, qk_scale, lo, hi,
-           BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-           INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
-    """Fold the key/value blocks lo, lo + BLOCK_N, ... below hi into the running softmax (m_i, l_i) and
-    the output acc. k_ptrs, v_ptrs address key block 0: k^T as [BLOCK_D, BLOCK_N], v as [BLOCK_N,
-    BLOCK_D]; dim_ok: which of the BLOCK_D dims are real (all, unless the head dim was padded). MASKED:
-    keys from key_end on get no weight, nor (causal) the keys after query + diag, row by row."""
-    for start_n in range(lo, hi, BLOCK_N):
-        cols = start_n + tl.arange(0, BLOCK_N)             # the keys of this block
-        start = tl.cast(start_n, INDEX_TYPE)               # 64-bit if start * stride can pass 2^31
-        if MASKED:  # keys past the end (or this program's share) load as 0
-            kT = tl.load(k_ptrs + start * stride_kn, mask=dim_ok[:, None] & (cols[None, :] < key_end), other=0.0)
-            v = tl.load(v_ptrs + start * stride_vn, mask=(cols[:, None] < key_end) & dim_ok[None, :], other=0.0)
-        else:  # (a mask of real dims only: the compiler drops it where every dim is real)
-            kT = tl.load(k_ptrs + start * stride_kn, mask=dim_ok[:, None], other=0.0)
-            v = tl.load(v_ptrs + start * stride_vn, mask=dim_ok[None, :], other=0.0)
-        qk = tl.dot(q, kT, input_precision=INPUT_PRECISION)  # [BLOCK_M, BLOCK_N]: q . k, not yet scaled
-        if MASKED:
-            # Keys past the end, and (causal) keys after the query, get -inf: exp2 turns them into 0.
-            keep = cols[None, :] < key_end
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= query[:, None] + diag)
-            s = tl.where(keep, qk * qk_scale, float("-inf"))  # the scores, in base-2 units
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))        # the running max, per query row
-            # A row that has seen no key yet keeps m = -inf, and exp2(-inf - -inf) is NaN: for it,
-            # nothing to rescale and nothing to add (only where seq_q > seq_k, or in a share of keys).
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp2(s - m_safe[:, None])
-            alpha = tl.exp2(m_i - m_safe)                     # how much the old max overstated
-        else:
-            # qk_scale > 0, so the max of the scaled scores is the scaled max: one multiply per
-            # row here, and qk * qk_scale - m below is one fused multiply-add per score.
-            m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
-            p = tl.exp2(qk * qk_scale - m_new[:, None])
-            alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=INPUT_PRECISION)  # acc*alpha + p@v
-        m_i = m_new
-        if TRACE:
-            show("key block", start_n // BLOCK_N, indent=2)
-            show("scores (natural units)", s / LOG2E if MASKED else qk * (qk_scale / LOG2E))
-            show("m (natural units)", m_i / LOG2E)
-            show("alpha", alpha)
-            show("l", l_i)
-            show("acc", acc)
-    return acc, l_i, m_i
-
-
-@triton.jit
-def attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr,
-    lse_ptr,                                            # per query row, for the backward (below)
-    sm_scale, H, GROUP, seq_q, seq_k,                   # query heads, query heads per key head, lengths
-    share_len, stride_os, stride_ls,                    # keys per program; where each share writes (decode.py)
-    stride_qb, stride_qh, stride_qn, stride_qd,         # strides of q, in elements
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_on, stride_od,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,      # the head dim, and it padded to a power of two
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    PACKED: tl.constexpr = False,            # rows: a key head's GROUP query heads, stacked (decode.py)
-    INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: the launcher asks for "ieee"
-    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (lesson 2)
-    TRACE: tl.constexpr = False,
-):
-    # Which program am I? One grid axis: the query blocks of head 0's first share of the keys, then
-    # of its second share (decoding only: one share otherwise), then head 1's... (consecutive
-    # programs share their keys and values in the L2 cache).
-    pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(GROUP * seq_q if PACKED else seq_q, BLOCK_M)
-    num_shares = tl.cdiv(seq_k, share_len)
-    pid_m = pid % num_pid_m                    # which block of query rows
-    share = (pid // num_pid_m) % num_shares    # which share of the keys
-    pid_bh = pid // (num_pid_m * num_shares)   # which (batch, head)
-    if PACKED:
-        # Decoding: a (batch, key head) per program, its rows the seq_q queries of each of the GROUP
-        # query heads that read it, stacked (row r: query head hk * GROUP + r // seq_q, query r % seq_q),
-        # so that K and V are read once per key head, and a tile has GROUP x seq_q real rows.
-        b, hk = (pid_bh // (H // GROUP)).to(INDEX_TYPE), (pid_bh % (H // GROUP)).to(INDEX_TYPE)
-        r = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-        heads, query = hk * GROUP + (r // seq_q).to(INDEX_TYPE), (r % seq_q).to(INDEX_TYPE)
-        real = r < GROUP * seq_q
-        first_query, last_query = 0, seq_q - 1
-    else:
-        b, heads = (pid_bh // H).to(INDEX_TYPE), (pid_bh % H).to(INDEX_TYPE)  # which batch, which query head
-        hk = heads // GROUP                    # the key/value head it reads (grouped-query attention)
-        query = pid_m.to(INDEX_TYPE) * BLOCK_M + tl.arange(0, BLOCK_M)  # the query rows
-        real = query < seq_q
-        first_query, last_query = pid_m * BLOCK_M, pid_m * BLOCK_M + BLOCK_M - 1
-    dims = tl.arange(0, BLOCK_D).to(INDEX_TYPE)  # (dims * stride_kd can pass 2^31 too)
-    if BLOCK_D == HEAD_DIM:  # the head dim a power of two: every dim real, no mask (it compiles away)
-        dim_ok = tl.full([BLOCK_D], 1, tl.int1)
-    else:  # head dims such as 80 padded to 128: the padding loads as 0 and is never stored
-        dim_ok = dims < HEAD_DIM
-    keys = tl.arange(0, BLOCK_N).to(INDEX_TYPE)
-    # The queries, once: [BLOCK_M, BLOCK_D], a row's offset being its batch, head and query. The
-    # keys as k^T, [BLOCK_D, BLOCK_N] (dims down, keys across: the strides do the transpose), and
-    # the values, [BLOCK_N, BLOCK_D], of key block 0.
-    q_rows = b * stride_qb + heads * stride_qh + query * stride_qn
-    q = tl.load(q_ptr + q_rows[:, None] + dims[None, :] * stride_qd, mask=real[:, None] & dim_ok[None, :], other=0.0)
-    k_ptrs = k_ptr + b * stride_kb + hk * stride_kh + dims[:, None] * stride_kd + keys[None, :] * stride_kn
-    v_ptrs = v_ptr + b * stride_vb + hk * stride_vh + keys[:, None] * stride_vn + dims[None, :] * stride_vd
-    # The running softmax per query row: max m_i (base 2), sum l_i, and the unnormalised output acc.
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    # fold log2(e) in (exp2 below is exp), in float32 whoever launches: torch.compile's generated
-    # code passes a Python float as float64, which would carry float64 through every score.
-    qk_scale = tl.cast(sm_scale, tl.float32) * LOG2E
-    # The keys this program walks: its share, lo to share_end (all of them, but in decoding). Causal,
-    # aligned bottom-right: query i sees keys j <= i + diag. Stage 1 walks the whole key blocks every
-    # row sees in full, with no mask; stage 2 the rest up to the last row's last key, masked (the
-    # diagonal's blocks, the ragged last block); the blocks past it are skipped: about half the work.
-    lo = share * share_len
-    share_end = tl.minimum(lo + share_len, seq_k)
-    diag = seq_k - seq_q
-    if CAUSAL:
-        hi = tl.minimum(share_end, last_query + 1 + diag)            # past the last row's last key: skipped
-        every_row_sees = tl.minimum(share_end, first_query + 1 + diag)  # keys before it: seen by every row
-    else:
-        hi = share_end
-        every_row_sees = share_end
-    full_end = lo + tl.maximum(every_row_sees - lo, 0) // BLOCK_N * BLOCK_N  # stage 1: whole blocks only
-    if TRACE:
-        show("program (query block, batch x head)", (pid_m, pid_bh), indent=0)
-    acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, share_end, dim_ok,
-                           qk_scale, lo, full_end, BLOCK_N=BLOCK_N, MASKED=False, CAUSAL=CAUSAL,
-                           INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
-    acc, l_i, m_i = attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, share_end, dim_ok,
-                           qk_scale, full_end, hi, BLOCK_N=BLOCK_N, MASKED=True, CAUSAL=CAUSAL,
-                           INPUT_PRECISION=INPUT_PRECISION, INDEX_TYPE=INDEX_TYPE, TRACE=TRACE)
-    # The normalisation, once, at the end. A row that saw no key has l = 0: its output is 0.
-    l_safe = tl.where(l_i > 0, l_i, 1.0)
-    out = acc / l_safe[:, None]
-    # For the backward (backward.py): lse = m + log2(l), the log of the softmax's sum (the max
-    # folded in, base 2), from which exp2(scores - lse) gives back any tile of P. One float per row:
-    # -inf for a row that saw no key. (Decoding: each share's own, which decode.py merges.)
-    lse = m_i + tl.log2(l_safe)
-    tl.store(lse_ptr + share * stride_ls + (b * H + heads) * seq_q + query, lse, mask=real)
-    if TRACE:
-        show("output", out)
-    o_rows = share * stride_os + b * stride_ob + heads * stride_oh + query * stride_on
-    tl.store(o_ptr + o_rows[:, None] + dims[None, :] * stride_od, out.to(o_ptr.dtype.element_ty),
-             mask=real[:, None] & dim_ok[None, :])
+#
+# The kernel is in attention.py, the file a model imports: open it beside this chapter at
+# attention_kernel (its comments go through it step by step) and attend, the loop of one stage.
 
 
 # %% [markdown]
 # ## 4. The launcher, and which kernel runs
-# One launch path: the checks, then `kernel[grid](...)` of the autotuned kernel, whose grid is a
-# function of the block sizes it picks. The rule for the block sizes: on a GPU the autotuner (lesson
-# 4) times three configurations on the first call per (lengths, head dim, causal) and keeps the
-# fastest (on disk too: a second run starts with the choice made), except below 512 x 512 (query,
-# key) pairs, where timing them costs more than it saves and the smallest runs untimed; under the
-# interpreter one small configuration runs. A configuration also sets num_warps, the warps (groups
-# of 32 threads that run in lockstep: lesson 1, section 1) that share a program's work. The K/V
-# blocks in flight wait in shared memory, and GPUs have 64 KB (T4) to 227 KB (H100) of it per
+# One launch path: attention.py's launch(), `kernel[grid](...)` of the autotuned kernel, whose grid
+# is a function of the block sizes it picks. The rule for the block sizes: on a GPU the autotuner
+# (lesson 4) times three configurations on the first call per (lengths, head dim, causal) and keeps
+# the fastest (on disk too: a second run starts with the choice made), except below 512 x 512
+# (query, key) pairs, where timing them costs more than it saves and the smallest runs untimed;
+# under the interpreter one small configuration runs. A configuration also sets num_warps, the warps
+# (groups of 32 threads that run in lockstep: lesson 1, section 1) that share a program's work. The
+# K/V blocks in flight wait in shared memory, and GPUs have 64 KB (T4) to 227 KB (H100) of it per
 # program: the autotuner skips a configuration that does not fit, and the one small problems run
 # untimed fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no tensor cores
 # that Triton uses; at head dim 256 a smaller one: tests/test_gpus.py compiles them for each GPU).
+# The lists: attention.py's NARROW and WIDE.
 #
 # What models pass, the kernel takes: k and v with fewer heads than q (grouped-query attention, by
 # index, never copied: GROUP query heads read each key head), q and k/v of different lengths (the
 # causal mask aligned bottom-right, so that the last query sees every key, as a KV cache needs),
 # head dims other than powers of two (padded, masked: 80 and 96 compute as 128).
 #
-# Which kernel runs is one function's choice, choose_kernel, made on the real tensors and handed to
-# the operator as a name: this kernel; for decoding, a few new queries against a long KV cache,
-# decode.py's launch of the same kernel with the query heads of a key head packed into one block's
-# rows (PACKED) and the keys split between programs (share_len), then a second kernel that merges
-# the shares' partial softmaxes (flash-decoding); on an H100 or H200, at head_dim 128, hopper.py's
-# Gluon kernel, which decides by hand what this kernel leaves to Triton's compiler (which warps
-# load, which multiply, which do the softmax): section 17 says how.
+# Which kernel runs is one function's choice, attention.py's route(), made on the real tensors:
+# this kernel; for decoding, a few new queries against a long KV cache, decode.py's launch of the
+# same kernel with the query heads of a key head packed into one block's rows (PACKED) and the keys
+# split between programs (share_len), then a second kernel that merges the shares' partial
+# softmaxes (flash-decoding); on an H100 or H200, at head_dim 128, hopper.py's Gluon kernel, which
+# decides by hand what this kernel leaves to Triton's compiler (which warps load, which multiply,
+# which do the softmax): section 17 says how. The backward asks route() too, when it runs:
+# backward.py's Triton kernels (section 12), or on an H100 or H200 hopper.py's Gluon backward where
+# section 20 timed it faster. While torch.compile traces, only Triton kernels run. The table is the
+# route's own list, attention.py's ROUTES, with an example of each path and what route() makes of
+# that example on this machine.
 #
-# Training (lesson 1, section 5, registers an operator): attention_op returns lse beside O, and
-# autograd keeps both, with q, k, v, for the backward (backward.py, section 12), the same whichever
-# forward ran.
+# The op has the course's one shape (lesson 1, section 5): attention() checks its inputs and asks
+# route() for the path; Attention, an autograd function (torch.autograd.Function), launches it in
+# its forward and keeps q, k, v, O and lse for the backward, the same whichever forward ran; its
+# backward launches the backward's kernels. From attention() to a kernel a call passes three of the
+# course's functions: the op, Attention.forward (or .backward) and a launcher.
 
 
 # %%
-# The winners of the block-size sweep (section 9, RESULTS.md "Block sizes") for head dims to 128,
-# then the one that small problems run untimed; at head dim 256 (twice the registers and shared
-# memory per row) smaller tiles and pipelines, then theirs.
-NARROW = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-          for bm, bn, w, s in [(128, 64, 8, 3), (64, 64, 4, 3), (64, 32, 4, 2)]]
-WIDE = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
-        for bm, bn, w, s in [(128, 64, 8, 2), (64, 64, 4, 2), (16, 16, 4, 1)]]
-INTERPRETED = [triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]  # the interpreter: one small configuration
+def route_table():
+    """attention.py's ROUTES as a table: each path, forward and backward, its condition and kernels,
+    an example, and the path route() gives that example here (float16 tensors of its shape, empty)."""
+    rows = []
+    for direction, path, condition, kernels, (B, H, H_KV, seq_q, seq_k, D) in ROUTES:
+        q = torch.empty(B, H, seq_q, D, device=DEVICE, dtype=torch.float16)
+        k = torch.empty(B, H_KV, seq_k, D, device=DEVICE, dtype=torch.float16)
+        rows.append((direction, path, condition, kernels, f"{B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}",
+                     route(q, k, k, direction)))
+    return print_table(rows, ["direction", "path", "condition", "kernels",
+                              "example: B x heads q/kv x seq q/kv x head_dim", "route() here"],
+                       title="attention's route: which kernel runs",
+                       note="In the order route() tries them; an example float16. 'route() here': the path route() "
+                            "takes for the example on this machine (the Gluon paths need an H100 or H200; the Gluon "
+                            f"backward takes the head dims hopper.FASTER_BACKWARD_HEAD_DIMS = "
+                            f"{hopper.FASTER_BACKWARD_HEAD_DIMS}, those where section 20 found it faster).")
 
 
-def configs_for(configs, named_args, **kwargs):
-    """Autotune's early prune: the configurations for this head dim, all of them from 512 x 512
-    (query, key) pairs up, else the last alone. It reads only what the autotuner's key holds: the
-    choice is kept per key, so a rule on the batch size too would let a first, small batch fix the
-    smallest configuration for every later one."""
-    configs = [c for c in (NARROW if kwargs["BLOCK_D"] <= 128 else WIDE) if c in configs] or configs  # (interpreter: its one)
-    return configs if named_args["seq_q"] * named_args["seq_k"] >= 512 * 512 else configs[-1:]
-
-
-attention_kernel_tuned = triton.autotune(INTERPRETED if INTERPRET else NARROW + WIDE,
-                                         key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
-                                         prune_configs_by={"early_config_prune": configs_for},
-                                         cache_results=True)(attention_kernel)
-# decode.py's launch: the same kernel, PACKED, tuned over the key blocks per share (its BLOCK_M is the
-# packed rows)
-attention_kernel_decode = triton.autotune(decode.CONFIGS, key=decode.KEY, prune_configs_by=decode.PRUNE,
-                                          cache_results=True)(attention_kernel)
-
-
-def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, **meta) -> tuple:
-    """(o, lse): o = attention(q, k, v) and its lse per query row, by `kernel`: attention_kernel_tuned
-    (the public function), its traceable form (the operator), or attention_kernel with its block
-    sizes in `meta` (the trace, the sweep). One program per block of query rows per (batch, head).
-    index_type: the offsets' integer type, by default the one the tensors need (common.checks)."""
-    B, H, seq_q, D = q.shape
-    H_KV, seq_k = k.shape[1], k.shape[2]
-    o = torch.empty_like(q)  # q's layout (a view of (B, seq, H, D) memory gives o the same strides)
-    lse = q.new_empty((B, H, seq_q), dtype=torch.float32)
-    if q.numel() == 0:
-        return o, lse
-    if seq_k == 0:  # no key at all: every output is 0, as every query that sees no key
-        return o.zero_(), lse.fill_(float("-inf"))
-    # float32 in, float32 products: a TF32 tensor-core dot (10-bit mantissa) would put errors of
-    # about 1e-3 * |score| into the scores, which the softmax turns into relative errors of p.
-    precision = "ieee" if q.dtype == torch.float32 else "tf32"
-    if index_type is None:  # int64 where an offset can pass 2**31 (lesson 2), int32 otherwise
-        index_type = checks.index_type(q, k, v, o)
-    q, k, v = interpretable(q), interpretable(k), interpretable(v)  # (bf16 as fp32 under the interpreter)
-
-    def grid(meta):  # the block sizes in use: given, or the autotuner's pick
-        return (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)
-
-    meta = {"BLOCK_D": dot_block(D), **meta}  # (the trace's head dim of 2 takes blocks of 2: tl.dot's 16 is the GPU's)
-    kernel[grid](q, k, v, o, lse, sm_scale, H, H // H_KV, seq_q, seq_k, seq_k, 0, 0, *q.stride(), *k.stride(),
-                 *v.stride(), *o.stride(), HEAD_DIM=D, CAUSAL=causal, INPUT_PRECISION=precision, INDEX_TYPE=index_type,
-                 **meta)
-    return o, lse
-
-
-def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    """q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D): a clear error for anything else."""
-    (B, H, _, D), (Bk, H_KV, _, Dk) = q.shape, k.shape
-    if k.shape != v.shape:
-        raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-    if Bk != B or Dk != D:
-        raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and head_dim (dim 3)")
-    if H_KV == 0 or H % H_KV:
-        raise ValueError(f"q's {H} heads must be a multiple of k's and v's {H_KV} (grouped-query attention)")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be from 1 to {MAX_HEAD_DIM}, got {D}")
-
-
-def choose_kernel(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    """The kernel attention() runs for these (checked) inputs, by name:
-    - "split keys": decoding, a few query rows per key head (GROUP x seq_q, decode.takes) against at
-      least decode.MIN_KEYS keys: attention_kernel PACKED, the keys split between programs, then
-      decode.py's merge;
-    - "gluon": hopper.py's kernel, on an H100 or H200 (sm_90), where it takes the inputs (float16 or
-      bfloat16, q, k, v of one contiguous shape, seq a multiple of 128: hopper.takes) at the head dims
-      where section 18 timed it faster (hopper.FASTER_HEAD_DIMS); never while torch.compile traces;
-    - "triton": attention_kernel, everything else."""
-    if decode.takes(q, k):
-        return "split keys"
-    if hopper.HOPPER and q.shape[-1] in hopper.FASTER_HEAD_DIMS and hopper.takes(q, k, v) \
-            and not torch.compiler.is_compiling():
-        return "gluon"
-    return "triton"
-
-
-def forward(kernel: str, q, k, v, causal: bool, sm_scale: float, *, traced: bool = False) -> tuple:
-    """(o, lse) by the kernel choose_kernel named. traced: inside the operator, whose launches
-    torch.compile records (common.launch.traceable)."""
-    if kernel == "gluon":
-        return hopper.launch(q, k, v, causal, sm_scale)
-    if kernel == "split keys":
-        return decode.launch(q, k, v, causal, sm_scale, **(TRACED_DECODE if traced else DECODE))
-    return launch(TRACED if traced else attention_kernel_tuned, q, k, v, causal, sm_scale)
-
-
-TRACED = traceable(attention_kernel_tuned)
-DECODE = dict(split_kernel=attention_kernel_decode, combine_kernel=decode.combine_splits_kernel)
-TRACED_DECODE = {name: traceable(kernel) for name, kernel in DECODE.items()}
-
-
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None, *, causal: bool = False,
-              sm_scale: float | None = None) -> torch.Tensor:
-    """softmax(q k^T * sm_scale [+ causal mask]) v for q of shape (batch, heads, seq_q, head_dim) and
-    k, v of shape (batch, kv_heads, seq_k, head_dim).
-
-    float16, bfloat16 or float32 (fp32 softmax and accumulation inside; output in the input dtype);
-    head_dim 1 to 256; any sequence lengths; kv_heads dividing heads (grouped-query attention: query
-    head h reads key head h // (heads // kv_heads)); causal aligned bottom-right (query i sees keys
-    j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache have
-    it; PyTorch's is_causal aligns top-left; the two agree where seq_q = seq_k; a query that sees no
-    key gives 0); sm_scale defaults to 1/sqrt(head_dim). The kernel that runs is choose_kernel's:
-    attention_kernel, decoding's split keys (decode.py) or, on an H100/H200 at head_dim 128, the
-    Gluon kernel (hopper.py).
-    attn_mask is there only to refuse one clearly (SDPA's fourth argument): the one mask here is
-    causal=True, which is never stored, only computed.
-    """
-    if attn_mask is not None:
-        raise TypeError(f"attention takes no attn_mask (got {type(attn_mask).__name__}): its one mask is "
-                        "causal=True, a keyword; for any other mask use torch.nn.functional.scaled_dot_product_attention")
-    q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4)
-    check_shapes(q, k, v)
-    causal = flag("causal", causal)  # a string such as "False" would be truthy: causal attention
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else real("sm_scale", sm_scale)
-    if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
-        q, sm_scale = -q, -sm_scale
-    kernel = choose_kernel(q, k, v)
-    if needs_op(q, k, v):  # autograd or torch.compile: through the registered operator, below
-        return attention_op(q, k, v, causal, sm_scale, kernel)[0]
-    return forward(kernel, q, k, v, causal, sm_scale)[0]
-
-
-@torch.library.triton_op("lessons::attention", mutates_args=())
-def attention_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float,
-                 kernel: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return forward(kernel, q, k, v, causal, sm_scale, traced=True)  # (attention() chose the kernel)
-
-
-def choose_backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    """The backward attention()'s gradient runs, by name: "gluon", hopper.py's kernel, on an H100 or
-    H200 where it takes the inputs (hopper.backward_takes: not where deterministic algorithms are
-    asked for, since its dQ is summed by TMA reduce-adds in no fixed order) at the head dims where
-    section 20 timed it faster (hopper.FASTER_BACKWARD_HEAD_DIMS), never while torch.compile traces;
-    else "triton", backward.py's."""
-    if hopper.HOPPER and q.shape[-1] in hopper.FASTER_BACKWARD_HEAD_DIMS and hopper.backward_takes(q, k, v) \
-            and not torch.compiler.is_compiling():
-        return "gluon"
-    return "triton"
-
-
-def attention_grad(ctx, do, dlse):
-    """attention_op's backward: the kernels choose_backward names, from what the forward kept."""
-    q, k, v, o, lse = ctx.saved_tensors
-    if choose_backward(q, k, v) == "gluon":
-        return *hopper.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale), None, None, None
-    return backward.attention_grad(ctx, do, dlse)
-
-
-attention_op.register_autograd(attention_grad, setup_context=backward.keep_for_backward)
+# %%
+chapter.run("route", route_table)
 
 # %% [markdown]
 # ## 5. The trace: the kernel itself, on a tiny problem, block by block
@@ -643,12 +360,12 @@ def check():
                 exact = attention_standard(q.double(), k.double(), v.double(), causal=causal)
                 err = rel_error(attention(q, k, v, causal=causal), exact)
                 rows.append((dtype_name(dtype), f"{H} / {H_KV}", f"{seq_q} x {seq_k}", D, causal,
-                             choose_kernel(q, k, v), err, err < TOLERANCE[dtype]))
+                             route(q, k, v), err, err < TOLERANCE[dtype]))
     shapes = print_table(rows, ["dtype", "heads q / kv", "seq q x k", "head_dim", "causal", "kernel",
                                 "relative error", "ok"],
                          floatfmt=".1e", title="Check: grouped heads, two lengths, other head dims, decoding",
                          note="Causal aligned bottom-right: query i sees keys j <= i + seq_k - seq_q. 'kernel': "
-                              "choose_kernel's. Against attention_standard in float64; the same tolerances.")
+                              "route()'s. Against attention_standard in float64; the same tolerances.")
     return [plain, shapes]
 
 
@@ -703,7 +420,7 @@ def sdpa_flash(q, k, v, *, causal=False, backend="FLASH_ATTENTION"):
 TIMING_NOTE = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). "
                + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s = 4 B H seq^2 head_dim (half when causal) / kernel time; "
                "'% of SDPA flash': the SDPA flash backend's time over this one's. 'attention(): ...' names the "
-               "kernel attention() ran (choose_kernel). 'standard' runs where its scores fit in 40 GiB.")
+               "kernel attention() ran (route()). 'standard' runs where its scores fit in 40 GiB.")
 
 
 def bench_all(seqs, shapes, dtypes) -> list:
@@ -715,7 +432,7 @@ def bench_all(seqs, shapes, dtypes) -> list:
             for seq in seqs:
                 for causal in (False, True):
                     q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-                    cases = {f"attention(): {choose_kernel(q, k, v)}": lambda: attention(q, k, v, causal=causal),
+                    cases = {f"attention(): {route(q, k, v)}": lambda: attention(q, k, v, causal=causal),
                              "SDPA default": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal),
                              "SDPA flash backend": lambda: sdpa_flash(q, k, v, causal=causal)}
                     if 2 * score_bytes(B, H, seq, torch.float32) < (40 << 30):
@@ -742,7 +459,7 @@ def timing() -> list:
     q, k, v = torch.randn(3, B, H, seq, D, device=DEVICE, dtype=torch.float16)
     flops, nbytes = 4 * B * H * seq * seq * D, 2 * 4 * B * H * seq * D  # two matmuls; q, k, v read, o written
     size = f"{B} x {H} x {seq} x {D} fp16"
-    points = roofline.points({(f"attention(): {choose_kernel(q, k, v)}", size): (lambda: attention(q, k, v), flops, nbytes),
+    points = roofline.points({(f"attention(): {route(q, k, v)}", size): (lambda: attention(q, k, v), flops, nbytes),
                               ("SDPA flash backend", size): (lambda: sdpa_flash(q, k, v), flops, nbytes)})
     return [*tables, points]
 
@@ -811,7 +528,7 @@ chapter.run("backward", trace_backward, trace=True)
 
 # %% [markdown]
 # ## 13. Training: the gradients against float64 autograd
-# dQ, dK, dV through attention (the registered operator: section 4) on awkward sizes: one row,
+# dQ, dK, dV through attention (its autograd function: section 4) on awkward sizes: one row,
 # lengths that are not a multiple of any block, causal and not (more in tests/test_training.py).
 
 
@@ -845,7 +562,7 @@ def timing_backward() -> list:
     impls = {"attention()": attention, "SDPA flash backend": sdpa_flash,
              "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}
     sizes = chapter.sizes(SIZES)
-    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"], kernel_of=choose_kernel)
+    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"], kernel_of=route)
 
 
 # %%
@@ -881,7 +598,7 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 chapter.run("bench_general", lambda: tuning.bench_general({
     "attention()": attention, "SDPA flash backend": sdpa_flash,
     "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}, chapter.sizes(SIZES)["general"],
-    kernel_of=choose_kernel), gpu=True)
+    kernel_of=route), gpu=True)
 
 # %% [markdown]
 # ## 17. Hopper in Gluon: the forward with warps by job (hopper.py)
@@ -913,8 +630,8 @@ chapter.run("gluon", hopper.compiled_for_hopper)
 
 # %%
 def attention_triton(q, k, v, *, causal=False):
-    """This chapter's Triton kernel, whatever GPU: what attention() runs off Hopper."""
-    return forward("triton", q, k, v, causal, q.shape[-1] ** -0.5)[0]
+    """attention.py's Triton kernel, whatever GPU: what attention() runs off Hopper."""
+    return launch(attention_kernel_tuned, q, k, v, causal, q.shape[-1] ** -0.5)[0]
 
 
 chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash, **chapter.sizes(SIZES)["gluon"]),

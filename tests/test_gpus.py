@@ -31,11 +31,11 @@ from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.matmul import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from common.launch import dot_block
 from lesson05_flash_attention import backward, decode
-from lesson05_flash_attention.main import NARROW, WIDE
+from lesson05_flash_attention.attention import NARROW, WIDE
 from lesson06_gpt import adamw
 
 L1, L2, L3 = "lesson01_vector_add.elementwise", "lesson02_softmax.softmax", "lesson03_rowsum.row_sum"
-L4, L5, L5B = "lesson04_matmul.main", "lesson05_flash_attention.main", "lesson05_flash_attention.backward"
+L4, L5, L5B = "lesson04_matmul.matmul", "lesson05_flash_attention.attention", "lesson05_flash_attention.backward"
 DEC = "lesson05_flash_attention.decode"
 HEAD_DIMS = (16, 64, 80, 128, 256)  # attention's: BLOCK_D 16, 64, 128 (80 padded), 128, 256
 DTYPES = ("fp32", "fp16", "bf16")  # what every launcher takes (bf16 and fp16 are the same size: both kept)
@@ -179,7 +179,7 @@ def tma_job(v):
     return job
 
 
-def attention_job(v):  # the forward, plain (main.launch) or decoding's (decode.launch: PACKED, its rows as BLOCK_M)
+def attention_job(v):  # the forward, plain (attention.launch) or decoding's (decode.launch: PACKED, its rows as BLOCK_M)
     D = v["head_dim"]
     job = dict(module=L5, kernel="attention_kernel",
                signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr"), "o_ptr": f"*{v.get('out', v['dtype'])}",

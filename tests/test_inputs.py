@@ -24,7 +24,7 @@ from lesson01_vector_add.elementwise import add, gelu
 from lesson02_softmax.softmax import softmax
 from lesson03_rowsum.main import row_sum
 from lesson04_matmul.matmul import matmul
-from lesson05_flash_attention.main import attention
+from lesson05_flash_attention.attention import attention
 
 
 def sdpa(q, k, v, causal=False):

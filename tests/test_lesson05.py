@@ -7,8 +7,9 @@ import torch
 
 from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, parse_command_line, run_trace
 from common.checks import rel_error
-from lesson05_flash_attention.main import (SCORES, SECTIONS, TOLERANCE as TOL, VALUES, attention, attention_standard,
-                                           check, online_softmax_demo)
+from lesson05_flash_attention.attention import attention
+from lesson05_flash_attention.main import (SCORES, SECTIONS, TOLERANCE as TOL, VALUES, attention_standard, check,
+                                           online_softmax_demo)
 
 SHAPES = [(1, 1, 1, 16), (2, 3, 50, 32), (1, 2, 129, 64), (2, 1, 100, 128), (1, 1, 17, 64)]  # B, H, seq, D
 
@@ -200,7 +201,7 @@ def fake_side_by_side(monkeypatch, times: list):
 def test_bench_configs_with_a_fake_clock(monkeypatch):
     # Each causal group is ranked against its own best (3 ms and 1.5 ms: the second row is the best),
     # and each row's call runs its own block sizes on attention that is causal as its row says
-    from lesson05_flash_attention.main import attention_kernel, launch
+    from lesson05_flash_attention.attention import attention_kernel, launch
     from lesson05_flash_attention.tuning import bench_configs
 
     calls = []
@@ -236,7 +237,7 @@ def test_backward_bench_configs_with_a_fake_clock(monkeypatch):
     import triton
 
     from lesson05_flash_attention import backward
-    from lesson05_flash_attention.main import attention_kernel_tuned, launch
+    from lesson05_flash_attention.attention import attention_kernel_tuned, launch
 
     dkdv_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}), triton.Config({"BLOCK_M": 16, "BLOCK_N": 32})]
     dq_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}), triton.Config({"BLOCK_M": 32, "BLOCK_N": 16})]
@@ -283,7 +284,7 @@ def test_backward_bench_configs_leave_out_what_does_not_fit(monkeypatch):
     import triton
 
     from lesson05_flash_attention import backward
-    from lesson05_flash_attention.main import attention_kernel_tuned, launch
+    from lesson05_flash_attention.attention import attention_kernel_tuned, launch
 
     dkdv_configs = [triton.Config({"BLOCK_M": 16, "BLOCK_N": 16}), triton.Config({"BLOCK_M": 32, "BLOCK_N": 32})]
     monkeypatch.setattr(backward, "capability", lambda: 80)  # no Hopper: no TMA rows (the fake clock's count)
@@ -310,7 +311,7 @@ def test_offsets_cases_take_the_index_type():
     # Nothing timed here: the cases bench.offsets_cost times, each run with either offsets type
     import triton.language as tl
 
-    from lesson05_flash_attention.main import attention_kernel_tuned, launch
+    from lesson05_flash_attention.attention import attention_kernel_tuned, launch
     from lesson05_flash_attention.tuning import offsets_cases
 
     calls = []
@@ -335,7 +336,9 @@ def test_offsets_cases_take_the_index_type():
 # ----- every shape: grouped-query heads, cross-attention, any head dim to 256, decoding
 
 from lesson05_flash_attention import backward, decode, tuning  # noqa: E402
-from lesson05_flash_attention.main import DECODE as DECODE_KERNELS, attention_kernel_tuned, choose_kernel, launch  # noqa: E402
+from lesson05_flash_attention.attention import ROUTES, attention_kernel_decode, attention_kernel_tuned, launch, route  # noqa: E402
+
+DECODE_KERNELS = dict(split_kernel=attention_kernel_decode)  # decode.launch's kernel: attention_kernel, PACKED
 
 MODEL_SHAPES = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim
     (1, 4, 2, 33, 33, 64),    # grouped-query heads
@@ -379,7 +382,7 @@ def test_the_reference_matches_sdpa_bottom_right():
     assert rel_error(attention(q.float(), k.float(), v.float(), causal=True), sdpa) < TOL[torch.float32]
 
 
-def test_choose_kernel_names_the_kernel_for_each_kind_of_input():
+def test_the_route_names_the_kernel_for_each_kind_of_input():
     # decoding (a few packed query rows per key head against >= 512 keys): the split keys; on an
     # H100/H200 float16 q, k, v of one shape at head_dim 128, seq a multiple of 128: the Gluon kernel;
     # everything else, this chapter's kernel
@@ -394,7 +397,107 @@ def test_choose_kernel_names_the_kernel_for_each_kind_of_input():
              "gluon" if hopper.HOPPER else "triton": [(make(1, 2, 256, 128), make(1, 2, 256, 128))]}
     for kernel, inputs in cases.items():
         for q, k in inputs:
-            assert choose_kernel(q, k, k) == kernel, (kernel, q.shape, k.shape, q.dtype)
+            assert route(q, k, k) == kernel, (kernel, q.shape, k.shape, q.dtype)
+
+
+class OnGPU(torch.Tensor):
+    """A CPU tensor that says it is on a GPU: hopper.takes's first question, for the route's Gluon
+    rows on any machine (nothing is launched: route() reads shapes, dtypes, strides, addresses)."""
+
+    @property
+    def is_cuda(self):
+        return True
+
+
+@pytest.mark.parametrize("row", ROUTES, ids=[f"{row[0]}, {row[1]}" for row in ROUTES])
+def test_each_path_of_the_route_takes_its_example(row, monkeypatch):
+    # ROUTES' example of each path (float16, empty) takes that path, as on an H100 or H200 with the
+    # Gluon backward timed faster at every head dim it takes (the Hopper flag set here; the Triton
+    # rows' examples take Triton there too); the Gluon rows' examples take Triton while torch.compile
+    # traces, and the Gluon backward's under torch.use_deterministic_algorithms(True)
+    from lesson05_flash_attention import hopper
+
+    direction, path, _, _, (B, H, H_KV, seq_q, seq_k, D) = row
+    q = torch.empty(B, H, seq_q, D, device=DEVICE, dtype=torch.float16)
+    k = torch.empty(B, H_KV, seq_k, D, device=DEVICE, dtype=torch.float16)
+    if not q.is_cuda:
+        q, k = q.as_subclass(OnGPU), k.as_subclass(OnGPU)
+    monkeypatch.setattr(hopper, "HOPPER", True)
+    monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", hopper.HEAD_DIMS)
+    assert route(q, k, k, direction) == path
+    if path == "gluon":
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        try:
+            torch.use_deterministic_algorithms(True)
+            assert route(q, k, k, direction) == ("triton" if direction == "backward" else "gluon")
+        finally:
+            torch.use_deterministic_algorithms(deterministic)
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+        assert route(q, k, k, direction) == "triton"
+    monkeypatch.setattr(hopper, "HOPPER", False)  # any other GPU, or the CPU: Triton's kernels
+    assert route(q, k, k, direction) == ("triton" if path == "gluon" else path)
+
+
+def test_every_launch_names_every_argument_of_its_kernel(monkeypatch):
+    # torch.compile's tracer reads a kernel's code with the arguments its launch hands it (an
+    # autotuner's first configuration added) and takes a kernel handed fewer than all of them to write
+    # every tensor it reads (then an input that is a view fails to compile): so attention's launches,
+    # forward and backward, each path the CPU reaches, name every argument, defaults too (TRACE=False)
+    from triton.runtime import Autotuner
+    from triton.runtime.jit import KernelInterface
+
+    launched, getitem = {}, KernelInterface.__getitem__
+
+    def record(self, grid):
+        launch = getitem(self, grid)
+
+        def run(*args, **kwargs):
+            jit = self.fn if isinstance(self, Autotuner) else self
+            tuned = set(self.configs[0].kwargs) if isinstance(self, Autotuner) else set()
+            missing = set(jit.arg_names) - set(jit.arg_names[:len(args)]) - set(kwargs) - tuned
+            launched.setdefault(jit.__name__, set()).update(missing)
+            return launch(*args, **kwargs)
+        return run
+
+    monkeypatch.setattr(KernelInterface, "__getitem__", record)
+    for shape in [(1, 2, 2, 40, 40, 16), (1, 4, 2, 9, 40, 16), (1, 4, 1, 1, 1024, 8)]:  # plain, grouped, decoding
+        q, k, v = model_inputs(*shape, torch.float32, requires_grad=True)
+        attention(q, k, v, causal=True).sum().backward()
+    assert sorted(launched) == ["attention_kernel", "combine_splits_kernel", "dkdv_kernel", "dq_kernel",
+                                "preprocess_kernel"]
+    assert all(not missing for missing in launched.values()), launched
+
+
+def test_torch_compile_traces_attention_whole_forward_and_backward():
+    # Dynamo (fullgraph) and AOTAutograd trace attention on each path torch.compile reaches: the
+    # Triton kernel (plain, grouped heads and two lengths causal; at head_dim 128 in float16, where
+    # an H100 or H200 would run Gluon's, which Dynamo does not trace) and decoding's split keys with
+    # their merge; its backward's three kernels; no launch the tracer cannot read. Without a GPU:
+    # tests/compile_trace.py, in a compiled-mode child (tests/test_training.py runs them on a GPU)
+    from common import child
+    from conftest import TESTS
+
+    op = "lesson05_flash_attention.attention:attention"
+    cases = [dict(op=op, shapes=[(1, 2, 40, 16)] * 3, dtype="float32"),
+             dict(op=op, shapes=[(1, 4, 9, 16), (1, 2, 40, 16), (1, 2, 40, 16)], dtype="float32",
+                  kwargs=dict(causal=True)),
+             dict(op=op, shapes=[(1, 2, 256, 128)] * 3, dtype="float16"),
+             dict(op=op, shapes=[(1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)], dtype="float32")]
+    _, results = child.run("compile_trace:joint_graphs", dict(cases=cases), interpret=False, path=(TESTS,))
+    backward_kernels = ["preprocess_kernel", "dkdv_kernel", "dq_kernel"]
+    expected = [["attention_kernel", *backward_kernels]] * 3 + [["attention_kernel", "combine_splits_kernel",
+                                                                 *backward_kernels]]
+    for case, (error, kernels, warned), wanted in zip(cases, results, expected):
+        assert error is None, (case, error)
+        assert "Encountered an exception" not in warned, (case, warned[-2000:])
+        assert kernels == wanted, case
+
+
+def test_the_route_table_has_a_row_for_each_path():
+    # every path route() returns, once, in the order it tries them
+    assert [(direction, path) for direction, path, *_ in ROUTES] == [
+        ("forward", "split keys"), ("forward", "gluon"), ("forward", "triton"), ("backward", "gluon"),
+        ("backward", "triton")]
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -478,14 +581,14 @@ def test_the_autotuners_lists_by_head_dim_and_problem_size():
     # the forward's and each backward kernel's: from 512 x 512 (query, key) pairs up every
     # configuration of the head dim's list (to 128, or 256), below it the list's last alone; the
     # backward's float32 the last too; a head-dim split (DIM_SPLIT) at head dim 256 only
-    from lesson05_flash_attention import main
+    from lesson05_flash_attention import attention as op
 
     x16, x32 = torch.empty(1, dtype=torch.float16), torch.empty(1)
-    prune = main.configs_for
-    everything = main.NARROW + main.WIDE
-    assert prune(everything, {"seq_q": 64, "seq_k": 4096}, BLOCK_D=128) == main.NARROW
-    assert prune(everything, {"seq_q": 4096, "seq_k": 64}, BLOCK_D=256) == main.WIDE
-    assert prune(everything, {"seq_q": 511, "seq_k": 512}, BLOCK_D=64) == main.NARROW[-1:]
+    prune = op.configs_for
+    everything = op.NARROW + op.WIDE
+    assert prune(everything, {"seq_q": 64, "seq_k": 4096}, BLOCK_D=128) == op.NARROW
+    assert prune(everything, {"seq_q": 4096, "seq_k": 64}, BLOCK_D=256) == op.WIDE
+    assert prune(everything, {"seq_q": 511, "seq_k": 512}, BLOCK_D=64) == op.NARROW[-1:]
     for name, (narrow, wide) in backward.LISTS.items():
         prune = backward.configs_for(name)["early_config_prune"]
         big = {"seq_q": 4096, "seq_k": 4096, "q_ptr": x16}
@@ -512,7 +615,7 @@ def test_bench_general_with_a_fake_clock(monkeypatch):
     impls = {"ours": attention, "reference": refuses_grouped}
     cases = [(1, 2, 1, 5, 9, 24, True), (1, 2, 2, 3, 3, 16, False)]
     fake_side_by_side(monkeypatch, [1.0, 3.0, 2.0, 2.0, 2.0, 8.0])  # case 1: forward, backward; case 2: the same
-    table = tuning.bench_general(impls, cases, dtype=torch.float32, kernel_of=choose_kernel)
+    table = tuning.bench_general(impls, cases, dtype=torch.float32, kernel_of=route)
     assert [(row[0], row[2]) for row in table.rows] == [("1 x 2/1 x 5/9 x 24", "ours (triton forward)"),
                                                         ("1 x 2/2 x 3/3 x 16", "ours (triton forward)"),
                                                         ("1 x 2/2 x 3/3 x 16", "reference")]
@@ -557,7 +660,7 @@ def test_decode_merges_large_scores():
     # about 1e-3 in the exponent, which near-one-hot rows turn into relative errors of that size
     q, k, v = model_inputs(1, 2, 1, 1, 2048, 16, torch.float32)
     q, k = q * 40, k * 40
-    assert choose_kernel(q, k, v) == "split keys" and decode.choose_splits(1, 2048) == 4
+    assert route(q, k, v) == "split keys" and decode.choose_splits(1, 2048) == 4
     out = attention(q, k, v)
     assert torch.isfinite(out).all() and rel_error(out, attention_standard(q.double(), k.double(), v.double())) < 1e-2
 
@@ -566,7 +669,7 @@ def test_decode_default_shares_cover_every_key():
     # 8,200 keys on one key head: 16 shares wanted, of 513 keys rounded up to whole key blocks (640):
     # 13 shares, no more than the merge reads (rounded down, 512, they would be 17)
     q, k, v = model_inputs(1, 2, 1, 1, 8200, 16, torch.float32)
-    assert choose_kernel(q, k, v) == "split keys" and decode.choose_splits(1, 8200) == decode.MAX_SPLITS
+    assert route(q, k, v) == "split keys" and decode.choose_splits(1, 8200) == decode.MAX_SPLITS
     assert rel_error(attention(q, k, v), attention_standard(q.double(), k.double(), v.double())) < TOL[torch.float32]
 
 
@@ -662,7 +765,7 @@ def test_gluon_forward_matches_float64(shape, dtype, causal):
 
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
 def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(monkeypatch):
-    # attention() and its operator's eager forward run hopper.launch where takes() says so and the
+    # attention() runs hopper.launch, for inference and for training, where takes() says so and the
     # head_dim is one it was timed faster at (128); the backward (Triton's, backward.py) reads its
     # lse and gives float64 autograd's gradients
     from common.checks import grad_errors, grad_ok
@@ -785,7 +888,6 @@ def test_attention_backward_takes_the_gluon_kernel_where_timed_faster(monkeypatc
     # rule, whatever the table says today) and gives float64 autograd's gradients; under
     # torch.use_deterministic_algorithms(True) the Triton backward runs instead
     from common.checks import grad_errors, grad_ok
-    from lesson05_flash_attention import main
 
     calls = []
     real = hopper.launch_backward
@@ -793,15 +895,15 @@ def test_attention_backward_takes_the_gluon_kernel_where_timed_faster(monkeypatc
     monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", (64, 128))
     q = torch.randn(1, 4, 256, 64, device=DEVICE, dtype=torch.float16)
     k, v = (torch.randn(1, 2, 256, 64, device=DEVICE, dtype=torch.float16) for _ in range(2))
-    assert main.choose_backward(q, k, v) == "gluon"
+    assert route(q, k, v, "backward") == "gluon"
     errors = grad_errors(lambda q, k, v: attention(q, k, v, causal=True),
                          lambda q, k, v: attention_standard(q, k, v, causal=True), [q, k, v])
     assert len(calls) == 1 and all(grad_ok(ours, theirs) for ours, theirs in errors)
     deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         torch.use_deterministic_algorithms(True)
-        assert main.choose_backward(q, k, v) == "triton"
+        assert route(q, k, v, "backward") == "triton"
     finally:
         torch.use_deterministic_algorithms(deterministic)
     monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", ())
-    assert main.choose_backward(q, k, v) == "triton"
+    assert route(q, k, v, "backward") == "triton"

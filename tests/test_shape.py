@@ -24,6 +24,7 @@ from lesson03_rowsum.rmsnorm import rms_norm
 from lesson03_rowsum.row_sum import row_sum
 from lesson04_matmul.hopper import HOPPER
 from lesson04_matmul.matmul import matmul
+from lesson05_flash_attention.attention import attention
 
 LESSONS = sorted(name for name in os.listdir(ROOT) if name.startswith("lesson") and os.path.isdir(os.path.join(ROOT, name)))
 COURSE = {"common", *LESSONS}  # the course's folders
@@ -86,6 +87,13 @@ OPS = {
     **({"matmul, TMA kernel, gelu epilogue": forward_and_backward(  # (the interpreter imitates TMA; on a GPU, Hopper's)
         lambda a, b: matmul(a, b, activation="gelu", tma=True), (40, 32), (32, 24), dtype=torch.float16)}
        if INTERPRET or HOPPER else {}),
+    "attention": forward_and_backward(attention, (1, 2, 40, 16), (1, 2, 40, 16), (1, 2, 40, 16)),
+    "attention, causal": forward_and_backward(lambda q, k, v: attention(q, k, v, causal=True), *[(2, 2, 33, 16)] * 3),
+    # 4 query heads on 2 key heads, 9 queries on 40 keys (its backward in parts: dkdv_parts)
+    "attention, grouped heads, two lengths": forward_and_backward(lambda q, k, v: attention(q, k, v, causal=True),
+                                                                  (1, 4, 9, 16), (1, 2, 40, 16), (1, 2, 40, 16)),
+    # decode.py's split keys: 4 query heads of one query on 1 key head of 1024 keys, in 2 shares, merged
+    "attention, decoding": forward_and_backward(attention, (1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)),
 }
 
 

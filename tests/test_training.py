@@ -19,7 +19,8 @@ from lesson03_rowsum.main import grad_check as grad_check03, row_sum
 from lesson04_matmul.main import grad_check as grad_check04, reference
 from lesson04_matmul.matmul import matmul
 from lesson05_flash_attention import backward
-from lesson05_flash_attention.main import attention, attention_op, attention_standard, grad_check as grad_check05
+from lesson05_flash_attention.attention import attention, attention_kernel, attention_kernel_tuned, launch
+from lesson05_flash_attention.main import attention_standard, grad_check as grad_check05
 
 
 @pytest.mark.parametrize("grad_check", [grad_check01, grad_check02, grad_check03, grad_check04, grad_check05])
@@ -39,13 +40,11 @@ def test_attention_gradients_other_head_dims_and_views(head_dim, causal):
 @pytest.mark.skipif(not INTERPRET, reason="blocks of 4 are below tl.dot's 16 on a GPU (the trace runs interpreted)")
 @pytest.mark.parametrize("atomic_dq", [False, True])  # dQ in a pass of its own, or by atomics in the dK/dV pass
 def test_the_backward_in_tiny_blocks_matches_autograd(atomic_dq):
-    from lesson05_flash_attention import main
-
     # three key blocks, the last ragged: not causal, key block 1's walk starts at query block 1 and
     # wraps round to 0, key block 2's at the ragged block 2
     q, k, v = (torch.randn(1, 1, 11, 2, device=DEVICE) for _ in range(3))
     for causal in (False, True):
-        o, lse = main.launch(main.attention_kernel, q, k, v, causal, 0.7, BLOCK_M=4, BLOCK_N=4)
+        o, lse = launch(attention_kernel, q, k, v, causal, 0.7, BLOCK_M=4, BLOCK_N=4)
         do = torch.randn_like(o)
         ours = backward.launch_backward(do, q, k, v, o, lse, causal, 0.7, atomic_dq=atomic_dq,
                                         dkdv=backward.dkdv_kernel,
@@ -79,7 +78,7 @@ def test_attention_backward_atomics_only_where_asked_and_allowed(deterministic_a
     # atomic_dq=True adds dQ up with atomics (no dQ pass), except under
     # torch.use_deterministic_algorithms(True), where the dQ pass runs: the same bits every time
     q, k, v = (torch.randn(1, 2, 150, 32, device=DEVICE) for _ in range(3))
-    o, lse = attention_op(q, k, v, True, 0.3, "triton")
+    o, lse = launch(attention_kernel_tuned, q, k, v, True, 0.3)
     do = torch.randn_like(o)
     runs = count_dq_runs(monkeypatch)
     grads = [backward.launch_backward(do, q, k, v, o, lse, True, 0.3, atomic_dq=True) for _ in range(2)]
@@ -122,7 +121,7 @@ def test_tma_dq_compiles_for_hopper_to_bulk_reduce_adds():
 
 def test_tma_dq_only_with_atomic_dq_on_hopper():
     q, k, v = (torch.randn(1, 1, 64, 16, device=DEVICE) for _ in range(3))
-    o, lse = attention_op(q, k, v, False, 0.25, "triton")
+    o, lse = launch(attention_kernel_tuned, q, k, v, False, 0.25)
     do = torch.randn_like(o)
     with pytest.raises(ValueError, match="needs atomic_dq=True too"):
         backward.launch_backward(do, q, k, v, o, lse, False, 0.25, tma_dq=True)
@@ -145,7 +144,7 @@ def test_tma_dq_gradients_match_the_deterministic_backward(shape, causal):
     q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=torch.float16)
     k, v = (torch.randn(B, H_KV, seq_k, D, device=DEVICE, dtype=torch.float16) for _ in range(2))
     shape = q.shape
-    o, lse = attention_op(q, k, v, causal, shape[-1] ** -0.5, "triton")
+    o, lse = launch(attention_kernel_tuned, q, k, v, causal, shape[-1] ** -0.5)
     do = torch.randn_like(o)
     tma = backward.launch_backward(do, q, k, v, o, lse, causal, shape[-1] ** -0.5, atomic_dq=True, tma_dq=True)
     plain = backward.launch_backward(do, q, k, v, o, lse, causal, shape[-1] ** -0.5)
@@ -268,22 +267,21 @@ def test_backward_operators_take_views_of_their_saved_tensors():
     y, dy = torch.softmax(torch.randn(6, 40, device=DEVICE), dim=1), torch.randn(6, 40, device=DEVICE)
     y_view = y.t().contiguous().t()  # the same values, columns contiguous instead of rows
     torch.testing.assert_close(softmax_backward(dy, y_view), softmax_backward(dy, y))
-    from lesson05_flash_attention import main
-
     q, k, v, do = (torch.randn(1, 2, 40, 32, device=DEVICE) for _ in range(4))
-    o, lse = main.attention_op(q, k, v, False, 0.2, "triton")
+    o, lse = launch(attention_kernel_tuned, q, k, v, False, 0.2)
     o_view = o.transpose(1, 2).contiguous().transpose(1, 2)
-    for a, b in zip(backward.attention_backward(do, q, k, v, o_view, lse, False, 0.2),
-                    backward.attention_backward(do, q, k, v, o, lse, False, 0.2)):
+    for a, b in zip(backward.launch_backward(do, q, k, v, o_view, lse, False, 0.2),
+                    backward.launch_backward(do, q, k, v, o, lse, False, 0.2)):
         torch.testing.assert_close(a, b)
 
 
-def test_lse_is_not_differentiable():
-    from lesson05_flash_attention import main
-
+def test_lse_is_kept_for_the_backward_not_returned():
+    # attention's autograd function returns O alone; lse (a float per query row) is saved beside q,
+    # k, v and O for the backward, and no gradient flows through it
     q, k, v = (torch.randn(1, 1, 8, 16, device=DEVICE, requires_grad=True) for _ in range(3))
-    o, lse = main.attention_op(q, k, v, False, 0.25, "triton")
-    assert o.requires_grad and not lse.requires_grad
+    o = attention(q, k, v)
+    *_, o_saved, lse = o.grad_fn.saved_tensors
+    assert o.requires_grad and torch.equal(o_saved, o) and lse.shape == (1, 1, 8) and not lse.requires_grad
 
 
 # What torch.compile's analysis says each kernel writes. Where it takes a kernel to write a tensor
