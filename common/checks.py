@@ -156,6 +156,9 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
         elif index != first_index or x.dtype != first.dtype or (same_shape and shape != first.shape):
             _mismatch(tensors)
     if torch.compiler.is_compiling():  # Dynamo cannot trace is_neg(): torch.compile's tensors pass as they are
+        if INTERPRET:  # nor the interpreter's kernels (numpy on the CPU): say so before it fails deep inside
+            raise RuntimeError("torch.compile cannot trace kernels that Triton's interpreter runs (no CUDA GPU "
+                               "here): on the CPU, call the lessons' functions without torch.compile")
         return list(tensors.values())
     # x.is_neg(): a lazy negation. x.resolve_neg() writes -x into new memory (x itself if the bit is off).
     return [x.resolve_neg() if x.is_neg() else x for x in tensors.values()]

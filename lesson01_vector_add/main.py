@@ -33,7 +33,6 @@ from common.table import print_table
 from common.trace import show
 from lesson01_vector_add import cuda_cpp, timing  # the lesson's other files: sections 9 and 11-14
 from lesson01_vector_add.elementwise import DTYPES, add, add_kernel, checked, gelu, launch  # the ops
-from lesson01_vector_add.elementwise import gelu_backward, gelu_tanh  # noqa: F401  (lesson 4 imports them from here)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "trace": "2. The trace: add_kernel, program by program",

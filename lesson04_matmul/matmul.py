@@ -132,6 +132,7 @@ def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, **m
         return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # one program per tile of C
 
     if M and N:  # (K = 0 is fine: the K loop runs no rounds, and act(0) = 0)
+        meta = {"TRACE": False, **meta}  # every argument, defaults too: torch.compile's analysis wants them all
         kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                      ACTIVATION=activation or "", INPUT_PRECISION=precision, INDEX_TYPE=index_type, **meta)
     return c

@@ -359,42 +359,6 @@ def test_launch_helpers_match_triton():
             assert cdiv(n, b) == triton.cdiv(n, b)
 
 
-def test_traceable_hands_wrap_triton_every_default(monkeypatch):
-    # What torch.compile's tracer needs (every argument, defaults included), with a stand-in for
-    # torch.library.wrap_triton so that it runs without a GPU.
-    import triton
-    import triton.language as tl
-
-    from common import launch
-
-    @triton.jit
-    def kernel(x_ptr, n, BLOCK: tl.constexpr, PAD: tl.constexpr = False, TRACE: tl.constexpr = False):
-        pass
-
-    launched = []
-    monkeypatch.setattr(launch, "INTERPRET", False)
-    monkeypatch.setattr(launch, "wrap_triton", lambda k: {(4,): lambda *a, **kw: launched.append((k, a, kw))})
-    launch.traceable(kernel)[(4,)]("x", 8, BLOCK=16, TRACE=True)
-    launch.traceable(kernel)[(4,)]("x", 8, 16, True)  # given by position: no default added for them
-    assert launched == [(kernel, ("x", 8), {"BLOCK": 16, "TRACE": True, "PAD": False}),
-                        (kernel, ("x", 8, 16, True), {"TRACE": False})]
-    # an autotuned kernel: a parameter some configuration sets is the autotuner's (its default,
-    # passed too, would conflict with that configuration: "Conflicting meta-parameters")
-    tuned = triton.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32, "PAD": True})], key=["n"])(kernel)
-    launched.clear()
-    launch.traceable(tuned)[(4,)]("x", 8)
-    assert launched == [(tuned, ("x", 8), {"TRACE": False})]
-
-
-def test_needs_op_only_where_autograd_records_the_call():
-    from common.launch import needs_op
-
-    x = torch.ones(2, device=DEVICE)
-    assert not needs_op(x, 3) and needs_op(x, x.clone().requires_grad_())
-    with torch.no_grad():
-        assert not needs_op(x.clone().requires_grad_())
-
-
 def test_timing_cells_fit_the_headers(monkeypatch):
     monkeypatch.setattr(bench, "copy_bandwidth", lambda: 4000.0)
     cells = bench.timing_cells(0.002, nbytes=4e6)

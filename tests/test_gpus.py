@@ -161,7 +161,7 @@ def precision(v) -> str:  # what the launchers pass: float32 in full precision (
 
 def matmul_job(v):  # float32 twice: matmul(precision="ieee"), and its default, "tf32" (the tensor cores)
     dtype = "fp32" if v["dtype"] == "fp32 as tf32" else v["dtype"]
-    job = dict(module="lesson04_matmul.matmul", kernel="matmul_kernel", signature={**pointers(dtype, "a_ptr", "b_ptr", "c_ptr"),
+    job = dict(module=L4, kernel="matmul_kernel", signature={**pointers(dtype, "a_ptr", "b_ptr", "c_ptr"),
                **ints("M", "N", "K", "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn")},
                divisible_by_16=("a_ptr", "b_ptr", "c_ptr"), **from_config(v["config"]))
     job["constexprs"].update(ACTIVATION=v["activation"] or "", INPUT_PRECISION="tf32" if dtype != v["dtype"] else precision(v),

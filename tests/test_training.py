@@ -2,7 +2,6 @@
 torch's autograd in float64 (the lessons' grad checks, awkward shapes included), the backward
 trace's numbers, the operator taken only where needed, and torch.compile(fullgraph=True) of a
 small model that calls every op, traced whole (GPU only: the interpreter's kernels cannot be traced)."""
-import os
 import re
 
 import pytest
@@ -15,7 +14,10 @@ from lesson01_vector_add.elementwise import add, gelu
 from lesson01_vector_add.main import grad_check as grad_check01
 from lesson02_softmax.main import grad_check as grad_check02
 from lesson02_softmax.softmax import softmax, softmax_backward
-from lesson03_rowsum.main import grad_check as grad_check03, row_sum
+from lesson02_softmax.cross_entropy import cross_entropy
+from lesson03_rowsum.main import grad_check as grad_check03
+from lesson03_rowsum.rmsnorm import rms_norm
+from lesson03_rowsum.row_sum import row_sum
 from lesson04_matmul.main import grad_check as grad_check04, reference
 from lesson04_matmul.matmul import matmul
 from lesson05_flash_attention import backward
@@ -203,6 +205,9 @@ def test_autograd_records_a_call_only_where_a_gradient_is_needed():
 
 OPS = {"add": lambda x, w: add(x, x), "gelu": lambda x, w: gelu(x), "softmax": lambda x, w: softmax(x),
        "row_sum": lambda x, w: row_sum(x), "matmul": lambda x, w: matmul(x, w),
+       "rms_norm": lambda x, w: rms_norm(x, w[:, 0].contiguous()),  # (a weight of x's width, 96)
+       "rms_norm, residual fused": lambda x, w: torch.add(*rms_norm(x, w[:, 0].contiguous(), residual=x * 2)),
+       "cross_entropy": lambda x, w: cross_entropy(x, torch.arange(64, device=x.device) % 96),
        "matmul, gelu epilogue": lambda x, w: matmul(x, w, activation="gelu"),
        "attention, causal": lambda x, w: attention(*x.view(3, 2, 1, 32, 32), causal=True),  # q, k, v: views of x
        # 4 query heads on 1 key head, 8 queries on 20 keys, head dim 24 (views of x)
