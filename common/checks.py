@@ -159,9 +159,21 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
         if INTERPRET:  # nor the interpreter's kernels (numpy on the CPU): say so before it fails deep inside
             raise RuntimeError("torch.compile cannot trace kernels that Triton's interpreter runs (no CUDA GPU "
                                "here): on the CPU, call the lessons' functions without torch.compile")
-        return list(tensors.values())
+        return distinct(list(tensors.values()))
     # x.is_neg(): a lazy negation. x.resolve_neg() writes -x into new memory (x itself if the bit is off).
-    return [x.resolve_neg() if x.is_neg() else x for x in tensors.values()]
+    return distinct([x.resolve_neg() if x.is_neg() else x for x in tensors.values()])
+
+
+def distinct(tensors: list) -> list:
+    """The tensors, each one a different object: where one tensor comes twice (add(x, x), attention(x,
+    x, x)), its repeats as views of it (the same memory). An autograd function given one tensor as two
+    inputs is refused by torch.compile (torch 2.13: "duplicate tensor input") or, with torch 2.11,
+    compiled into wrong gradients (add(x, x) on an H100); a view is another tensor, and autograd adds
+    the gradients of both into x as before."""
+    for i in range(1, len(tensors)):
+        if any(tensors[i] is t for t in tensors[:i]):
+            tensors[i] = tensors[i].view_as(tensors[i])
+    return tensors
 
 
 def _mismatch(tensors: dict):

@@ -42,6 +42,9 @@ def kernels_launched(fn, repeat: int = 1, between=None) -> list[tuple[str, int, 
     return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])
 
 
+CUDA_API = re.compile(r"cuda[A-Z]|cu[A-Z]")  # the CUDA runtime's and driver's calls: cudaLaunchKernel, cuLaunchKernelEx
+
+
 def ops_called(phases: dict) -> list[tuple[str, str, tuple]]:
     """Run each fn of phases = {phase: fn}, in order, under the profiler; return (phase, name, input
     shapes) for each operation a phase calls itself (not those called inside it), and for each
@@ -59,8 +62,8 @@ def ops_called(phases: dict) -> list[tuple[str, str, tuple]]:
     spans = {e.name: e.time_range for e in events if e.name in phases}
     called = []
     for e in sorted(events, key=lambda e: e.time_range.start):
-        if e.name in phases or not (e.cpu_parent is None or e.cpu_parent.name in phases):
-            continue
+        if e.name in phases or not (e.cpu_parent is None or e.cpu_parent.name in phases) or CUDA_API.match(e.name):
+            continue  # (a bare launch's cuLaunchKernel, say: the caller names that launch)
         phase = next((p for p, span in spans.items() if span.start <= e.time_range.start <= span.end), None)
         if phase is not None:
             name = e.name.removeprefix("autograd::engine::evaluate_function: ")

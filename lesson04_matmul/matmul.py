@@ -112,9 +112,20 @@ def small_problems_untuned(configs, named_args, **kwargs):
     return configs if named_args["M"] * named_args["N"] * named_args["K"] >= 512**3 else configs[-1:]
 
 
-# cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it
+# cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it.
 matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"], cache_results=True,
                                       prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel)
+# While torch.compile traces, the products take one configuration, not the autotuner: the tracer
+# (torch 2.11) refuses an autotuner that a traced model launches twice ("ListVariable ... is already
+# tracked for mutation"), and a model's matmuls, and a backward's dA and dB, are several launches.
+# The last configuration: it fits every GPU's shared memory, float32 too.
+TRACED = {**CONFIGS[-1].kwargs, "num_warps": CONFIGS[-1].num_warps, "num_stages": CONFIGS[-1].num_stages}
+
+
+def pointer_kernel() -> tuple:
+    """(kernel, its block sizes) for the pointer path: the autotuned kernel, or one configuration of
+    matmul_kernel while torch.compile traces."""
+    return (matmul_kernel, TRACED) if torch.compiler.is_compiling() else (matmul_kernel_tuned, {})
 
 
 # %% The launcher
@@ -181,7 +192,8 @@ class Matmul(torch.autograd.Function):
         if tma:
             c = hopper.launch_tma(hopper.matmul_kernel_tma_tuned, a, b, activation)
         else:
-            c = launch(matmul_kernel_tuned, a, b, activation, precision)
+            kernel, meta = pointer_kernel()
+            c = launch(kernel, a, b, activation, precision, **meta)
         ctx.activation, ctx.precision, ctx.tma = activation, precision, tma
         if activation == "relu":
             ctx.save_for_backward(a, b, c)  # saved tensors: autograd checks they were not changed in place
@@ -192,17 +204,18 @@ class Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a, b = ctx.saved_tensors[:2]
+        kernel, meta = pointer_kernel()
         if ctx.activation == "relu":
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
         elif ctx.activation == "gelu":  # Z recomputed as the forward computed it (the same kernel)
             if ctx.tma:
                 z = hopper.launch_tma(hopper.matmul_kernel_tma_tuned, a, b)
             else:
-                z = launch(matmul_kernel_tuned, a, b, None, ctx.precision)
+                z = launch(kernel, a, b, None, ctx.precision, **meta)
             dc = gelu_backward(dc, z)
         # ctx.needs_input_grad says which inputs want a gradient: a frozen weight's dB is never computed
-        da = launch(matmul_kernel_tuned, dc, b.t(), None, ctx.precision) if ctx.needs_input_grad[0] else None
-        db = launch(matmul_kernel_tuned, a.t(), dc, None, ctx.precision) if ctx.needs_input_grad[1] else None
+        da = launch(kernel, dc, b.t(), None, ctx.precision, **meta) if ctx.needs_input_grad[0] else None
+        db = launch(kernel, a.t(), dc, None, ctx.precision, **meta) if ctx.needs_input_grad[1] else None
         return da, db, None, None, None  # none for activation, precision, tma
 
 
