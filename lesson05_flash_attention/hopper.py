@@ -428,9 +428,9 @@ NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring: 193-194 KB of shared memory i
                          # head_dim 128 (231,344 bytes of the 232,448 a block may have; 232,880 at 64)
 DQ_TILE = [64, 64]       # a consumer's share of dQ_i per step: half the columns (head_dim 128) or rows (64)
 # Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
-# backward.py's Triton kernels at every length and mask (RESULTS.md). attention.py's route reads
-# this, and the tests run the path with it set whatever it holds.
-FASTER_BACKWARD_HEAD_DIMS = ()
+# backward.py's Triton kernels at every length and mask (RESULTS.md: both of them). attention.py's
+# route reads this, and the tests run the path with it set whatever it holds.
+FASTER_BACKWARD_HEAD_DIMS = (64, 128)
 
 
 def bwd_block_m(head_dim: int) -> int:

@@ -38,6 +38,18 @@ def test_check_tensors_names_the_problem():
 
 
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU machine, CPU tensors are the wrong device")
+def test_check_tensors_hands_one_tensor_given_twice_as_two():
+    # add(x, x): an autograd function given one tensor as two inputs is refused by torch.compile (or,
+    # torch 2.11, compiled into wrong gradients): the repeat comes back a view, the same memory
+    x, y = torch.randn(3, 4, device=DEVICE), torch.randn(3, 4, device=DEVICE)
+    a, b, c = check_tensors({"x": x, "y": y, "z": x}, (torch.float32,))
+    assert a is x and b is y and c is not x and c.data_ptr() == x.data_ptr() and torch.equal(c, x)
+    leaf = x.clone().requires_grad_()
+    p, q = check_tensors({"x": leaf, "y": leaf}, (torch.float32,))
+    (p * 2 + q).sum().backward()
+    assert torch.equal(leaf.grad, torch.full_like(x, 3.0))  # both uses' gradients reach the one leaf
+
+
 def test_check_tensors_never_suggests_moving_a_meta_tensor():
     with pytest.raises(ValueError) as error:
         check_tensors({"x": torch.ones(2, device="meta")}, (torch.float32,))
