@@ -49,7 +49,7 @@ def test_inputs_that_require_grad_get_gradients(name):
     inputs = [torch.randn(shape, device=DEVICE) for shape in shapes]
     leaves = [x.clone().requires_grad_() for x in inputs]
     out = fn(*leaves)
-    assert out.grad_fn is not None  # through the registered operator (lesson 1, section 5)
+    assert out.grad_fn is not None  # through its autograd function (lesson 1, section 5)
     g = torch.randn_like(out)  # not ones: softmax's rows sum to 1, whose gradient is 0
     out.backward(g)
     exact = [x.double().requires_grad_() for x in inputs]

@@ -55,7 +55,7 @@ def test_empty_and_k_zero():
     a, b = torch.randn(5, 0, device=DEVICE), torch.randn(0, 7, device=DEVICE)
     assert torch.equal(matmul(a, b, activation="gelu"), torch.zeros(5, 7, device=DEVICE))
     assert matmul(torch.randn(0, 3, device=DEVICE), torch.randn(3, 4, device=DEVICE)).shape == (0, 4)
-    leaf = a.clone().requires_grad_()  # through the operator too: K = 0 still has a gradient (of zeros)
+    leaf = a.clone().requires_grad_()  # through autograd too: K = 0 still has a gradient (of zeros)
     out = matmul(leaf, b, activation="relu")
     assert out.grad_fn is not None and torch.equal(out, torch.zeros(5, 7, device=DEVICE))
 
