@@ -61,7 +61,7 @@ def test_empty_and_k_zero():
 
 
 def test_the_offsets_can_be_64_bit_on_request():
-    # section 18 times this: the launcher takes the index type as an argument; the answer is the same
+    # section 16 times this: the launcher takes the index type as an argument; the answer is the same
     a, b = torch.randn(70, 45, device=DEVICE), torch.randn(45, 50, device=DEVICE)
     ref = launch(matmul_kernel, a, b, index_type=tl.int32, **TINY)
     assert torch.equal(launch(matmul_kernel, a, b, index_type=tl.int64, **TINY), ref)
