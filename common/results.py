@@ -31,7 +31,7 @@ from common.device import INTERPRET, ROOT
 from common.table import Table
 
 LESSONS = ["lesson01_vector_add", "lesson02_softmax", "lesson03_rowsum", "lesson04_matmul",
-           "lesson05_flash_attention", "lesson06_gpt"]
+           "lesson05_flash_attention", "lesson06_gpt", "lesson07_hopper"]
 MARKER = "<!-- section: {} -->"  # under each section's heading: the name the chapter runs it by
 
 

@@ -1,7 +1,7 @@
-"""Lesson 4, part 2: Hopper's TMA engine and a persistent grid, the last few percent of a matmul.
+"""Lesson 4's TMA kernel: Hopper's copy engine and a persistent grid, the last few percent of a matmul.
 
-cuBLAS on Hopper (H100, H200) feeds its tensor cores (main.py, section 2) with two things matmul.py's
-kernel does not use:
+cuBLAS on Hopper (H100, H200) feeds its tensor cores (lesson 4's main.py, section 2) with two things
+matmul.py's kernel does not use:
 - TMA, the tensor memory accelerator: a copy engine beside each SM that moves a whole tile
   between memory and shared memory on one thread's request. A tensor descriptor holds a matrix's
   base, shape, strides and tile shape; desc.load([row, col]) asks the engine for a tile. The
@@ -11,25 +11,26 @@ kernel does not use:
   are multiples of 16 bytes. Each program builds its three descriptors as it starts
   (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that Triton asks the
   allocator, common.launch.scratch, for at every launch). The host could build them instead
-  (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes all three on the host at every call,
-  time a small product's kernel cannot hide (main.py's "Host cost per call"), while building them
-  on the device costs kernel time instead: each program pays it once, as it starts.
+  (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes all three on
+  the host at every call, time a small product's kernel cannot hide, while building them on the
+  device costs kernel time instead: each program pays it once, as it starts.
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight
   while this tile's epilogue computes and stores.
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
-copy from memory to shared memory that each thread starts and does not wait for: the PTX counts
-of main.py's section 16 show it), so the gains here are the last few percent. main.py's section 17
-times each step side by side (RESULTS.md, "What each step bought"); matmul() runs this kernel where
-it can and where that table says it pays (matmul.choose_kernel, the route: a Hopper GPU, float16 or
-bfloat16, rows TMA can address, and M * N * K >= 4096^3). Each program builds its descriptors once:
-with one program per tile that is once per tile, with a persistent grid once per SM (132 times).
-From 4096^3 up this kernel won at every shape in RESULTS.md; below, the pointer kernel did (the
-descriptors' cost is a larger share of a short kernel, and small problems leave SMs idle).
+copy from memory to shared memory that each thread starts and does not wait for), so the gains
+here are the last few percent. matmul() runs this kernel where it can and where it pays
+(matmul.choose_kernel, the route: a Hopper GPU, float16 or bfloat16, rows TMA can address, and
+M * N * K >= TMA_FROM). Each program builds its descriptors once: with one program per tile that is
+once per tile, with a persistent grid once per SM. A short kernel pays the descriptors' cost on a
+larger share of its time, and a small problem leaves SMs idle, so below some size the pointer
+kernel is the faster: TMA_FROM is where lesson 7's table ("What each step bought", RESULTS.md)
+and lesson 4's timing table found the crossing.
 
 This file is an op file: the kernel, its configurations, its preconditions and its launcher.
-matmul.py's route imports it (not the other way round); main.py's sections 16-18 show it.
+matmul.py's route imports it (not the other way round); lesson 7's chapter (lesson07_hopper/main.py)
+takes it apart: the instructions it compiles to, and each step timed.
 """
 from common.device import INTERPRET, capability, interpretable, shared_memory, sm_count  # first: it picks triton's mode
 
@@ -40,7 +41,7 @@ import triton.language as tl
 from common.launch import cdiv, scratch
 from lesson01_vector_add.elementwise import gelu_tanh  # lesson 1's GELU, fused into the epilogue as in matmul.py
 
-TMA_FROM = 4096**3  # M * N * K from which this kernel won on the H200 (RESULTS.md, "What each step bought")
+TMA_FROM = 4096**3  # M * N * K from which this kernel was the faster (lesson 7's RESULTS.md, "What each step bought")
 
 
 # %% The kernel: matmul.py's, with descriptor loads and a loop over tiles
@@ -78,7 +79,7 @@ def matmul_kernel_tma(
 
 
 # %% Autotuning
-# The large tiles of matmul.py's GPU_CONFIGS, persistent and flattened (main.py's section 17: each step paid).
+# The large tiles of matmul.py's GPU_CONFIGS, persistent and flattened (lesson 7 times each step).
 GPU_TMA_CONFIGS = [
     triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True},
                   num_stages=stages, num_warps=8)

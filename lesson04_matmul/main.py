@@ -8,10 +8,10 @@ tensor cores (the units that multiply small matrix tiles in one instruction: sec
 accumulator collects the steps; an activation can be applied to it before the store, for free (a
 fused epilogue). The order in which programs run decides how much of A and B the L2 cache can
 share (grouped order), and the best block sizes depend on the shape and the GPU (autotuning). A
-first reading can stop after section 9 (training); sections 10-15 time the kernel against
-cuBLAS, and 16-18 (hopper.py) show Hopper's copy engine (TMA) and a persistent grid, the last few
-percent. The kernels, their launchers, the route between them and the op live in op files, what a
-model imports: matmul.py (the pointer kernel, matmul() and its backward) and hopper.py (the TMA kernel).
+first reading can stop after section 9 (training); sections 10-16 time the kernel against
+cuBLAS. The kernels, their launchers, the route between them and the op live in op files, what a
+model imports: matmul.py (the pointer kernel, matmul() and its backward) and hopper.py (the TMA
+kernel, which the route takes on Hopper: lesson 7, lesson07_hopper/main.py, takes it apart).
 
 Run:   python lesson04_matmul/main.py            (every section)
        python lesson04_matmul/main.py --help     (sections, sizes)
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
-from common import bench, ptx, roofline
+from common import bench, roofline
 from common.chapter import Chapter, positive_int
 from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok, rel_error
 from common.launch import cdiv, scratch
@@ -49,9 +49,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "order": "13. Grouped order, timed",
     "host": "14. What a call costs the host",
     "library": "15. torch.matmul's kernel for each shape (library.py)",
-    "ptx": "16. Hopper: which instructions move the tiles, compiled for sm_90 without a GPU (hopper.py)",
-    "steps": "17. Hopper: TMA and a persistent grid, step by step (hopper.py)",
-    "offsets": "18. 64-bit offsets: what they cost the pointer kernel",
+    "offsets": "16. 64-bit offsets: what they cost the pointer kernel",
 }
 SIZES = {"quick": [(4096, 4096, 4096)],  # section 10's (M, N, K); the last two of "full": a Llama-7B MLP, up and down
          "full": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -238,10 +236,10 @@ chapter.run("trace", trace, trace=True)
 # pipeline stages. num_stages is the depth of the software pipeline: while the tensor cores
 # multiply one K tile, the loads of the next num_stages - 1 are already in flight, each landing in
 # shared memory; the compiler issues them as cp.async, an asynchronous copy from memory to shared
-# memory that each thread starts and does not wait for (hopper.py counts them in the PTX: section
-# 16). The stages wait in shared memory, so a GPU with less of it skips the largest tiles. Small
-# problems: below 512^3 tuning costs more than it saves; the smallest tile (the last, which fits
-# every GPU) runs untimed. The interpreter runs one small configuration. (Autotune times each
+# memory that each thread starts and does not wait for (lesson 7 counts them in the PTX). The
+# stages wait in shared memory, so a GPU with less of it skips the largest tiles. Small problems:
+# below 512^3 tuning costs more than it saves; the smallest tile (the last, which fits every GPU)
+# runs untimed. The interpreter runs one small configuration. (Autotune times each
 # configuration once, briefly: near-equal ones can swap from run to run.) The list, the rule for
 # small problems and matmul_kernel_tuned, the autotuned kernel, are in matmul.py (GPU_CONFIGS).
 
@@ -249,9 +247,9 @@ chapter.run("trace", trace, trace=True)
 # %% [markdown]
 # ## 7. The public function: matmul(), and which kernel it runs
 # matmul() (matmul.py) checks the input, then asks one function which kernel runs:
-# choose_kernel, the route. hopper.py's TMA kernel (sections 16-17) where it can run and pays (a
-# Hopper GPU, float16 or bfloat16, rows the copy engine can address, M * N * K from 4096^3), the
-# autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
+# choose_kernel, the route. hopper.py's TMA kernel where it can run and pays (a Hopper GPU, float16
+# or bfloat16, rows the copy engine can address, M * N * K from 4096^3; lesson 7 takes it apart),
+# the autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
 # starts, so the choice is made there, on the real tensors, before the autograd function of section
 # 9 (Matmul), which is handed a plain True or False. The table: each of the route's conditions, in
 # the order it asks them, with an example it decides (a meta tensor: a shape and strides, no
@@ -543,105 +541,15 @@ chapter.run("library", lambda: library.kernels_by_shape(
     matmul, {"matmul_kernel": matmul_kernel_tuned, "matmul_kernel_tma": hopper.matmul_kernel_tma_tuned}), gpu=True)
 
 # %% [markdown]
-# ## 16. Hopper: which instructions move the tiles (hopper.py)
-# hopper.py's kernel reads its tiles through TMA (the tensor memory accelerator): a copy engine
-# beside each SM that moves a whole tile between memory and shared memory on one thread's request,
-# computing every address and padding the edges itself; and it runs on a persistent grid, one
-# program per SM looping over tiles. Compiled for an H100/H200 (sm_90) in a child process, which
-# needs no GPU, the PTX shows what each kernel's loads became: cp.async, the per-thread
-# asynchronous copies of section 6, for the pointer kernel; cp.async.bulk.tensor, TMA copies, for
-# hopper.py's; and in both, wgmma.mma_async, Hopper's tensor-core instruction, in which a warpgroup
-# (4 warps) multiplies tiles read straight from shared memory while the threads go on.
-
-
-# %%
-def copy_instructions(BLOCK=(128, 128, 64)) -> dict:
-    """Compile both kernels for sm_90 (no GPU needed: common/ptx.py) and count, in the PTX, the
-    instructions that move tiles (cp.async: per-thread asynchronous copies; cp.async.bulk.tensor:
-    TMA) and Hopper's tensor-core instruction (wgmma.mma_async: a warpgroup, 4 warps, multiplies
-    tiles read straight from shared memory, asynchronously)."""
-    BM, BN, BK = BLOCK
-    print(f"The PTX of both kernels for an H100/H200 (sm_90), {BM} x {BN} x {BK} tiles:")
-    tile = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=BK, GROUP_M=8, ACTIVATION="")
-    sizes = {"M": "i32", "N": "i32", "K": "i32"}
-    jobs = {
-        "matmul_kernel (matmul.py, pointer loads)": dict(
-            module="lesson04_matmul.matmul", kernel="matmul_kernel",
-            signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
-                       "stride_ak": "constexpr", "stride_bk": "i32", "stride_bn": "constexpr", "stride_cm": "i32",
-                       "stride_cn": "constexpr", **dict.fromkeys(tile, "constexpr"),
-                       "INPUT_PRECISION": "constexpr", "TRACE": "constexpr"},
-            constexprs=dict(stride_ak=1, stride_bn=1, stride_cn=1, **tile, INPUT_PRECISION="tf32", TRACE=False),
-            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
-        "matmul_kernel_tma (descriptors)": dict(
-            module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
-            signature={"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", **sizes, "stride_am": "i32",
-                       "stride_bk": "i32", "stride_cm": "i32", **dict.fromkeys(tile, "constexpr"),
-                       "FLATTEN": "constexpr"},
-            constexprs=dict(**tile, FLATTEN=True),
-            divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm")),
-    }
-    counts = {}
-    for name, asm in zip(jobs, ptx.compile_kernels([dict(job, num_warps=8) for job in jobs.values()])):
-        code = asm["ptx"]
-        counts[name] = {"cp.async": code.count("cp.async.cg") + code.count("cp.async.ca"),
-                        "cp.async.bulk.tensor": code.count("cp.async.bulk.tensor"),
-                        "wgmma.mma_async": code.count("wgmma.mma_async")}
-    print_table([(name, *c.values()) for name, c in counts.items()],
-                ["kernel", "cp.async", "cp.async.bulk.tensor (TMA)", "wgmma.mma_async"])
-    return counts
-
-
-# %%
-chapter.run("ptx", copy_instructions)
+# ### On Hopper: lesson 7
+# From 4096^3 up on an H100 or H200, matmul() runs hopper.py's kernel (section 7's route): the same
+# tiles and K loop, its tiles brought by TMA, Hopper's copy engine, through tensor descriptors, on a
+# persistent grid of one program per SM. Lesson 7 (lesson07_hopper/main.py) takes it apart: the
+# descriptors, the persistent loop, the instructions each kernel compiles to for an H100 (no GPU
+# needed), and what each step bought against cuBLAS.
 
 # %% [markdown]
-# ## 17. Hopper: TMA and a persistent grid, step by step (hopper.py)
-# One tile shape throughout; each step added to the one before, timed side by side with cuBLAS.
-# matmul() takes this kernel from M * N * K = 4096^3 up (hopper.TMA_FROM), where it won in this
-# table and in section 10's, on Hopper, in float16 and bfloat16.
-
-
-# %%
-def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> Table | None:
-    """matmul.py's kernel (matmul_kernel, through its launch), then TMA, a persistent grid and
-    flatten, one tile shape throughout, side by side with cuBLAS."""
-    if not hopper.HOPPER:
-        print("This GPU cannot run the TMA kernel (tma_gpu: compute capability >= 9.0, and 160 KB of shared\n"
-              "memory per program): nothing to time.")
-        return None
-    tile = dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, num_stages=3, num_warps=8)
-    rows = []
-    for n in sizes:
-        a = torch.randn(n, n, device=DEVICE, dtype=dtype)
-        b = torch.randn(n, n, device=DEVICE, dtype=dtype)
-        c = torch.empty(n, n, device=DEVICE, dtype=dtype)
-        tiles = cdiv(n, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"])
-        triton.set_allocator(scratch)
-
-        def tma(programs, flatten):
-            hopper.matmul_kernel_tma[(programs,)](a, b, c, n, n, n, n, n, n, **tile, FLATTEN=flatten)
-
-        cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
-                 "tl.dot tiles, pointer loads (matmul_kernel)": lambda: launch(matmul_kernel, a, b, **tile),
-                 "+ TMA loads and stores, one program per tile": lambda: tma(tiles, False),
-                 "+ persistent: one program per SM": lambda: tma(min(sm_count(), tiles), False),
-                 "+ flatten: pipelined across tiles": lambda: tma(min(sm_count(), tiles), True)}
-        times = bench.side_by_side(cases)
-        for name, ms in times.items():
-            rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms),
-                         100 * times["cuBLAS (torch.matmul)"] / ms))
-    return print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
-                       title=f"What each step bought, {dtype_name(dtype)}",
-                       note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order. 'kernel µs': the kernels' "
-                            "own time (profiler timestamps, L2 flushed between calls). " + bench.SIDE_BY_SIDE_NOTE)
-
-
-# %%
-chapter.run("steps", lambda: bench_steps((4096, 8192) if args.full else (4096,)), gpu=True)
-
-# %% [markdown]
-# ## 18. 64-bit offsets: what they cost the pointer kernel
+# ## 16. 64-bit offsets: what they cost the pointer kernel
 # The pointer kernel computes each address as an offset from the base: in int32, or in int64 where
 # a tensor passes 2^31 elements (common.checks.index_type), which costs wider registers and more
 # instructions per address. The TMA kernel hands the copy engine coordinates and needs neither.

@@ -1,19 +1,19 @@
-"""Lesson 5 on Hopper: the forward pass written in Gluon, where the programmer, not the compiler,
-decides which warps do what.
+"""Lesson 5 on Hopper: the forward and backward passes written in Gluon, where the programmer, not
+the compiler, decides which warps do what.
 
 attention.py's attention_kernel says what one program computes and leaves the rest to Triton's
 compiler: which threads load, how the loads are pipelined, when the tensor cores run. On an H100 or
 H200 the fastest attention kernels (FlashAttention-3, cuDNN) split each program's warps by job
-instead, and Gluon (triton.experimental.gluon, shipped with Triton since 3.5) lets a kernel say so.
+instead, and Gluon (triton.experimental.gluon, Triton's lower-level language) lets a kernel say so.
 Each job is a *partition*: a function run by its own warps (gl.warp_specialize, at the end of the
 kernel, hands them out).
 
 - one *producer* warp issues the copies: TMA (the tensor memory accelerator, lesson 4's hopper.py)
   brings the queries once and each key/value block into a ring of shared-memory slots;
-- two *consumer* warpgroups (a warpgroup: 4 warps, what Hopper's wgmma instruction runs on: main.py,
-  the chapter, section 8) own 64 query rows each and do the work: S = Q K^T and O += P V on the
-  tensor cores (`warpgroup_mma`, wgmma, asynchronous: it returns at once, `warpgroup_mma_wait` waits
-  for it), the online softmax in registers between them;
+- two *consumer* warpgroups (a warpgroup: 4 warps, what Hopper's wgmma instruction runs on) own 64
+  query rows each and do the work: S = Q K^T and O += P V on the tensor cores (`warpgroup_mma`,
+  wgmma, asynchronous: it returns at once, `warpgroup_mma_wait` waits for it), the online softmax
+  in registers between them;
 - mbarriers, barrier objects in shared memory, say when a slot is full or free. An mbarrier counts
   arrivals (and, for TMA, bytes); when all have come in it completes a *phase* and starts the
   next, flipping a parity bit. `mbarrier.wait(bar, p)` returns once the phase of parity p is over,
@@ -26,11 +26,10 @@ kernel, hands them out).
       tensor cores:  consumer 0's      | consumer 1's            | consumer 0's         | ...
 
   Inside one consumer, the S of block j is issued with the P V of block j - 1, and the code waits
-  for S(j) alone before the softmax (FlashAttention-3's other overlap). The compiled code does not
-  keep that one: ptxas puts a wait for P V before the softmax's exponentials (CUDA 12.8's, in
-  triton 3.6, and 13.4's, triton 3.9's ptxas-blackwell: `cuobjdump -sass` shows
-  `WARPGROUP.DEPBAR.LE gsb0, 0x0` ahead of the first `MUFU.EX2`), so the overlap that remains is
-  the two consumers'.
+  for S(j) alone before the softmax (FlashAttention-3's other overlap). Whether the machine code
+  keeps that overlap is ptxas's choice: where it puts a wait for P V ahead of the softmax's
+  exponentials (`WARPGROUP.DEPBAR.LE gsb0, 0x0` before the first `MUFU.EX2` in the SASS, which
+  lesson 7 reads), the overlap that remains is the two consumers'.
 
 The barriers, for key block j in slot s = j % NUM_BUFFERS (round r = j // NUM_BUFFERS):
 
@@ -50,23 +49,24 @@ waiter: both harmless.)
 What it costs to write: every layout is named (the wgmma accumulator's, the operand's that P must
 be in, a row's), every barrier's phase is counted by hand, and a wrong count is a hang, not an
 error. It runs on Hopper only (sm_90: wgmma and setmaxnreg), for float16 and bfloat16, q, k and v of
-one contiguous shape, head_dim 64 or 128 and seq a multiple of 128 (takes()). Whether it pays is
-section 18's table (RESULTS.md), timed on an H200 beside the Triton kernel and cuDNN: at head_dim
-128 it is clearly faster than the Triton kernel, about level with cuDNN; at head_dim 64 it is not
-faster, so attention.py's route() sends it head_dim 128 only (FASTER_HEAD_DIMS) and everything else
-to the Triton kernel. A reading of that, not a measurement: a turn's barriers and waits cost the
-same at either head_dim, while its tensor-core work (Q K^T and P V) halves at 64, so the
-hand-made schedule's fixed cost is twice the share there.
+one contiguous shape, head_dim 64 or 128 and seq a multiple of 128 (takes()). Whether it pays is a
+measurement: lesson 7 times it beside the Triton kernel and cuDNN (RESULTS.md), and attention.py's
+route() sends it the head dims where it was the faster (FASTER_HEAD_DIMS), everything else to the
+Triton kernel. Why the head dim matters: a turn's barriers and waits cost the same at either head
+dim, while its tensor-core work (Q K^T and P V) halves at 64, so the hand-made schedule's fixed
+cost is twice the share there.
 
 The file's second kernel is the backward, in the same pieces (its comment block, "The backward in
 Gluon", has its barriers, timeline and registers): FlashAttention-3's one kernel per key block, dQ
-added by TMA's reduce-add. Section 20 times it beside backward.py's Triton kernels and cuDNN; attention()'s
-backward runs it where that table finds it faster (FASTER_BACKWARD_HEAD_DIMS).
+added by TMA's reduce-add. attention()'s backward runs it where lesson 7's table found it faster
+than backward.py's Triton kernels (FASTER_BACKWARD_HEAD_DIMS).
+
+This file is an op file: the kernels, their preconditions and their launchers, which attention.py's
+route runs; lesson 7's chapter (lesson07_hopper/main.py) compiles them for sm_90 and times them.
 """
-from common.device import DEVICE, INTERPRET, capability
+from common.device import INTERPRET, capability
 
 import functools
-import re
 
 import torch
 import triton
@@ -76,21 +76,18 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                              warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from common import bench, ptx
-from common.checks import dtype_name, index_type
-from common.table import Table, print_table
-from lesson05_flash_attention.backward import BACKWARD_NOTE, preprocess_kernel  # Delta's kernel, the backward's note
+from common.checks import index_type
+from lesson05_flash_attention.backward import preprocess_kernel  # Delta's kernel
 
-# TMA's copies, by their names in the installed Triton (3.6: async_copy_global_to_shared and
-# async_copy_shared_to_global; later releases renamed them async_load and async_store).
+# TMA's copies, under whichever of the two names Triton's releases have given them the installed one has.
 tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 tma_store = tma.async_store if hasattr(tma, "async_store") else tma.async_copy_shared_to_global
 
 LOG2E = gl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_M = 128        # query rows per program: 64 per consumer warpgroup
 BLOCK_N = 128        # keys per block
-NUM_BUFFERS = 3      # key/value slots in the ring: 3 fit at head_dim 128 (224 KB) and beat 2 on an H200
-# Where attention() runs this kernel: where the H200 timed it faster than attention.py's (section 18).
+NUM_BUFFERS = 3      # key/value slots in the ring: as many as fit an H100's shared memory at head_dim 128
+# Where attention() runs this kernel: where lesson 7's table (RESULTS.md) timed it faster than attention.py's.
 FASTER_HEAD_DIMS = (128,)
 # Registers per thread, by partition. An SM has 64K. setmaxnreg (Hopper: a warpgroup gives
 # registers back or takes more, while the kernel runs) works on whole warpgroups, so the launch has
@@ -195,7 +192,7 @@ def consumer(o_desc, lse_ptr, q_smem, k_bufs, v_bufs, q_bar, k_ready, v_ready, k
         acc = warpgroup_mma(p, v_bufs.index(prev), acc, is_async=True)
         mbarrier.arrive(other_turn, count=1)
         # wgmma groups complete in order: at most one outstanding means S(j) is done (and P V may
-        # run on under the softmax: what the code asks for; ptxas waits for it here too, see above).
+        # run on under the softmax: what the code asks for; whether ptxas keeps it: the docstring).
         s = warpgroup_mma_wait(num_outstanding=1, deps=(s,))
         p_next, m_i, l_i, alpha = softmax_step(s, m_i, l_i, qk_scale, rows, j, diagonal, BLOCK_N, CAUSAL, s_layout)
         # P(j-1) rides along as a dependence: the running P V reads its registers until this wait.
@@ -320,7 +317,7 @@ HOPPER = not INTERPRET and torch.cuda.is_available() and capability() == 90
 
 
 def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
-    """For main.py's host table, on an H100/H200: attention() at head_dim 128 (which runs this kernel)
+    """For lesson 5's host table (main.py, section 10), on an H100/H200: attention() at head_dim 128 (which runs this kernel)
     beside the kernel's own launch, its descriptors ready. Elsewhere none."""
     if not HOPPER:
         return {}
@@ -367,8 +364,8 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 #   of the columns (K's, read from the second 128-byte swizzle column of its rows), at head_dim 64
 #   its half of the block's 128 rows (dS's, read from the second 128 bytes of dS^T's rows). A half of
 #   head_dim 64's columns would be 32, which wgmma would read from the middle of K's swizzled rows.
-#   triton 3.6's Gluon builds the reduce-add but names no function for it (later releases:
-#   tma.async_atomic_add), so tma_add below is that function, as the later releases write it.
+#   tma_add below is Gluon's tma.async_atomic_add, built as that function builds it where the
+#   installed release does not name it.
 #
 # Who waits for whom, at step i: slot s = i % NUM_BUFFERS_BWD (round r = i // NUM_BUFFERS_BWD),
 # parity p = i % 2 (its dS^T buffers: a pair per parity, so one step's can be read while the next
@@ -400,34 +397,34 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # The two meet at D every step, and the overlap is the tensor cores': while one consumer computes
 # its exponentials, its A or its wait at D, the other's matmuls, already issued, run. At head_dim 64
 # the steps are twice as long (M = 128) for the same barriers and waits. Within a consumer, the
-# code asks for dP^T's matmul to run under the exponentials (it waits for S^T alone first); the
-# compiled code keeps little of that, as the forward's keeps little of its own: ptxas (triton 3.6's
-# and 3.9's) moves the wait for dP^T up among the exponentials, in most loops after the first 5 to
-# 16 of a thread's 32 (64 at head_dim 64), since it interleaves dS^T's arithmetic with them
-# (`WARPGROUP.DEPBAR.LE gsb0, 0x0` among the `MUFU.EX2`: section 19's second table counts them).
+# code asks for dP^T's matmul to run under the exponentials (it waits for S^T alone first); how
+# much of that the machine code keeps is ptxas's choice, which may move the wait for dP^T up among
+# the exponentials to interleave dS^T's arithmetic with them (`WARPGROUP.DEPBAR.LE gsb0, 0x0` among
+# the `MUFU.EX2`: lesson 7's reading of the SASS counts the exponentials that run under dP^T).
 #
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
 # head, so dK and dV are summed in registers (no atomics for them); dQ's additions are per query
 # head. Causal: a key block's walk starts at its own diagonal (query block start_n / M), whose
 # blocks (128 keys span 128 / M of them) are masked; they come first, in a loop of their own (its
 # own copy of the step), so that the rest of the walk carries no mask (a mask's indices cost
-# registers: in one loop, ptxas spilled in every step for them). Not causal: the walk starts at the diagonal too and wraps round, so the
-# programs of one head add into different rows of dQ at any moment.
+# registers, which one loop for every step would hold in every step). Not causal: the walk starts at
+# the diagonal too and wraps round, so the programs of one head add into different rows of dQ at any
+# moment.
 #
 # Registers (per consumer thread, of setmaxnreg's 240), at the exponentials, the peak: at head_dim
 # 128, dK and dV 64 each (float32, 64 x 128 over 128 threads), S^T and dP^T 32 each, lse 16 (one per
 # query column the thread holds): 208; at head_dim 64, dK and dV 32 each, S^T and dP^T 64 each
 # ([64, 128]), lse 32: 224. Then Delta (16 or 32), P^T and dS^T as float16 operands (16 or 32
-# each) and dQ_i's tile (32, once S^T and dP^T are gone). Section 19's table has what ptxas made of
-# it.
+# each) and dQ_i's tile (32, once S^T and dP^T are gone). Lesson 7's compile table has what
+# ptxas made of it: the bytes it spilled, if any.
 # Deterministic? No: the reduce-adds' order varies, so dQ's last bits do. attention()'s backward
 # takes this kernel only where torch.are_deterministic_algorithms_enabled() is False
 # (backward_takes), and only at FASTER_BACKWARD_HEAD_DIMS.
 BLOCK_N_BWD = 128        # keys per program: 64 per consumer warpgroup
-NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring: 193-194 KB of shared memory in all; a third fits only at
-                         # head_dim 128 (231,344 bytes of the 232,448 a block may have; 232,880 at 64)
+NUM_BUFFERS_BWD = 2      # Q/dO slots in the ring: beside K, V, dS^T and the dQ tiles, two fit an H100's
+                         # shared memory at both head dims (a third, at 128 only, with nothing to spare)
 DQ_TILE = [64, 64]       # a consumer's share of dQ_i per step: half the columns (head_dim 128) or rows (64)
-# Where attention()'s backward runs this kernel: the head dims where section 20 timed it faster than
+# Where attention()'s backward runs this kernel: the head dims where lesson 7 timed it faster than
 # backward.py's Triton kernels at every length and mask (RESULTS.md: both of them). attention.py's
 # route reads this, and the tests run the path with it set whatever it holds.
 FASTER_BACKWARD_HEAD_DIMS = (64, 128)
@@ -442,7 +439,7 @@ def bwd_block_m(head_dim: int) -> int:
 
 if hasattr(tma, "async_atomic_add"):
     tma_add = tma.async_atomic_add
-else:  # triton 3.6: the same operation, built as the later releases build it
+else:  # a release that does not name it: the same operation, built as async_atomic_add builds it
     from triton._C.libtriton import ir
     from triton.language.core import builtin
 
@@ -600,7 +597,7 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
                 dk, dv = bwd_consumer_step(g * per_head + j, g, first + j, dk, dv, keys, q_bufs, do_bufs, lse_bufs,
                                            delta_bufs, k_smem, v_smem, ds_smem, dq_smem, dq_desc, qdo_ready, qdo_empty,
                                            ds_ready, q_head0, n_qb, sm_scale, qk_scale, WHICH, NUM_BUFFERS, False)
-    else:  # one loop over every query head's blocks (one loop, not one per head: ptxas spilled less)
+    else:  # one loop over every query head's blocks (not one per head: one copy of the step to allocate)
         for i in range(GROUP * per_head):
             g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
             dk, dv = bwd_consumer_step(i, g, qb, dk, dv, keys, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem,
@@ -719,210 +716,3 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float) -> tuple
         BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
         PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
     return dq.to(q.dtype), dk, dv
-
-
-# %% What the kernel compiles to (runs everywhere: compiled for sm_90 in a child process)
-def tensordesc_type(rows: int, cols: int, dtype: str, layout=None) -> str:
-    """A host TensorDescriptor's argument type for triton.compile: tensordesc<dtype[tile], its
-    shared-memory layout>; by default the layout wgmma reads a rows x cols tile by (tile_layout's)."""
-    if layout is None:
-        layout = gl.NVMMASharedLayout.get_default_for([rows, cols], {"fp16": gl.float16, "bf16": gl.bfloat16}[dtype])
-    return f"tensordesc<{dtype}[{rows},{cols}],{layout!r}>"
-
-
-def signature(head_dim: int, dtype: str = "fp16") -> dict:
-    """The kernel's argument types for triton.compile (a host TensorDescriptor travels as its tile's
-    type, tensordesc_type)."""
-    def desc(rows):
-        return tensordesc_type(rows, head_dim, dtype)
-    return {"q_desc": desc(BLOCK_M // 2), "k_desc": desc(BLOCK_N), "v_desc": desc(BLOCK_N), "o_desc": desc(BLOCK_M // 2),
-            "lse_ptr": "*fp32", "sm_scale": "fp32", "seq_len": "i32"}
-
-
-def bwd_signature(head_dim: int, dtype: str = "fp16") -> dict:
-    """attention_bwd_kernel_hopper's argument types for triton.compile (as signature())."""
-    def desc(rows):
-        return tensordesc_type(rows, head_dim, dtype)
-    block_m = bwd_block_m(head_dim)
-    return {"q_desc": desc(block_m), "k_desc": desc(BLOCK_N_BWD // 2), "v_desc": desc(BLOCK_N_BWD // 2),
-            "do_desc": desc(block_m), "lse_desc": tensordesc_type(1, block_m, "fp32", ROW_LAYOUT),
-            "delta_desc": tensordesc_type(1, block_m, "fp32", ROW_LAYOUT),
-            "dq_desc": tensordesc_type(*DQ_TILE, "fp32", DQ_LAYOUT), "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
-            "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32", "GROUP": "i32"}
-
-
-def compiled_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> Table:
-    """Compile attention_kernel_hopper for an H100/H200 (sm_90) without a GPU (common/ptx.py) and
-    count in its PTX what section 17 describes: the register budgets set by setmaxnreg, the TMA
-    copies, the wgmma instructions, the mbarrier waits; and the shared memory it takes."""
-    jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_kernel_hopper", signature=signature(D),
-                 constexprs=dict(HEAD_DIM=D, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, NUM_BUFFERS=NUM_BUFFERS, CAUSAL=causal,
-                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
-                 divisible_by_16=("lse_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx",))
-            for D, causal in cases]
-    rows = []
-    for (D, causal), result in zip(cases, ptx.compile_kernels(jobs)):
-        code = result["ptx"]
-        budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
-        rows.append((D, causal, result["shared"] // 1024, ", ".join(map(str, budgets)),
-                     code.count("cp.async.bulk.tensor"), code.count("wgmma.mma_async"),
-                     code.count("mbarrier.try_wait")))
-    return print_table(rows, ["head_dim", "causal", "shared KB", "setmaxnreg budgets", "TMA copies (cp.async.bulk.tensor)",
-                              "wgmma.mma_async", "mbarrier waits"],
-                       title="attention_kernel_hopper, compiled for sm_90 (PTX, counted in the code, not executed)",
-                       note=f"{BLOCK_M} query rows per program (64 per consumer), {BLOCK_N} keys per block, "
-                            f"{NUM_BUFFERS} key/value slots. The counts are instructions in the PTX, not events at run "
-                            "time: wgmma, head_dim / 16 (S) and 128 / 16 (P V) per matmul site, two sites each, for each "
-                            "consumer; TMA copies, at head_dim 128 two per tile (a 256-byte row is copied as two "
-                            "128-byte halves, the swizzle's width); waits, 7 per consumer and 1 in the producer. "
-                            "Shared: the queries (16 or 32 KB) and the slots, K and V each (at head_dim 128, 3 slots "
-                            "are 224 KB of an H100's 227; a fourth would not fit). setmaxnreg: the register budgets the warps move to "
-                            f"({PRODUCER_REGS} for the producer, {CONSUMER_REGS} for each consumer; the others are the "
-                            "compiler's: 120 for a worker's warps while they wait to be handed their partition, 256 "
-                            "for the kernel's own four warps outside the partitions: 256 + 120 + 120 = 496 per thread of "
-                            "the three warpgroups together, within the SM's 512 (64K registers / 128 threads)).")
-
-
-def compiled_backward_for_hopper(cases=((64, False), (64, True), (128, False), (128, True))) -> tuple:
-    """Compile attention_bwd_kernel_hopper for sm_90 without a GPU, as compiled_for_hopper the forward,
-    and count what section 19 describes: register budgets, TMA copies in and reduce-adds out, wgmma
-    instructions, mbarrier waits; then what ptxas reports: spills, and whether it had to serialise the
-    wgmma instructions. Two tables: that, and the step as the machine code has it (step_in_sass)."""
-    jobs = [dict(module="lesson05_flash_attention.hopper", kernel="attention_bwd_kernel_hopper",
-                 signature=bwd_signature(D),
-                 constexprs=dict(HEAD_DIM=D, BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal,
-                                 CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS),
-                 divisible_by_16=("dk_ptr", "dv_ptr", "seq_len"), options={"maxnreg": MAXNREG}, asm=("ptx", "sass"))
-            for D, causal in cases]
-    rows, results = [], ptx.compile_kernels(jobs)
-    for (D, causal), result in zip(cases, results):
-        code = result["ptx"]
-        budgets = sorted({int(n) for n in re.findall(r"setmaxnreg\.\w+\.sync\.aligned\.u32\s+(\d+)", code)})
-        info = ptx.ptxas_info(code)
-        rows.append((D, causal, bwd_block_m(D), result["shared"] // 1024, ", ".join(map(str, budgets)),
-                     code.count("cp.async.bulk.tensor"), code.count("cp.reduce.async.bulk.tensor"),
-                     code.count("wgmma.mma_async"), code.count("mbarrier.try_wait"), info["spill bytes"],
-                     info["wgmma serialized"]))
-    table = print_table(rows, ["head_dim", "causal", "query rows per step", "shared KB", "setmaxnreg budgets",
-                               "TMA copies", "TMA reduce-adds", "wgmma.mma_async", "mbarrier waits", "spill bytes",
-                               "wgmma serialized"],
-                        title="attention_bwd_kernel_hopper, compiled for sm_90 (PTX counted; spills by this machine's "
-                              "ptxas)",
-                        note=f"{BLOCK_N_BWD} keys per program (64 per consumer), {NUM_BUFFERS_BWD} slots for Q, dO, "
-                             "lse and Delta. Counts are instructions in the PTX, not events at run time. Each consumer's "
-                             "step is written out once; causal, twice: the steps at the query blocks the diagonal "
-                             "crosses (2 at head_dim 128, 1 at 64), masked, have a loop of their own. "
-                             "TMA copies in: K, V once; Q, dO, lse, Delta per step; at head_dim 128 a 256-byte row is "
-                             "copied as two 128-byte halves, the swizzle's width. Reduce-adds: dQ's tiles out "
-                             "(cp.reduce.async.bulk.tensor), one per copy of the step. wgmma: S^T, dP^T, dV, dK and "
-                             "the consumer's 64 x 64 tile of dQ_i, per copy of the step. 'spill bytes', "
-                             "'wgmma serialized': what `ptxas -v` of the installed triton says (its warning C7512: for "
-                             "want of registers every wgmma waits for the one before). A consumer's dQ tile is "
-                             "64 x 64, 32 registers: a whole 64 x 128 float32 tile beside dK and dV had ptxas "
-                             "serialise every wgmma.")
-    return table, step_in_sass(cases, [result["sass"] for result in results])
-
-
-def step_in_sass(cases, codes) -> Table:
-    """The consumers' step in the machine code (SASS) of each case: each loop that holds wgmma
-    (HGMMA), with its instructions, its local-memory loads and stores (spilled registers, read back
-    and written every step), the exponentials (MUFU.EX2) and how many come before the wait for dP^T
-    (WARPGROUP.DEPBAR.LE gsb0, 0x0 after the wait for S^T alone, ... 0x1), and its selects (FSEL:
-    the causal mask's)."""
-    rows = []
-    for (D, causal), code in zip(cases, codes):
-        for n, body in enumerate(ptx.sass_loops(code, "HGMMA"), 1):
-            ops = [text.split()[1] if text.startswith("@") else text.split()[0] for text in body]
-            waits = [i for i, text in enumerate(body) if text.startswith("WARPGROUP.DEPBAR.LE gsb0")]
-            first = next((i for i in waits if body[i].endswith("0x1")), None)
-            then = next((i for i in waits if first is not None and i > first and body[i].endswith("0x0")), None)
-            early = "" if then is None else sum(op == "MUFU.EX2" for op in ops[first:then])
-            rows.append((D, causal, n, len(body), sum(op.startswith("HGMMA") for op in ops),
-                         sum(op.startswith("LDL") for op in ops), sum(op.startswith("STL") for op in ops),
-                         sum(op == "MUFU.EX2" for op in ops), early, sum(op == "FSEL" for op in ops)))
-    return print_table(rows, ["head_dim", "causal", "loop", "instructions", "HGMMA", "local loads", "local stores",
-                              "MUFU.EX2", "... before dP^T's wait", "FSEL"],
-                       title="attention_bwd_kernel_hopper's step in the machine code (sm_90 SASS, by this machine's "
-                             "ptxas and cuobjdump)",
-                       note="Each loop of the machine code that holds wgmma (HGMMA: S^T, dP^T, dV, dK and the dQ "
-                            "tile), in address order: one per consumer; causal at head_dim 128, two per consumer, the "
-                            "masked steps' loop (its FSEL: the mask) and then the rest's (at 64 the masked step is "
-                            "one, not a loop). 'local loads', 'local stores': LDL and STL in the loop, registers "
-                            "spilled and read back every step. '... before dP^T's wait': the exponentials between "
-                            "the wait for S^T alone (WARPGROUP.DEPBAR.LE gsb0, 0x1) and the wait for dP^T too "
-                            "(... 0x0): those that run under dP^T's matmul; ptxas moves the second wait up, to "
-                            "interleave dS^T's arithmetic with the exponentials.")
-
-
-# %% Timing (a GPU section): the same forward, written twice, and PyTorch's two fastest
-def bench_hopper(triton_attention, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seqs=(1024, 4096, 16384),
-                 dtype=torch.float16) -> Table | None:
-    """Forward time of attention.py's Triton kernel (triton_attention(q, k, v, causal=...), which
-    main.py hands in), this file's Gluon kernel, and SDPA's cuDNN and flash backends
-    (sdpa(q, k, v, causal=..., backend=...)), side by side, on each shape."""
-    if not HOPPER:
-        print("This GPU is not an sm_90 part (H100, H200): the Gluon kernel does not run here; nothing to time.")
-        return None
-    rows = []
-    for B, H, D in shapes:
-        for seq in seqs:
-            for causal in (False, True):
-                q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
-                sm_scale = D ** -0.5
-                cases = {"Triton (attention.py)": lambda: triton_attention(q, k, v, causal=causal),
-                         "Gluon (hopper.py)": lambda: launch(q, k, v, causal, sm_scale),
-                         "SDPA cuDNN": lambda: sdpa(q, k, v, causal=causal, backend="CUDNN_ATTENTION"),
-                         "SDPA flash (FA2)": lambda: sdpa(q, k, v, causal=causal, backend="FLASH_ATTENTION")}
-                times = bench.side_by_side(cases)
-                flops = 4 * B * H * seq * seq * D // (2 if causal else 1)
-                for name, ms in times.items():
-                    rows.append((f"{B} x {H} x {seq} x {D}", causal, name, ms * 1e3, bench.tflops(flops, ms),
-                                 times["SDPA cuDNN"] / ms, times["Triton (attention.py)"] / ms))
-                del q, k, v
-    return print_table(rows, ["B x H x seq x head_dim", "causal", "implementation", "kernel µs", "TFLOP/s",
-                              "x cuDNN", "x Triton"],
-                       title=f"The forward on Hopper: Triton, Gluon and SDPA, {dtype_name(dtype)}", floatfmt=".2f",
-                       note="'kernel µs': the kernels' own time (profiler timestamps, L2 flushed between calls); "
-                            "TFLOP/s = 4 B H seq^2 head_dim / time, half of it when causal; 'x cuDNN', 'x Triton': "
-                            "speed as a multiple of theirs (their time / this time). " + bench.SIDE_BY_SIDE_NOTE)
-
-
-def bench_hopper_backward(triton_backward, sdpa, shapes=((4, 32, 64), (4, 16, 128)), seqs=(4096, 16384),
-                          dtype=torch.float16) -> Table | None:
-    """Backward time of this file's Gluon kernel, backward.py's Triton kernels (triton_backward(do, q,
-    k, v, o, lse, causal, sm_scale), which main.py hands in) and SDPA's cuDNN and flash backends
-    (their gradient call, sdpa(q, k, v, causal=..., backend=...)), side by side, on each shape; the
-    same o and lse (this file's forward) for the first two."""
-    if not HOPPER:
-        print("This GPU is not an sm_90 part (H100, H200): the Gluon kernel does not run here; nothing to time.")
-        return None
-    rows, peak = [], bench.matmul_rate()
-    for B, H, D in shapes:
-        for seq in seqs:
-            for causal in (False, True):
-                q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(4))
-                sm_scale = D ** -0.5
-                leaves, outs = {}, {}
-                for name, backend in (("SDPA cuDNN", "CUDNN_ATTENTION"), ("SDPA flash (FA2)", "FLASH_ATTENTION")):
-                    leaves[name] = [t.detach().requires_grad_() for t in (q, k, v)]
-                    outs[name] = sdpa(*leaves[name], causal=causal, backend=backend)
-                o, lse = launch(q, k, v, causal, sm_scale)  # (this file's forward)
-                cases = {"Gluon (hopper.py)": lambda: launch_backward(do, q, k, v, o, lse, causal, sm_scale),
-                         "Triton (backward.py)": lambda: triton_backward(do, q, k, v, o, lse, causal, sm_scale),
-                         **{name: functools.partial(torch.autograd.grad, outs[name], leaves[name], do, retain_graph=True)
-                            for name in outs}}
-                times = bench.side_by_side(cases)
-                flops = 2.5 * 4 * B * H * seq * seq * D / (2 if causal else 1)
-                for name, ms in times.items():
-                    rows.append((f"{B} x {H} x {seq} x {D}", causal, name, ms * 1e3, bench.tflops(flops, ms),
-                                 bench.percent(bench.tflops(flops, ms), peak), times["SDPA cuDNN"] / ms,
-                                 times["Triton (backward.py)"] / ms))
-                del q, k, v, do, o, lse, leaves, outs
-    return print_table(rows, ["B x H x seq x head_dim", "causal", "implementation", "backward µs", "TFLOP/s",
-                              "% of matmul rate", "x cuDNN", "x Triton"],
-                       title=f"The backward on Hopper: Gluon, Triton and SDPA, {dtype_name(dtype)}", floatfmt=".2f",
-                       note=BACKWARD_NOTE + " Gluon and Triton: the backward's kernels alone (Delta, the kernels, "
-                            "the float32 dQ's zeroing and cast for Gluon), from the Gluon forward's o and lse. "
-                            "TFLOP/s: 2.5 x 4 B H seq^2 head_dim (half when causal), the five matmuls' useful work; "
-                            "'% of matmul rate': of the stamp's measured cuBLAS rate; 'x cuDNN', 'x Triton': speed "
-                            "as a multiple of theirs (their time / this time).")

@@ -16,10 +16,10 @@ and its route (which kernel runs, forward and backward); this chapter builds it 
 checks it and times it. A first reading can stop after section 6 (correctness). Sections 7-11
 measure the forward on a GPU (memory, time against PyTorch's SDPA, block sizes, the host's cost,
 64-bit offsets; tuning.py holds most of their code); sections 12-15 are the backward pass, for
-training (backward.py); section 16 times the shapes models pass. Sections 17-18 are the forward
-again, for Hopper, in Gluon (hopper.py): the warps split by job, by hand, which attention() runs on
-an H100 or H200 at head_dim 128; sections 19-20 the backward in Gluon, FlashAttention-3's
-structure, timed against the Triton backward and cuDNN.
+training (backward.py); section 16 times the shapes models pass. On an H100 or H200 attention()
+runs, where they were timed faster, the forward and backward written for Hopper in Gluon
+(hopper.py: the warps split by job, by hand, FlashAttention-3's structure); lesson 7
+(lesson07_hopper/main.py) takes them apart and times them.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -59,29 +59,21 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
     "configs_backward": "15. The backward's two designs and their block sizes (backward.py)",
     "bench_general": "16. The shapes models pass, timed against SDPA's backends (tuning.py)",
-    "gluon": "17. Hopper in Gluon: the forward with warps by job, compiled for sm_90 (hopper.py)",
-    "bench_gluon": "18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)",
-    "gluon_backward": "19. The backward in Gluon: FlashAttention-3's structure, compiled for sm_90 (hopper.py)",
-    "bench_gluon_backward": "20. The Gluon backward, timed against the Triton backward and SDPA (hopper.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
 # section 8's; memory: section 7's sequence lengths (section 1 takes the full list); backward: section
 # 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases; sweep: how
 # many of each sweep's candidates they time (all with --full); general: section 16's shapes
-# (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)); gluon: section 18's (batch,
-# heads, head_dim) and sequence lengths; gluon_backward: section 20's.
+# (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)).
 SIZES = {
     "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
                   backward=[4096], causal=[False], sweep=2,
-                  general=[tuning.BENCH_CASES[1], tuning.BENCH_CASES[6]],
-                  gluon=dict(shapes=[(4, 16, 128)], seqs=[4096]), gluon_backward=dict(shapes=[(4, 16, 128)], seqs=[4096])),
+                  general=[tuning.BENCH_CASES[1], tuning.BENCH_CASES[6]]),
     "full": dict(seqs=[512, 1024, 2048, 4096, 8192, 16384], shapes=[(4, 32, 64), (4, 16, 128)],
                  dtypes=[torch.float16, torch.bfloat16], memory=[1024, 4096, 8192, 16384, 32768],
                  backward=[4096, 16384], causal=[False, True], sweep=None,
-                 general=tuning.BENCH_CASES,
-                 gluon=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[1024, 4096, 16384]),
-                 gluon_backward=dict(shapes=[(4, 32, 64), (4, 16, 128)], seqs=[4096, 16384])),
+                 general=tuning.BENCH_CASES),
 }
 chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
@@ -245,9 +237,9 @@ chapter.run("online", online_softmax)
 # split between programs (share_len), then a second kernel that merges the shares' partial
 # softmaxes (flash-decoding); on an H100 or H200, at head_dim 128, hopper.py's Gluon kernel, which
 # decides by hand what this kernel leaves to Triton's compiler (which warps load, which multiply,
-# which do the softmax): section 17 says how. The backward asks route() too, when it runs:
+# which do the softmax): lesson 7 says how. The backward asks route() too, when it runs:
 # backward.py's Triton kernels (section 12), or on an H100 or H200 hopper.py's Gluon backward where
-# section 20 timed it faster. While torch.compile traces, only Triton kernels run. The table is the
+# lesson 7 timed it faster. While torch.compile traces, only Triton kernels run. The table is the
 # route's own list, attention.py's ROUTES, with an example of each path and what route() makes of
 # that example on this machine.
 #
@@ -274,7 +266,7 @@ def route_table():
                        note="In the order route() tries them; an example float16. 'route() here': the path route() "
                             "takes for the example on this machine (the Gluon paths need an H100 or H200; the Gluon "
                             f"backward takes the head dims hopper.FASTER_BACKWARD_HEAD_DIMS = "
-                            f"{hopper.FASTER_BACKWARD_HEAD_DIMS}, those where section 20 found it faster).")
+                            f"{hopper.FASTER_BACKWARD_HEAD_DIMS}, those where lesson 7 timed it faster).")
 
 
 # %%
@@ -601,71 +593,11 @@ chapter.run("bench_general", lambda: tuning.bench_general({
     kernel_of=route), gpu=True)
 
 # %% [markdown]
-# ## 17. Hopper in Gluon: the forward with warps by job (hopper.py)
-# attention_kernel says what one program computes; Triton's compiler decides the rest: it makes
-# every warp load, multiply and do the softmax in turn, and pipelines the loads (num_stages). On
-# an H100 or H200, FlashAttention-3 and cuDNN give each warp one job instead, and hopper.py does
-# the same in Gluon (Triton's lower-level language: layouts, shared memory and barriers by hand):
-# one producer warp issues TMA copies of the key/value blocks into a ring of three shared-memory
-# slots; two consumer warpgroups (4 warps, 64 query rows each) run S = Q K^T and O += P V on
-# the tensor cores with wgmma, asynchronously, and the online softmax of section 3 between them;
-# mbarriers in shared memory say when a slot is full and when it is free; the two consumers take
-# turns at the tensor cores, one's softmax running while the other's matmuls do; and setmaxnreg
-# moves registers from the producer (24 per thread) to the consumers (240). It computes float16
-# and bfloat16, q, k, v of one contiguous shape, head_dim 64 or 128 and seq a multiple of 128;
-# attention() runs it on sm_90 at head_dim 128, where section 18 finds it faster, and the Triton
-# kernel everywhere else. Compiled here for sm_90 (no GPU needed), its PTX shows the pieces.
-
-
-# %%
-chapter.run("gluon", hopper.compiled_for_hopper)
-
-# %% [markdown]
-# ## 18. Timing the Gluon forward against the Triton kernel and SDPA (hopper.py)
-# The same forward written twice, side by side with SDPA's cuDNN and flash backends, float16: with
-# --full (RESULTS.md) batch 4, 32 heads of 64 and 16 of 128, seq 1024, 4096 and 16384; a quick look
-# takes 16 heads of 128 at seq 4096. What the H200's table (RESULTS.md) says: at head_dim 128 the
-# warps split by hand pay, level with cuDNN; at 64 Triton's own schedule is as good or better.
-
-
-# %%
-def attention_triton(q, k, v, *, causal=False):
-    """attention.py's Triton kernel, whatever GPU: what attention() runs off Hopper."""
-    return launch(attention_kernel_tuned, q, k, v, causal, q.shape[-1] ** -0.5)[0]
-
-
-chapter.run("bench_gluon", lambda: hopper.bench_hopper(attention_triton, sdpa_flash, **chapter.sizes(SIZES)["gluon"]),
-            gpu=True)
-
-# %% [markdown]
-# ## 19. The backward in Gluon: FlashAttention-3's structure (hopper.py)
-# backward.py's default backward is three Triton kernels and 7 matmuls, two of them the dQ pass's
-# recomputing S and dP. FlashAttention-3 (and cuDNN on Hopper) make dQ in the dK/dV kernel itself:
-# one program per 128 keys, a producer warp bringing Q, dO, lse and Delta by TMA into a ring of
-# slots, two consumer warpgroups holding 64 keys' dK and dV each in registers for the whole walk over
-# the query blocks, wgmma for the five matmuls, and each query block's share of dQ added into a
-# float32 dQ in memory by TMA's reduce-add: the copy engine adds a tile from shared memory into L2
-# while the warps go on. Each consumer makes half of the share over all 128 keys (both halves of
-# dS, through shared memory): half its columns at head_dim 128, half its rows at 64, where a step
-# takes 128 queries, not 64 (FlashAttention-3's choices), so a tile is added once per program, not
-# once per warpgroup. Causal, the query blocks the diagonal crosses come first, in a loop of their
-# own, and the rest of the walk carries no mask. hopper.py's comment block has the barriers and
-# the timeline; compiled here for sm_90 (no GPU needed), the code shows what the register budget
-# allows. The second table reads the step's loops in the machine code (SASS, by the cuobjdump in
-# the triton wheel): their instructions, the registers spilled and read back every step, and how
-# many exponentials run under dP^T's matmul.
-
-
-# %%
-chapter.run("gluon_backward", hopper.compiled_backward_for_hopper)
-
-# %% [markdown]
-# ## 20. The Gluon backward, timed against the Triton backward and SDPA (hopper.py)
-# Side by side with backward.py's three Triton kernels and SDPA's cuDNN and flash backends, float16,
-# the gradient call alone. attention()'s backward runs the Gluon kernel where this table finds it
-# faster than the Triton kernels (hopper.FASTER_BACKWARD_HEAD_DIMS), which RESULTS.md says.
-
-
-# %%
-chapter.run("bench_gluon_backward", lambda: hopper.bench_hopper_backward(
-    backward.launch_backward, sdpa_flash, **chapter.sizes(SIZES)["gluon_backward"]), gpu=True)
+# ### On Hopper: lesson 7
+# On an H100 or H200, route() sends two paths to hopper.py's kernels, written in Gluon, Triton's
+# lower-level language, where the programmer and not the compiler decides which warps do what: the
+# forward at head_dim 128, and the backward, in FlashAttention-3's structure, at the head dims where
+# it was timed faster. One warp only brings tiles by TMA; two warpgroups only compute, taking turns
+# at the tensor cores; barriers in shared memory say when a tile has landed and when a slot is free.
+# Lesson 7 (lesson07_hopper/main.py) takes them apart: warp specialization, the barriers and their
+# phases, the register budget, the machine code, and the tables that decided the route.

@@ -37,10 +37,13 @@ def test_every_lesson_has_three_exercises_and_a_stretch():
         assert any(ex.stretch for ex in exercises), f"{lesson} has no stretch exercise"
 
 
+NO_EXERCISES = {"lesson07_hopper"}  # a reading of the Hopper kernels: Gluon runs on sm_90 alone, not under the interpreter
+
+
 def checker_lessons():
     from common.results import LESSONS
 
-    return LESSONS
+    return [lesson for lesson in LESSONS if lesson not in NO_EXERCISES]
 
 
 @pytest.mark.parametrize("ex", [e for _, _, e in EXERCISES], ids=IDS)

@@ -160,7 +160,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert numbers == sorted(numbers) and len(headings) == len(SECTIONS)  # every section, numbered as in the code
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
-        assert text.count("This section needs a GPU") == 10
+        assert text.count("This section needs a GPU") == 8
         assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text
 
 
@@ -707,60 +707,9 @@ def test_decode_gradients(dtype):
     assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
 
 
-# ----- hopper.py: the Gluon forward for sm_90
+# ----- the route's Gluon paths (hopper.py's kernels; lesson 7 and tests/test_lesson07.py take them apart)
 
 from lesson05_flash_attention import hopper  # noqa: E402
-
-
-def test_gluon_kernel_compiles_for_hopper_with_its_partitions():
-    # Compiled for sm_90 on any machine: each case's PTX moves the producer to 24 registers and the
-    # consumers to 240 (setmaxnreg), copies by TMA, multiplies by wgmma, and fits an H100's
-    # shared memory (227 KB per program)
-    table = hopper.compiled_for_hopper()
-    assert len(table.rows) == 4
-    for budgets, copies, wgmmas, shared in zip(table.column("setmaxnreg budgets"),
-                                               table.column("TMA copies (cp.async.bulk.tensor)"),
-                                               table.column("wgmma.mma_async"), table.column("shared KB")):
-        regs = {int(b) for b in budgets.split(", ")}
-        assert {hopper.PRODUCER_REGS, hopper.CONSUMER_REGS} <= regs
-        assert copies > 0 and wgmmas > 0 and shared <= 227
-
-
-def test_gluon_kernel_takes_only_what_it_computes():
-    # takes(): float16/bfloat16, q, k, v of one contiguous shape, head_dim 64 or 128, seq a multiple
-    # of 128, on sm_90; everything else goes to the Triton kernel
-    q = torch.randn(1, 2, 256, 64, device=DEVICE, dtype=torch.float16)
-    on_hopper = DEVICE == "cuda" and torch.cuda.get_device_capability() == (9, 0)
-    assert hopper.takes(q, q, q) == on_hopper
-    one_head = q[:, :1].contiguous()
-    refused = {"head_dim 32": (q[..., :32].contiguous(),) * 3, "seq 200": (q[:, :, :200].contiguous(),) * 3,
-               "float32": (q.float(),) * 3, "a strided view": (torch.randn_like(q).transpose(1, 2).contiguous().transpose(1, 2),) * 3,
-               "grouped heads": (q, one_head, one_head),
-               "not 16-byte aligned": (torch.randn(q.numel() + 1, device=DEVICE, dtype=q.dtype)[1:].view(q.shape),) * 3}
-    for name, (a, b, c) in refused.items():
-        assert not hopper.takes(a, b, c), name
-
-
-GLUON_SHAPES = [(1, 1, 128, 64), (2, 3, 384, 64), (2, 2, 256, 128), (1, 4, 1024, 128)]  # B, H, seq, D
-
-
-@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", GLUON_SHAPES)
-def test_gluon_forward_matches_float64(shape, dtype, causal):
-    # o against float64 standard attention; lse (which the backward reads) against the float64
-    # log2 of each query's sum
-    q, k, v = (torch.randn(*shape, device=DEVICE, dtype=dtype) for _ in range(3))
-    D = shape[-1]
-    o, lse = hopper.launch(q, k, v, causal, D ** -0.5)
-    qd, kd, vd = q.double(), k.double(), v.double()
-    assert rel_error(o, attention_standard(qd, kd, vd, causal=causal)) < TOL[dtype]
-    s = qd @ kd.transpose(-2, -1) * D ** -0.5
-    if causal:
-        seq = shape[2]
-        s = s.masked_fill(torch.ones(seq, seq, dtype=torch.bool, device=DEVICE).triu(1), float("-inf"))
-    assert rel_error(lse, torch.logsumexp(s, dim=-1) / math.log(2)) < 1e-5
 
 
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
@@ -784,102 +733,6 @@ def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(mon
     assert len(calls) == before  # seq 200: the Triton kernel
     attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous())
     assert len(calls) == before  # head_dim 64: takes() would, but the Triton kernel is as fast there
-
-
-# ----- hopper.py: the Gluon backward for sm_90
-
-def test_gluon_backward_compiles_for_hopper_with_its_partitions():
-    # Compiled for sm_90 on any machine: each case moves the producer to 24 registers and the
-    # consumers to 240, copies in by TMA, multiplies by wgmma, adds dQ's tiles by TMA's reduce-add (one
-    # per consumer and copy of the step: causal, the masked steps at the diagonal have a loop of their
-    # own) and fits an H100's shared memory. (Whether ptxas spills or serialises its wgmma depends on
-    # the ptxas: the table says, the test does not assert it.)
-    table, loops = hopper.compiled_backward_for_hopper()
-    assert len(table.rows) == 4
-    for head_dim, causal, budgets, copies, wgmmas, adds, shared in zip(
-            table.column("head_dim"), table.column("causal"), table.column("setmaxnreg budgets"),
-            table.column("TMA copies"), table.column("wgmma.mma_async"), table.column("TMA reduce-adds"),
-            table.column("shared KB")):
-        steps = 2 if causal else 1
-        assert {hopper.PRODUCER_REGS, hopper.CONSUMER_REGS} <= {int(b) for b in budgets.split(", ")}
-        assert copies > 0 and wgmmas > 0 and adds == 2 * steps and shared <= 227, (head_dim, causal)
-        # the machine code: a loop per consumer (causal at 128, a masked one before it), five matmuls in each
-        # (S^T, dP^T, dV, dK: head_dim or BLOCK_M / 16 HGMMA each, dQ's tile 2 x 64 / 16), exponentials,
-        # and the mask's selects in the masked loops alone
-        mine = [row for row in loops.rows if row[:2] == [head_dim, causal]]
-        block_m = hopper.bwd_block_m(head_dim)
-        assert len(mine) == (4 if causal and head_dim == 128 else 2), (head_dim, causal)
-        for _, _, n, _, hgmma, _, _, mufu, _, fsel in mine:
-            masked = causal and head_dim == 128 and n % 2 == 1
-            assert hgmma == 2 * (head_dim + block_m) // 16 + 8 and mufu > 0 and (fsel > 0) == masked, mine
-
-
-def test_gluon_backward_takes_only_what_it_computes():
-    # backward_takes(): as takes(), grouped-query heads too, and never where deterministic
-    # algorithms are asked for (its dQ's reduce-adds add in no fixed order)
-    q = torch.randn(1, 4, 256, 64, device=DEVICE, dtype=torch.float16)
-    kv = q[:, :2].contiguous()
-    on_hopper = hopper.HOPPER
-    assert hopper.backward_takes(q, kv, kv) == on_hopper
-    refused = {"head_dim 32": (q[..., :32].contiguous(), kv[..., :32].contiguous()),
-               "seq 200": (q[:, :, :200].contiguous(), kv[:, :, :200].contiguous()),
-               "float32": (q.float(), kv.float()), "3 heads for 2": (q[:, :3].contiguous(), kv),
-               "k longer than q": (q, torch.cat([kv, kv], dim=2)), "no queries": (q[:, :, :0], kv[:, :, :0]),
-               "no batch": (q[:0], kv[:0])}
-    for name, (a, b) in refused.items():
-        assert not hopper.backward_takes(a, b, b), name
-    deterministic = torch.are_deterministic_algorithms_enabled()
-    try:
-        torch.use_deterministic_algorithms(True)
-        assert not hopper.backward_takes(q, kv, kv)
-    finally:
-        torch.use_deterministic_algorithms(deterministic)
-
-
-GLUON_BACKWARD_SHAPES = [(1, 1, 1, 128, 64), (2, 3, 3, 384, 64), (1, 8, 1, 512, 64), (2, 2, 2, 256, 128),
-                         (1, 4, 2, 1024, 128)]  # B, H, H_KV, seq, D: one key block; odd heads; multi-query; GQA
-
-
-@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-@pytest.mark.parametrize("shape", GLUON_BACKWARD_SHAPES)
-def test_gluon_backward_matches_float64(shape, dtype, causal):
-    # dq, dk, dv from the Gluon backward (given the forward's o and lse) within twice the error of
-    # torch's autograd in the same dtype, both against float64 autograd (common.checks.grad_ok)
-    from common.checks import errors_against_autograd, grad_ok
-
-    B, H, H_KV, seq, D = shape
-    q = torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype)
-    k, v = (torch.randn(B, H_KV, seq, D, device=DEVICE, dtype=dtype) for _ in range(2))
-    do = torch.randn_like(q)
-    o, lse = launch(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
-    ours = hopper.launch_backward(do, q, k, v, o, lse, causal, D ** -0.5)
-    errors = errors_against_autograd(ours, attention_standard, [q, k, v], do, causal=causal)
-    for name, (a, b) in zip("qkv", errors):
-        assert grad_ok(a, b), f"d{name}: {a} vs {b}"
-
-
-@pytest.mark.big
-@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
-def test_gluon_backward_past_2_31_elements():
-    # 2 x (2^17 + 8) heads of 128 x 64 float16 (4.3 GB each of q, k, v, dO and O; 43 GB in all with
-    # the gradients): the last heads' rows of O and dO (Delta's kernel) and of dK and dV (the Gluon
-    # kernel's stores) start past element 2^31, where 32-bit offsets wrap. TMA's coordinates are
-    # rows, which fit. The first and last heads against float64 autograd: a wrapped store would miss
-    # the last, or land in the first.
-    from common.checks import errors_against_autograd, grad_ok
-
-    B, H, seq, D = 2, 2**17 + 8, 128, 64
-    q, k, v, do = (torch.randn(B, H, seq, D, device=DEVICE, dtype=torch.float16) for _ in range(4))
-    assert q.numel() > 2**31 and hopper.backward_takes(q, k, v)
-    o, lse = hopper.launch(q, k, v, False, D ** -0.5)  # (the Gluon forward: TMA's coordinates too)
-    ours = hopper.launch_backward(do, q, k, v, o, lse, False, D ** -0.5)
-    for b, h in ((0, 0), (B - 1, H - 2), (B - 1, H - 1)):
-        head = [t[b, h][None, None] for t in (q, k, v, do)]
-        errors = errors_against_autograd([g[b, h][None, None] for g in ours], attention_standard, head[:3], head[3])
-        for name, (a, t) in zip("qkv", errors):
-            assert grad_ok(a, t), f"d{name} of head ({b}, {h}): {a} vs {t}"
 
 
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
