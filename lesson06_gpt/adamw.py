@@ -24,11 +24,9 @@ load_state_dict() in torch.optim.AdamW's format (each parameter's "step", "exp_a
 "exp_avg_sq"), so either optimizer's state loads into the other. A parameter whose .grad is None
 is skipped, as torch skips it: no decay, no moments, its step count unchanged.
 
-The table holds 1 - beta1 and 1 - beta2 computed on the host in double precision, not the betas: a
-float reaches a kernel as a float32, and 0.999 is not one (the nearest is 0.99900001), so `1 - beta2`
-on the GPU is 0.0009999871, 1.3e-5 off, and every v with it. Triton's interpreter keeps Python's
-double in a kernel's float arguments and hid this; the exercise checker's compiled run on a GPU
-showed it.
+The table holds 1 - beta1 and 1 - beta2, computed on the host in double precision and rounded to
+float32 once, not the betas: 0.999 is not a float32 (the nearest is 0.99900001), so `1 - beta2` taken
+in float32 from a float32 beta2 is 0.0009999871, 1.3e-5 off, and every v with it.
 
 What it refuses, beyond torch's own refusals: parameters that are not float32 (the kernel reads and
 writes through float32 pointers, one compiled kernel for every tensor; the course keeps float32
@@ -115,8 +113,8 @@ class AdamW(torch.optim.Optimizer):
             if len(set(params)) != len(params):
                 raise ValueError("a parameter is given twice: two programs would update it at once")
             check_tensors(dict(zip(names, params)), (torch.float32,))  # float32, on the kernels' device
+            first = next((q for g in self.param_groups for q in g["params"]), None)
             for name, p in zip(names, params):
-                first = next(q for g in self.param_groups for q in g["params"])
                 if p.device != first.device:
                     raise ValueError(f"{name} is on {p.device}, the first parameter on {first.device}: one launch "
                                      "runs on one device")
@@ -131,6 +129,7 @@ class AdamW(torch.optim.Optimizer):
         """After load_state_dict: the step counts on the host (torch's fused AdamW keeps them on the GPU),
         the moments of their parameter's shape and laid out as it is (the kernel walks them side by side)."""
         super().__setstate__(state)
+        self.blocks = (None, None)
         for p, s in self.state.items():
             if s:
                 s["step"] = torch.tensor(float(s["step"]))

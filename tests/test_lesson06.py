@@ -17,6 +17,7 @@ from lesson02_softmax.cross_entropy import cross_entropy
 from lesson03_rowsum import rmsnorm
 from lesson03_rowsum.rmsnorm import MAX_N, rms_norm
 from lesson06_gpt import adamw
+from lesson06_gpt import main as chapter
 from lesson06_gpt.data import batch, load_bytes, split
 from lesson06_gpt.main import KERNELS, SECTIONS, agree, bits_per_byte, errors, step_ops
 from lesson06_gpt.model import GPT, TOY, optimizer
@@ -162,9 +163,12 @@ def adamw_run(optimizer_class, dtype, how: str, steps: int = 5, reload_at: int |
 def test_adamw_matches_torch_in_float64(how):
     ours, opt = adamw_run(adamw.AdamW, torch.float32, how)
     torch32, ref32 = adamw_run(torch.optim.AdamW, torch.float32, how)
-    exact, _ = adamw_run(torch.optim.AdamW, torch.float64, how)
+    exact, ref64 = adamw_run(torch.optim.AdamW, torch.float64, how)
     for i, (a, b, e) in enumerate(zip(ours, torch32, exact)):  # within twice torch's own float32 error
         assert rel_error(a.detach(), e.detach()) <= 2 * rel_error(b.detach(), e.detach()) + 1e-7, i
+        for key in ("exp_avg", "exp_avg_sq") if a in opt.state else ():  # (v: 1 - beta2 from the host's double)
+            mine, theirs, want = (o.state[q][key] for o, q in ((opt, a), (ref32, b), (ref64, e)))
+            assert rel_error(mine, want) <= 2 * rel_error(theirs, want) + 1e-7, (i, key)
     assert torch.equal(ours[-1], torch32[-1])  # frozen: never decayed
     counts = [float(opt.state[p]["step"]) if p in opt.state else 0 for p in ours]
     assert counts == [5, 5, 5, 5, 5, 2, 0]  # each parameter's steps with a gradient, as torch counts them
@@ -200,6 +204,22 @@ def test_adamw_state_dict_round_trip_and_torchs_format():
         a.step()
         b.step()
         assert all(rel_error(p.detach(), q.detach()) < 1e-6 for p, q in zip(moved, other))
+
+
+def test_adamw_loads_moments_laid_out_otherwise_than_their_parameter():
+    gen = torch.Generator().manual_seed(1)
+    w, g1, g2 = (torch.randn(6, 4, generator=gen).to(DEVICE) for _ in range(3))
+    plain = torch.nn.Parameter(w.clone())
+    a = adamw.AdamW([plain])
+    plain.grad = g1
+    a.step()
+    transposed = torch.nn.Parameter(plain.detach().t().contiguous().t())  # the same values, column by column
+    b = adamw.AdamW([transposed])
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # row-major moments for a column-major parameter
+    plain.grad, transposed.grad = g2, g2.clone()
+    a.step()
+    b.step()
+    assert torch.equal(plain.detach(), transposed.detach())  # element by element, the same arithmetic
 
 
 def test_adamw_steps_every_tensor_in_one_launch(monkeypatch):
@@ -356,9 +376,26 @@ def test_two_processes_under_ddp_draw_their_own_batches_and_keep_equal_replicas(
     assert losses[0] != losses[1], done.stdout  # each on batches of its own: the same weights, other losses
 
 
+def test_the_chapter_zeroes_the_gradients_for_both_op_sets(monkeypatch):
+    made = []
+
+    def recording(model, **kwargs):  # model.optimizer, each model it is given kept
+        made.append(model)
+        return optimizer(model, **kwargs)
+
+    monkeypatch.setattr(chapter, "optimizer", recording)
+    monkeypatch.setattr(chapter.args, "steps", 1)
+    for ops in ("course", "torch"):
+        chapter.train_runner(ops, TOY, 1, 1e-3)()  # section 9's step
+    chapter.training()  # section 6
+    assert len(made) == 3 and all(p.grad is None for model in made for p in model.parameters())
+
+
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     cells = run_as_notebook("lesson06_gpt")
     text = "".join(cells)
+    check = next(c for c in cells if "=== 4. Correctness" in c)
+    assert "AdamW (one launch)" in check and "| False |" not in check  # every kernel and AdamW within torch's error
     trace = next(c for c in cells if "=== 3. The trace" in c)
     assert "loss = lse - x[target] = [2.6547]" in trace and "rstd = [0.25]" in trace
     train = next(c for c in cells if "=== 6. Training" in c)
