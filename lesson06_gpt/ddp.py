@@ -20,14 +20,16 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from common.chapter import positive_int
+
 from lesson06_gpt.data import batch, load_bytes, split
 from lesson06_gpt.model import GPT, GPT2_SMALL, TOY, optimizer
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="training steps (default 20)")
-    parser.add_argument("--batch", type=int, default=None, help="windows per process per step (default 8; toy: 2)")
+    parser.add_argument("--steps", type=positive_int, default=20, help="training steps (default 20)")
+    parser.add_argument("--batch", type=positive_int, default=None, help="windows per process per step (default 8; toy: 2)")
     parser.add_argument("--ops", default="course", choices=["course", "torch"], help="the op set (default course)")
     parser.add_argument("--size", default="toy" if INTERPRET else "gpt2", choices=["toy", "gpt2"],
                         help="the toy model or GPT-2 small's size (default: toy on the CPU, gpt2 on GPUs)")
@@ -41,8 +43,8 @@ def main(argv=None) -> int:
     config = TOY if args.size == "toy" else GPT2_SMALL
     size = args.batch or (2 if args.size == "toy" else 8)
     model = GPT(config, args.ops, seed=0)
-    opt = optimizer(model)  # first: the course's AdamW moves the parameters into its flat buffer
     replica = DistributedDataParallel(model, device_ids=None if INTERPRET else [torch.cuda.current_device()])
+    opt = optimizer(model)
     train, _ = split(load_bytes())
     gen = torch.Generator().manual_seed(1000 + rank)  # each process its own batches
     start = time.perf_counter()
@@ -50,15 +52,16 @@ def main(argv=None) -> int:
         loss = replica(*batch(train, size, config.seq, gen))
         loss.backward()  # DDP's hooks average the gradients across the processes
         opt.step()
-        if args.ops == "torch":
-            opt.zero_grad(set_to_none=True)
+        opt.zero_grad()
+        if step == 1:
+            first = loss.item()  # this process's own batch
         if rank == 0 and (step == 1 or step == args.steps or step % 10 == 0):
             print(f"step {step}: loss {loss.item():.4f} (rank 0's batch)", flush=True)
     if DEVICE == "cuda":
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     checksum = sum(p.double().sum().item() for p in model.parameters())
-    print(f"rank {rank} of {world}: parameters' sum {checksum:.10f}", flush=True)
+    print(f"rank {rank} of {world}: first loss {first:.6f}, parameters' sum {checksum:.10f}", flush=True)
     if rank == 0:
         print(f"{world} processes x {size} x {config.seq} tokens x {args.steps} steps in {seconds:.1f} s: "
               f"{world * size * config.seq * args.steps / seconds:,.0f} tokens/s (the first steps' compilation "

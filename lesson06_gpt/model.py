@@ -145,11 +145,16 @@ class GPT(torch.nn.Module):
 LR, BETAS = 3e-3, (0.9, 0.95)
 
 
-def optimizer(model: GPT, lr: float = LR, weight_decay: float = 0.1):
-    """AdamW with weight decay on the matrices: the course's one-launch kernel for the course's model,
-    torch.optim.AdamW(fused=True) for torch's, the same two groups."""
+def param_groups(model: GPT, weight_decay: float) -> list:
+    """nanoGPT's two groups, by name: the matrices and embeddings decay; the norms' weights (vectors) do not."""
+    named = list(model.named_parameters())
+    return [{"params": [(n, p) for n, p in named if p.ndim >= 2], "weight_decay": weight_decay},
+            {"params": [(n, p) for n, p in named if p.ndim < 2], "weight_decay": 0.0}]
+
+
+def optimizer(model: GPT, lr: float = LR, weight_decay: float = 0.1) -> torch.optim.Optimizer:
+    """AdamW on param_groups: the course's one-launch kernel for the course's model,
+    torch.optim.AdamW(fused=True) for torch's."""
     if model.ops is CourseOps:
-        return adamw.AdamW(model.named_parameters(), lr=lr, betas=BETAS, weight_decay=weight_decay)
-    groups = [[p for n, p in model.named_parameters() if adamw.decays(n, p) == d] for d in (True, False)]
-    return torch.optim.AdamW([{"params": groups[0], "weight_decay": weight_decay},
-                              {"params": groups[1], "weight_decay": 0.0}], lr=lr, betas=BETAS, fused=True)
+        return adamw.AdamW(param_groups(model, weight_decay), lr=lr, betas=BETAS)
+    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=BETAS, fused=True)

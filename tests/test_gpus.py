@@ -282,11 +282,10 @@ def families(arch: int) -> list[Family]:
                rms_norm_job, size=lambda v: v["N"] * itemsize(v)),
         Family("rms_norm_backward_kernel", {"dtype": DTYPES, "N": (1, 1024, rmsnorm.MAX_N)},
                {"dh": (True, False), "index": INDEX}, rms_norm_backward_job, size=lambda v: v["N"] * itemsize(v)),
-        # lesson 6: AdamW over one flat float32 buffer
+        # lesson 6: AdamW over every parameter, through its tables of addresses and hyperparameters
         Family("adamw_kernel", {}, {}, lambda v: dict(
             module="lesson06_gpt.adamw", kernel="adamw_kernel",
-            signature={**pointers("fp32", "p_ptr", "g_ptr", "m_ptr", "v_ptr"), **ints("N", "n_decay"),
-                       **dict.fromkeys(("lr", "one_minus_beta1", "one_minus_beta2", "eps", "weight_decay", "bias1", "bias2"), "fp32")},
+            signature={**pointers("i64", "table_ptr"), **pointers("fp32", "hyper_ptr"), **pointers("i32", "blocks_ptr")},
             constexprs={"BLOCK_SIZE": adamw.BLOCK_SIZE}, num_warps=4)),
         # lesson 4: the autotuned list, each epilogue, both precisions of float32
         Family("matmul_kernel", {"dtype": DTYPES + ("fp32 as tf32",), "config": tuple(MATMUL_CONFIGS)},

@@ -1,6 +1,7 @@
 """Lesson 6: the new kernels (cross-entropy, RMSNorm with the residual fused, AdamW) against PyTorch,
 the whole model against torch's from the same weights, the step's anatomy (the course's ops on the
 hot path), two processes under DDP, and the chapter's runs (notebook, script)."""
+import copy
 import math
 import os
 import subprocess
@@ -16,9 +17,10 @@ from lesson02_softmax.cross_entropy import cross_entropy
 from lesson03_rowsum import rmsnorm
 from lesson03_rowsum.rmsnorm import MAX_N, rms_norm
 from lesson06_gpt import adamw
+from lesson06_gpt import main as chapter
 from lesson06_gpt.data import batch, load_bytes, split
-from lesson06_gpt.main import KERNELS, SECTIONS, agree, errors, step_ops
-from lesson06_gpt.model import GPT, TOY
+from lesson06_gpt.main import KERNELS, SECTIONS, agree, bits_per_byte, errors, step_ops
+from lesson06_gpt.model import GPT, TOY, optimizer
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -109,37 +111,170 @@ def test_rms_norm_bad_input():
         rms_norm(wide, torch.ones(MAX_N + 1, device=DEVICE))
 
 
-def test_adamw_matches_torch_over_steps_and_leaves_the_gradients_zeroed():
+SHAPES = [(30, 20), (20,), (3, 7), (5,), (4, 6), (6,), (2, 3)]  # the last: frozen; the one before: used on odd steps
+
+
+def adamw_run(optimizer_class, dtype, how: str, steps: int = 5, reload_at: int | None = None) -> tuple:
+    """AdamW over SHAPES's parameters for `steps` steps, every way a user steps it: two groups with their
+    own lr, betas, eps and weight decay (or one, for `how` = "params" and "named"), gradients set by hand,
+    added into, clipped; a frozen parameter (never a gradient), one without a gradient every other step;
+    zero_grad() after each step. reload_at: after that step, a fresh optimizer loads the state_dict and
+    goes on. Returns (the parameters, the optimizer)."""
     gen = torch.Generator().manual_seed(0)
-    shapes = [(30, 20), (20,), (3, 7), (5,)]
-    start = [torch.randn(s, generator=gen).to(DEVICE) for s in shapes]
-    ours = [torch.nn.Parameter(p.clone()) for p in start]
-    theirs = [torch.nn.Parameter(p.clone().double()) for p in start]
-    opt = adamw.AdamW([(str(i), p) for i, p in enumerate(ours)], lr=1e-2, betas=(0.8, 0.9), eps=1e-6,
-                      weight_decay=0.3)
-    ref = torch.optim.AdamW([{"params": [theirs[0], theirs[2]], "weight_decay": 0.3},
-                             {"params": [theirs[1], theirs[3]], "weight_decay": 0.0}], lr=1e-2, betas=(0.8, 0.9),
-                            eps=1e-6)
-    assert opt.n_decay == 30 * 20 + 3 * 7  # the matrices first, whatever their order
-    for _ in range(4):
-        grads = [torch.randn(s, generator=gen).to(DEVICE) for s in shapes]
-        for p, q, g in zip(ours, theirs, grads):
-            p.grad += g  # the gradient lives in the optimizer's flat buffer: add into it, as a backward does
-            q.grad = g.double()
+    start = [torch.randn(s, generator=gen) for s in SHAPES]
+    grads = [[torch.randn(s, generator=gen) for s in SHAPES] for _ in range(steps)]
+    params = [torch.nn.Parameter(p.to(DEVICE, dtype)) for p in start]
+    params[-1].requires_grad_(False)
+    params[0] = torch.nn.Parameter(params[0].detach().t().contiguous().t())  # a transposed (dense) parameter
+
+    def make():
+        if how == "params":
+            return optimizer_class((p for p in params), lr=1e-2, betas=(0.8, 0.9), eps=1e-6, weight_decay=0.3)
+        if how == "named":
+            return optimizer_class(((f"w{i}", p) for i, p in enumerate(params)), lr=1e-2, betas=(0.8, 0.9), eps=1e-6,
+                                   weight_decay=0.3)
+        return optimizer_class([{"params": params[0::2], "weight_decay": 0.3, "lr": 2e-2},
+                                {"params": params[1::2], "betas": (0.5, 0.99), "eps": 1e-3}], lr=1e-2, betas=(0.8, 0.9),
+                               eps=1e-6, weight_decay=0.0)
+
+    opt = make()
+    for step in range(steps):
+        for i, p in enumerate(params[:-1]):
+            if i == len(params) - 2 and step % 2 == 0:
+                continue  # unused this step: no gradient
+            g = grads[step][i].to(DEVICE, dtype)
+            if i == 1:
+                p.grad = torch.zeros_like(p)
+                p.grad += g  # accumulated into, as a backward does
+            else:
+                p.grad = g.t().contiguous().t() if i == 2 and g.ndim == 2 else g  # laid out otherwise than p: none
+        torch.nn.utils.clip_grad_norm_(params[:-1], max_norm=5.0)  # in place, as users clip
         opt.step()
-        ref.step()
-        assert all(float(p.grad.abs().max()) == 0.0 for p in ours)  # zeroed by the step itself
-    for p, q in zip(ours, theirs):
-        assert rel_error(p.detach(), q.detach()) < 1e-6
+        opt.zero_grad()
+        assert all(p.grad is None for p in params)
+        if step == reload_at:
+            state = copy.deepcopy(opt.state_dict())
+            opt = make()
+            opt.load_state_dict(state)
+    return params, opt
 
 
+@pytest.mark.parametrize("how", ["params", "named", "groups"])
+def test_adamw_matches_torch_in_float64(how):
+    ours, opt = adamw_run(adamw.AdamW, torch.float32, how)
+    torch32, ref32 = adamw_run(torch.optim.AdamW, torch.float32, how)
+    exact, ref64 = adamw_run(torch.optim.AdamW, torch.float64, how)
+    for i, (a, b, e) in enumerate(zip(ours, torch32, exact)):  # within twice torch's own float32 error
+        assert rel_error(a.detach(), e.detach()) <= 2 * rel_error(b.detach(), e.detach()) + 1e-7, i
+        for key in ("exp_avg", "exp_avg_sq") if a in opt.state else ():  # (v: 1 - beta2 from the host's double)
+            mine, theirs, want = (o.state[q][key] for o, q in ((opt, a), (ref32, b), (ref64, e)))
+            assert rel_error(mine, want) <= 2 * rel_error(theirs, want) + 1e-7, (i, key)
+    assert torch.equal(ours[-1], torch32[-1])  # frozen: never decayed
+    counts = [float(opt.state[p]["step"]) if p in opt.state else 0 for p in ours]
+    assert counts == [5, 5, 5, 5, 5, 2, 0]  # each parameter's steps with a gradient, as torch counts them
+    assert counts == [float(ref32.state[p]["step"]) if p in ref32.state else 0 for p in torch32]
+
+
+def test_adamw_state_dict_round_trip_and_torchs_format():
+    straight, opt = adamw_run(adamw.AdamW, torch.float32, "groups", steps=5)
+    reloaded, _ = adamw_run(adamw.AdamW, torch.float32, "groups", steps=5, reload_at=2)
+    assert all(torch.equal(a, b) for a, b in zip(straight, reloaded))  # the same run, bit for bit
+    theirs = adamw_run(torch.optim.AdamW, torch.float32, "groups", steps=5)[1].state_dict()
+    ours = opt.state_dict()
+    assert ours["state"].keys() == theirs["state"].keys()
+    for i, state in ours["state"].items():
+        assert state.keys() == theirs["state"][i].keys() == {"step", "exp_avg", "exp_avg_sq"}
+        assert state["step"].dtype == torch.float32 and state["step"].device.type == "cpu"
+        assert rel_error(state["exp_avg"], theirs["state"][i]["exp_avg"]) < 1e-5
+    for mine, torch_s in zip(ours["param_groups"], theirs["param_groups"]):
+        assert {k: mine[k] for k in ("lr", "betas", "eps", "weight_decay", "params")} == \
+            {k: torch_s[k] for k in ("lr", "betas", "eps", "weight_decay", "params")}
+    # either optimizer's state loads into the other and steps on from it as the other would
+    params = [p.detach().clone().requires_grad_() for p in straight]
+    for load_into, source in [(adamw.AdamW, theirs), (torch.optim.AdamW, ours)]:
+        moved = [p.detach().clone().requires_grad_() for p in params]
+        other = [p.detach().clone().requires_grad_() for p in params]
+        a = load_into([{"params": moved[0::2]}, {"params": moved[1::2]}])
+        b = (torch.optim.AdamW if load_into is adamw.AdamW else adamw.AdamW)(
+            [{"params": other[0::2]}, {"params": other[1::2]}])
+        a.load_state_dict(copy.deepcopy(source))
+        b.load_state_dict(copy.deepcopy(source))
+        for p, q in zip(moved[:-1], other[:-1]):
+            p.grad = q.grad = torch.ones_like(p)
+        a.step()
+        b.step()
+        assert all(rel_error(p.detach(), q.detach()) < 1e-6 for p, q in zip(moved, other))
+
+
+def test_adamw_loads_moments_laid_out_otherwise_than_their_parameter():
+    gen = torch.Generator().manual_seed(1)
+    w, g1, g2 = (torch.randn(6, 4, generator=gen).to(DEVICE) for _ in range(3))
+    plain = torch.nn.Parameter(w.clone())
+    a = adamw.AdamW([plain])
+    plain.grad = g1
+    a.step()
+    transposed = torch.nn.Parameter(plain.detach().t().contiguous().t())  # the same values, column by column
+    b = adamw.AdamW([transposed])
+    b.load_state_dict(copy.deepcopy(a.state_dict()))  # row-major moments for a column-major parameter
+    plain.grad, transposed.grad = g2, g2.clone()
+    a.step()
+    b.step()
+    assert torch.equal(plain.detach(), transposed.detach())  # element by element, the same arithmetic
+
+
+def test_adamw_steps_every_tensor_in_one_launch(monkeypatch):
+    launches = []
+
+    class Counting:  # adamw_kernel[grid](...), counted
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return kernel[grid]
+
+    kernel = adamw.adamw_kernel
+    monkeypatch.setattr(adamw, "adamw_kernel", Counting())
+    adamw_run(adamw.AdamW, torch.float32, "groups", steps=3)
+    blocks = sum(-(-math.prod(s) // adamw.BLOCK_SIZE) for s in SHAPES[:-1])
+    assert launches == [(blocks - 1,), (blocks,), (blocks - 1,)]  # one launch a step, for both groups (the
+    # parameter without a gradient on even steps has no block then)
+
+
+@pytest.mark.filterwarnings("ignore:optimizer contains a parameter group with duplicate parameters")
 def test_adamw_bad_input():
-    with pytest.raises(TypeError, match="float32 parameters"):
-        adamw.AdamW([("w", torch.nn.Parameter(torch.zeros(3, dtype=torch.float16, device=DEVICE)))])
-    with pytest.raises(ValueError, match="betas"):
-        adamw.AdamW([("w", torch.nn.Parameter(torch.zeros(3, device=DEVICE)))], betas=(0.9, 1.0))
-    with pytest.raises(ValueError, match="no parameters"):
+    def param(*shape, dtype=torch.float32):
+        return torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=DEVICE))
+
+    w = param(3)
+    for kwargs, phrase in [(dict(lr=-1.0), "Invalid learning rate: -1.0"), (dict(eps=-1e-8), "Invalid epsilon value"),
+                           (dict(weight_decay=-0.1), "Invalid weight_decay value"),
+                           (dict(betas=(0.9, 1.0)), "Invalid beta parameter at index 1: 1.0"),
+                           (dict(betas=(-0.1, 0.9)), "Invalid beta parameter at index 0")]:
+        for optimizer_class in (adamw.AdamW, torch.optim.AdamW):  # torch's reasons, in torch's words
+            with pytest.raises(ValueError, match=phrase):
+                optimizer_class([w], **kwargs)
+    with pytest.raises(ValueError, match="empty parameter list"):
         adamw.AdamW([])
+    with pytest.raises(TypeError, match="float16; supported: float32"):
+        adamw.AdamW([("w", param(3, dtype=torch.float16))])
+    with pytest.raises(ValueError, match="given twice"):
+        adamw.AdamW([w, w])
+    with pytest.raises(ValueError, match="strided view"):
+        adamw.AdamW([torch.nn.Parameter(torch.zeros(4, 6, device=DEVICE)[:, ::2])])
+    opt = adamw.AdamW([w])
+    with pytest.raises(ValueError, match="Invalid learning rate"):  # a group's own lr, checked too
+        opt.add_param_group({"params": [param(2)], "lr": -1.0})
+    assert len(opt.param_groups) == 1  # and not kept
+    opt.param_groups[0]["lr"] = -1.0  # changed later (by hand, by a scheduler): checked at the step
+    w.grad = torch.ones_like(w)
+    with pytest.raises(ValueError, match="Invalid learning rate"):
+        opt.step()
+    opt.param_groups[0]["lr"] = 1e-3
+    opt.step()
+    other = adamw.AdamW([param(4)])
+    with pytest.raises(ValueError, match="shape"):  # another model's state: the kernel would read past the end
+        other.load_state_dict(opt.state_dict())
+    w.grad = torch.ones(3, device=DEVICE).to_sparse()
+    with pytest.raises(RuntimeError, match="sparse"):
+        opt.step()
 
 
 def test_a_fresh_model_starts_near_ln_256_with_either_op_set():
@@ -153,6 +288,55 @@ def test_a_fresh_model_starts_near_ln_256_with_either_op_set():
         losses = [GPT(TOY, ops, seed=0)(x, y).item() for ops in ("course", "torch")]
     assert abs(fresh - math.log(256)) < 0.15
     assert abs(losses[0] - losses[1]) < (1e-5 if INTERPRET else 2e-2)  # float32 here, bfloat16 on a GPU
+
+
+@pytest.mark.parametrize("ops", ["course", "torch"])
+def test_a_later_token_leaves_earlier_logits_unchanged(ops):
+    model = GPT(TOY, ops, seed=0)
+    logits, base = [], model.ops
+
+    class Keep(base):  # the op set, keeping the logits the loss gets
+        @staticmethod
+        def loss(x, targets):
+            logits.append(x.detach().view(2, TOY.seq, -1))  # (batch, position, vocabulary)
+            return base.loss(x, targets)
+
+    model.ops = Keep
+    x, y = batch(split(load_bytes())[0], 2, TOY.seq, torch.Generator().manual_seed(7))
+    later = x.clone()
+    j = TOY.seq // 2
+    later[:, j] = (later[:, j] + 1) % TOY.vocab  # one token changed, half way
+    with torch.no_grad():
+        model(x, y)
+        model(later, y)
+    assert torch.equal(logits[0][:, :j], logits[1][:, :j])  # what comes before it cannot see it
+    assert not torch.equal(logits[0][:, j], logits[1][:, j])  # (and the change does reach its own position)
+
+
+def test_bits_per_byte():
+    assert bits_per_byte(math.log(256)) == pytest.approx(8.0, rel=1e-15)  # a uniform guess over 256 bytes
+    assert bits_per_byte(math.log(2)) == pytest.approx(1.0, rel=1e-15)
+
+
+@pytest.mark.parametrize("ops", ["course", "torch"])
+def test_the_optimizer_decays_the_matrices_and_embeddings_only(ops):
+    opt = optimizer(GPT(TOY, ops, seed=0), weight_decay=0.1)
+    decayed = {n for g in opt.param_groups if g["weight_decay"] == 0.1 for n in g["param_names"]}
+    kept = {n for g in opt.param_groups if g["weight_decay"] == 0.0 for n in g["param_names"]}
+    blocks = {f"blocks.{i}.{w}" for i in range(TOY.layers) for w in ("wqkv", "wo", "up", "down")}
+    assert decayed == {"wte", "wpe"} | blocks
+    assert kept == {"norm_f"} | {f"blocks.{i}.norm{k}" for i in range(TOY.layers) for k in (1, 2)}
+    assert sum(len(g["params"]) for g in opt.param_groups) == len(list(GPT(TOY, ops).parameters()))
+
+
+def test_the_validation_split_shares_no_byte_with_the_training_split():
+    data = torch.arange(1000)  # every position its own value
+    train, val = split(data)
+    assert len(train) + len(val) == len(data) and len(val) == 100  # the last 10%
+    assert not set(train.tolist()) & set(val.tolist())
+    gen = torch.Generator().manual_seed(0)
+    window, _ = batch(val, 64, 16, gen)
+    assert set(window.flatten().tolist()) <= set(val.tolist())  # a validation batch reads the split only
 
 
 def test_the_course_model_trains_as_torchs_from_the_same_weights():
@@ -170,28 +354,48 @@ def test_a_step_on_the_course_ops_runs_the_course_kernels_only():
     assert {"Matmul", "Attention", "AddRMSNorm", "CrossEntropy", "MatmulBackward", "AttentionBackward",
             "AddRMSNormBackward", "CrossEntropyBackward", "adamw_kernel (adamw.py)"} <= names
     # what stays PyTorch's: the embedding and its backward, the casts, the mean's sum, the gradients'
-    # accumulation, the optimizer's copies into its buffer, and the split's backward (a cat)
-    allowed = {"aten::embedding", "aten::add", "aten::to", "aten::sum", "aten::ones_like", "aten::set_", "aten::copy_",
-               "EmbeddingBackward0", "AddBackward0", "SumBackward0", "ToCopyBackward0", "SplitWithSizesBackward0"}
+    # accumulation, and the split's backward (a cat)
+    allowed = {"aten::embedding", "aten::add", "aten::to", "aten::sum", "aten::ones_like", "EmbeddingBackward0",
+               "AddBackward0", "SumBackward0", "ToCopyBackward0", "SplitWithSizesBackward0"}
     assert names - set(KERNELS) - {"adamw_kernel (adamw.py)"} <= allowed
     torch_ops, torch_kept = step_ops("torch")
     assert {"aten::linear", "aten::scaled_dot_product_attention", "aten::rms_norm"} <= {n for _, n, _ in torch_ops}
     assert kept < torch_kept  # fewer activations kept for the backward (RMSNorm's and the loss's)
 
 
-def test_two_processes_under_ddp_keep_equal_replicas():
+def test_two_processes_under_ddp_draw_their_own_batches_and_keep_equal_replicas():
     env = dict(os.environ, PYTHONPATH=ROOT, OMP_NUM_THREADS="1", TRITON_INTERPRET="1")  # CPU processes, gloo
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
                            os.path.join(ROOT, "lesson06_gpt", "ddp.py"), "--steps", "1", "--size", "toy"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    sums = [line.split("sum ")[1] for line in done.stdout.splitlines() if "parameters' sum" in line]
-    assert len(sums) == 2 and sums[0] == sums[1], done.stdout
+    ranks = [line for line in done.stdout.splitlines() if "parameters' sum" in line]
+    sums = [line.split("sum ")[1] for line in ranks]
+    losses = [line.split("first loss ")[1].split(",")[0] for line in ranks]
+    assert len(sums) == 2 and sums[0] == sums[1], done.stdout  # the replicas stay equal
+    assert losses[0] != losses[1], done.stdout  # each on batches of its own: the same weights, other losses
+
+
+def test_the_chapter_zeroes_the_gradients_for_both_op_sets(monkeypatch):
+    made = []
+
+    def recording(model, **kwargs):  # model.optimizer, each model it is given kept
+        made.append(model)
+        return optimizer(model, **kwargs)
+
+    monkeypatch.setattr(chapter, "optimizer", recording)
+    monkeypatch.setattr(chapter.args, "steps", 1)
+    for ops in ("course", "torch"):
+        chapter.train_runner(ops, TOY, 1, 1e-3)()  # section 9's step
+    chapter.training()  # section 6
+    assert len(made) == 3 and all(p.grad is None for model in made for p in model.parameters())
 
 
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     cells = run_as_notebook("lesson06_gpt")
     text = "".join(cells)
+    check = next(c for c in cells if "=== 4. Correctness" in c)
+    assert "AdamW (one launch)" in check and "| False |" not in check  # every kernel and AdamW within torch's error
     trace = next(c for c in cells if "=== 3. The trace" in c)
     assert "loss = lse - x[target] = [2.6547]" in trace and "rstd = [0.25]" in trace
     train = next(c for c in cells if "=== 6. Training" in c)

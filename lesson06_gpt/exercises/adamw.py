@@ -1,4 +1,4 @@
-"""Exercise 6.3 (write): one AdamW step as one element-wise kernel, the decay only where offsets < n_decay.
+"""Exercise 6.3 (write): one AdamW step for several tensors in one launch, through a table of addresses.
 
 Worth doing after section 6 (training: the loss falls).
 
@@ -10,30 +10,35 @@ its square). At step t, for a parameter p with gradient g, torch.optim.AdamW com
     v <- beta2 * v + (1 - beta2) * g^2
     p <- p - lr / bias1 * m / (sqrt(v) / sqrt(bias2) + eps),   bias1 = 1 - beta1^t, bias2 = 1 - beta2^t
 
-(the new m and v in the last line). Every element is independent: lesson 1's kind of kernel. The
-lesson lays every parameter of the model out in one flat float32 buffer, the weights that decay
-(matrices, embeddings) first, so one launch updates them all and tells the decaying ones by their
-offset: the first n_decay elements decay, the others (norms' weights) do not. Write the kernel:
-p, g, m, v are flat float32 tensors of N elements; the launcher below (given) computes bias1 and
-bias2 from the step t on the host and launches cdiv(N, BLOCK_SIZE) programs. It hands the kernel
-1 - beta1 and 1 - beta2, not the betas: a float argument arrives as a float32, and 0.999 is not one
-(the nearest is 0.99900001), so `1 - beta2` taken on the GPU is 1.3e-5 off. Write the moments as
-torch's lerp_ does, m <- m + (1 - beta1) * (g - m): the same value as beta1 * m + (1 - beta1) * g.
-The lesson's kernel (lesson06_gpt/adamw.py) writes p, m and v back in place and zeros g; here the
-checker wants every input left as it is, so write the new values to p_new, m_new and v_new (same
-size, float32).
-About 14 lines.
+(the new m and v in the last line). Every element is independent: lesson 1's kind of kernel. But a
+model's parameters are many tensors, each in memory of its own, and the lesson's optimizer
+(lesson06_gpt/adamw.py) updates them all in one launch. The host writes three tables:
 
-The check: p_new, m_new and v_new against the formula above in float64 (which is
-torch.optim.AdamW's arithmetic, with one parameter group decaying and one not).
+    table   int64, a row of 9 per tensor: the addresses of p, g, m, v, p_new, m_new, v_new (the
+            outputs: here the checker wants every input left as it is), the tensor's size n, and
+            `first`, the first program (block) of the grid that is its
+    hyper   float32, a row of 7 per tensor: lr, weight_decay, 1 - beta1, 1 - beta2, eps, bias1, bias2
+            (each tensor has its group's lr and weight decay, and its own step t)
+    blocks  int32, one per program: the row of the tensor whose block that program updates
 
-The cases: a single element, decaying and not; N = 127, 128 and 129 in blocks of 128 with the
-decay ending inside a block (n_decay = 100); 1000 elements in blocks of 256, n_decay = 600; the
-first step (m = v = 0, bias1 = 0.1 and bias2 = 0.001, far from 1: an update without the bias
-corrections is (1 - beta1) / sqrt(1 - beta2) = 3.2 times too large); step 1000 with nanoGPT's
-betas (0.9, 0.95); all decaying (n_decay = N). The gradients have both signs and some zeros, m
-and v come from earlier steps, lr = 0.01 and weight_decay = 0.1 (so the decay moves p by 1e-3 of
-itself: plainly more than a rounding).
+Write the kernel. A program reads its entry of blocks, then that tensor's rows; makes each address a
+pointer with `.to(tl.pointer_type(tl.float32))` (an int64 holding an address becomes a pointer to
+float32s); and updates elements (pid - first) * BLOCK_SIZE ... + BLOCK_SIZE - 1 of that tensor (the
+ones below n). The launcher below (given) fills table and blocks and launches one program per
+block. 1 - beta1 and 1 - beta2 come from the host, computed in double precision: 0.999 is not a
+float32 (the nearest is 0.99900001), so `1 - beta2` taken on the GPU from beta2 would be 1.3e-5 off.
+Write the moments as torch's lerp_ does, m <- m + (1 - beta1) * (g - m): the same value as
+beta1 * m + (1 - beta1) * g. About 22 lines.
+
+The check: p_new, m_new and v_new of every tensor against the formula above in float64.
+
+The cases: a single element; three tensors of 127, 128 and 129 elements in blocks of 128 (the last
+block of each ends inside it or at its end); 1000, 5 and 300 elements in blocks of 256, one tensor
+at its first step (m = v = 0, bias1 = 0.1 and bias2 = 0.001, far from 1: an update without the
+bias corrections is 3.2 times too large), one at step 1000 with nanoGPT's betas (0.9, 0.95); a
+tensor of no elements among others; nine tensors in blocks of 32. The even tensors decay
+(weight_decay 0.1, lr 0.01), the odd ones do not (lr 0.02): two parameter groups. The gradients
+have both signs and some zeros; m and v come from earlier steps.
 
 Run it: python lesson06_gpt/exercises/adamw.py   (--hint for a hint, --solution for ours)
 """
@@ -47,66 +52,78 @@ from common.launch import cdiv
 
 
 @triton.jit
-def adamw_kernel(p_ptr, g_ptr, m_ptr, v_ptr, p_new_ptr, m_new_ptr, v_new_ptr, N, n_decay,
-                 lr, one_minus_beta1, one_minus_beta2, eps, weight_decay, bias1, bias2, BLOCK_SIZE: tl.constexpr):
-    """One AdamW step for elements [pid * BLOCK_SIZE, (pid + 1) * BLOCK_SIZE) of the flat buffers,
-    the decay only where offsets < n_decay; the new p, m, v stored in p_new, m_new, v_new."""
+def adamw_kernel(table_ptr, hyper_ptr, blocks_ptr, BLOCK_SIZE: tl.constexpr):
+    """One AdamW step for one block of one tensor: the tensor's row is blocks[pid]; its addresses,
+    size and first block are in table (9 a row), its hyperparameters in hyper (7 a row)."""
     pass
 
 
-def launch(adamw_kernel, p, g, m, v, p_new, m_new, v_new, n_decay, lr, beta1, beta2, eps, weight_decay, step,
-           BLOCK_SIZE=128):
-    """Given: 1 - beta1, 1 - beta2 and the bias corrections of step `step` (counted from 1), once on the
-    host in double precision; one program per block."""
-    N = p.numel()
-    bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
-    adamw_kernel[(cdiv(N, BLOCK_SIZE),)](p, g, m, v, p_new, m_new, v_new, N, n_decay, lr, 1 - beta1, 1 - beta2, eps,
-                                         weight_decay, bias1, bias2, BLOCK_SIZE=BLOCK_SIZE)
+NAMES = ("p", "g", "m", "v", "p_new", "m_new", "v_new")  # the addresses in a row of table, in order
 
 
-def reference(p, g, m, v, n_decay, lr, beta1, beta2, eps, weight_decay, step):
-    """torch.optim.AdamW's update, operation for operation, in p's dtype (float64 for the exact yardstick)."""
-    bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
-    decays = torch.arange(p.numel(), device=p.device) < n_decay
-    p = torch.where(decays, p * (1 - lr * weight_decay), p)
-    m = beta1 * m + (1 - beta1) * g
-    v = beta2 * v + (1 - beta2) * g * g
-    p = p - (lr / bias1) * m / (v.sqrt() / bias2 ** 0.5 + eps)
-    return {"p_new": p, "m_new": m, "v_new": v}
+def launch(adamw_kernel, table, hyper, blocks, BLOCK_SIZE=128, **tensors):
+    """Given: table and blocks filled (the checker's tensors, so that it sees every read), then one
+    program per block. tensors: p0, g0, m0, v0, p_new0, m_new0, v_new0, p1, ... for each row."""
+    first = 0
+    for i in range(len(table)):
+        n = tensors[f"p{i}"].numel()
+        table[i] = torch.tensor([tensors[f"{name}{i}"].data_ptr() for name in NAMES] + [n, first])
+        blocks[first:first + cdiv(n, BLOCK_SIZE)] = i
+        first += cdiv(n, BLOCK_SIZE)
+    adamw_kernel[(first,)](table, hyper, blocks, BLOCK_SIZE=BLOCK_SIZE)
 
 
-def case(N: int, n_decay: int, BLOCK_SIZE: int, step: int = 2, betas=(0.9, 0.999), seed: int = 0) -> Case:
-    i = torch.arange(N, dtype=torch.float64)
-    p = torch.sin(0.731 * i + seed) + 0.3 * torch.cos(0.113 * i) + 0.1        # weights, both signs
-    g = 0.05 * (torch.cos(0.419 * i + 2.0 * seed) - 0.3)                      # gradients, both signs
-    g[(i % 7) == 3] = 0.0                                                     # and some zeros
-    if step == 1:
-        m, v = torch.zeros(N, dtype=torch.float64), torch.zeros(N, dtype=torch.float64)
-    else:  # the moments of earlier steps: gradients of their own, nonnegative v
-        old = 0.05 * torch.sin(0.277 * i + 3.0 * seed + 1.0)
-        m, v = 0.5 * old, 0.8 * old * old + 1e-6
-    inputs = dict(p=p.float(), g=g.float(), m=m.float(), v=v.float(), n_decay=n_decay, lr=1e-2,
-                  beta1=betas[0], beta2=betas[1], eps=1e-8, weight_decay=0.1, step=step)
-    name = f"N = {N}, n_decay = {n_decay}, BLOCK_SIZE {BLOCK_SIZE}, step {step}, betas {betas}"
+def reference(table, hyper, blocks, **tensors):
+    """torch.optim.AdamW's update of each tensor, in hyper's dtype (float64 for the exact yardstick)."""
+    out = {}
+    for i, (lr, weight_decay, one_minus_beta1, one_minus_beta2, eps, bias1, bias2) in enumerate(hyper):
+        p, g, m, v = (tensors[f"{name}{i}"] for name in "pgmv")
+        p = p * (1 - lr * weight_decay)
+        m = m + one_minus_beta1 * (g - m)
+        v = v + one_minus_beta2 * (g * g - v)
+        out.update({f"p_new{i}": p - (lr / bias1) * m / (v.sqrt() / bias2.sqrt() + eps), f"m_new{i}": m,
+                    f"v_new{i}": v})
+    return out
+
+
+def case(sizes, BLOCK_SIZE: int, steps=None, betas=(0.9, 0.999), seed: int = 0) -> Case:
+    """Tensors of `sizes`, tensor i at step steps[i] (2 if not given); the even ones decay."""
+    steps = steps or [2] * len(sizes)
+    inputs, hyper = {}, []
+    for k, (N, step) in enumerate(zip(sizes, steps)):
+        i = torch.arange(N, dtype=torch.float64)
+        s = seed + 10 * k
+        p = torch.sin(0.731 * i + s) + 0.3 * torch.cos(0.113 * i) + 0.1        # weights, both signs
+        g = 0.05 * (torch.cos(0.419 * i + 2.0 * s) - 0.3)                      # gradients, both signs
+        g[(i % 7) == 3] = 0.0                                                  # and some zeros
+        old = 0.05 * torch.sin(0.277 * i + 3.0 * s + 1.0)                      # earlier steps' gradients
+        m, v = (0 * old, 0 * old) if step == 1 else (0.5 * old, 0.8 * old * old + 1e-6)
+        inputs.update({f"p{k}": p.float(), f"g{k}": g.float(), f"m{k}": m.float(), f"v{k}": v.float()})
+        lr, weight_decay = (1e-2, 0.1) if k % 2 == 0 else (2e-2, 0.0)
+        hyper.append([lr, weight_decay, 1 - betas[0], 1 - betas[1], 1e-8, 1 - betas[0] ** step, 1 - betas[1] ** step])
+    blocks = sum(cdiv(n, BLOCK_SIZE) for n in sizes)
+    inputs.update(table=torch.zeros(len(sizes), 9, dtype=torch.int64), hyper=torch.tensor(hyper, dtype=torch.float32),
+                  blocks=torch.zeros(blocks, dtype=torch.int32))
+    name = f"sizes {list(sizes)}, BLOCK_SIZE {BLOCK_SIZE}, steps {steps}, betas {betas}"
     return Case(name, inputs, dict(BLOCK_SIZE=BLOCK_SIZE))
 
 
 EXERCISE = Exercise(
-    lesson="lesson06_gpt", name="adamw", kind="write", parts=("adamw_kernel",), stub="a8f4d5bf566f",
-    launch=launch, reference=reference, lines=14,
-    cases=[case(1, 1, 128), case(1, 0, 128, seed=1), case(127, 100, 128, seed=2), case(128, 100, 128, seed=3),
-           case(129, 100, 128, seed=4), case(1000, 600, 256, seed=5), case(300, 150, 128, step=1, seed=6),
-           case(500, 200, 128, step=1000, betas=(0.9, 0.95), seed=7), case(257, 257, 64, seed=8)],
-    bench_case=lambda: case(1 << 24, 1 << 23, 1024),
-    hints=["Lesson 1's six steps (offsets, mask, loads, compute, stores), with four loads and three stores: "
-           "load p, g, m, v (masked with offsets < N), compute the new m and v first, then the new p from "
-           "them, and store all three.",
-           "The decay is a choice per element, not a branch per program (n_decay can fall inside a block): "
-           "p = tl.where(offsets < n_decay, p * (1 - lr * weight_decay), p), before the step. The step uses the "
-           "new m and v, and divides by bias1 and by sqrt(bias2) where the formula does.",
+    lesson="lesson06_gpt", name="adamw", kind="write", parts=("adamw_kernel",), stub="1e3f47470089",
+    launch=launch, reference=reference, lines=22,
+    cases=[case([1], 128), case([127, 128, 129], 128, seed=1),
+           case([1000, 5, 300], 256, steps=[1, 7, 1000], betas=(0.9, 0.95), seed=2), case([3, 0, 200], 64, seed=3),
+           case([33, 1, 64, 65, 7, 100, 31, 32, 2], 32, steps=[1, 2, 3, 4, 5, 6, 7, 8, 9], seed=4)],
+    bench_case=lambda: case([1 << 23, 1 << 22, 1 << 20, 3000], 1024),
+    hints=["Lesson 1's six steps with one step before them: find your tensor. t = tl.load(blocks_ptr + pid) is its "
+           "row; its addresses are table_ptr + t * 9 + 0 ... 6, its size and first block + 7 and + 8, its "
+           "hyperparameters hyper_ptr + t * 7 + 0 ... 6. Then offsets, mask, four loads, the update, three stores.",
+           "tl.load(table_ptr + t * 9).to(tl.pointer_type(tl.float32)) is p's pointer; the others likewise. Your "
+           "block of the tensor is its block number pid - first: offsets = (pid - first) * BLOCK_SIZE + "
+           "tl.arange(0, BLOCK_SIZE), masked with offsets < n (n from the table, not the grid's size).",
            "m and v first, each from its old value and g; the step then uses the new ones, with the bias "
-           "corrections where the formula puts them: under m, and under sqrt(v). Which elements decay, and does "
-           "the decay use p before or after the step?"],
+           "corrections where the formula puts them: under m, and under sqrt(v). The decay multiplies p before "
+           "the step, for every element (a tensor that does not decay has weight_decay 0)."],
 )
 
 if __name__ == "__main__":
