@@ -80,6 +80,7 @@ def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, 
         m_i = m_new
         if TRACE:
             show("key block", start_n // BLOCK_N, indent=2)
+            show("stage", 2 if MASKED else 1)
             show("scores (natural units)", s / LOG2E if MASKED else qk * (qk_scale / LOG2E))
             show("m (natural units)", m_i / LOG2E)
             show("alpha", alpha)

@@ -473,9 +473,8 @@ def trace(q, k, v, o, lse, standard) -> None:
                             dq_meta=tiny)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
     standard(*leaves, causal=True, sm_scale=1.0).backward(do.double())
+    print("Against torch's autograd of standard attention, in float64:")
     for name, ours, leaf in zip(("dQ", "dK", "dV"), grads, leaves):
-        print(f"{name}: kernel   {[[round(x, 4) for x in row] for row in ours[0, 0].tolist()]}")
-        print(f"    autograd {[[round(x, 4) for x in row] for row in leaf.grad[0, 0].tolist()]}")
         show(f"max |{name} - autograd's|", (ours.double() - leaf.grad).abs().max().item(), indent=4)
 
 
