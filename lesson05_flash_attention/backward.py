@@ -21,9 +21,9 @@ per block of QUERIES walks the key blocks for dQ. The backward is 5 matmuls (S r
 P is never stored, then dV, dP, dK, dQ); the dQ pass recomputes S and dP a second time: 7
 tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`delta` in the code).
 
-Both are here. The default is the tutorial's three kernels: deterministic, and where section 16
-timed both designs (RESULTS.md), as fast as the atomics to within a few percent: they buy no speed
-worth giving up the same bits on every run. atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds
+Both are here. The default is the tutorial's three kernels: deterministic, and the faster design
+where section 16 timed them (RESULTS.md): atomics buy no speed worth giving up the same bits on
+every run. atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds
 it with tl.atomic_add into a float32 accumulator (5 tl.dots, no dQ pass). What that saves in
 matmuls it pays in memory traffic: every (key block, query block) pair adds a BLOCK_M x HEAD_DIM
 float32 tile through the L2 cache's atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4

@@ -436,7 +436,7 @@ def steps() -> list:
 
     rows = []
     views = [randn(1, 20, 2, 16).transpose(1, 2) for _ in range(3)]  # (B, H, seq, D) views of (B, seq, H, D)
-    rows.append(("any layout", "q, k, v: views of (1, 20, 2, 16) tensors", outcome(flash_attention, *views),
+    rows.append(("any layout", "q, k, v: (1, 20, 2, 16) tensors, transposed", outcome(flash_attention, *views),
                  outcome(attention, *views)))
     grouped = randn(1, 4, 20, 16), randn(1, 1, 20, 16), randn(1, 1, 20, 16)
     rows.append(("grouped-query heads", "4 query heads, 1 key head", outcome(flash_attention, *grouped),
@@ -634,7 +634,8 @@ chapter.run("peak", lambda: tuning.peak_memory({"standard": attention_standard, 
 # two consumer warpgroups (a warpgroup: 4 warps, which Hopper's largest matrix instruction, wgmma,
 # takes together) take turns, one running its exp2s while the other's matmuls run. This kernel has
 # no such overlap; the tables show where that leaves it against both. Then the roofline's points
-# (README).
+# (README). Without a GPU the chapter prints the table at head_dim 64, attention_kernel's own: at
+# 128 an H100/H200 runs the Gluon kernel (lesson 7), and RESULTS.md holds that table too.
 
 
 # %%
@@ -706,7 +707,7 @@ chapter.run("bench", timing, gpu=True, stand_in=("x 64, float16", "Roofline"))
 # ## 10. Block sizes, side by side (tuning.py)
 # The autotuner's job done by hand: every candidate configuration of the sweep (BLOCK_M, BLOCK_N,
 # num_warps, num_stages) timed in turns, at seq 4096 (a quick look: the first two). NARROW (section 6)
-# holds the winners.
+# holds the winners. The sweep's table is long: without a GPU the chapter names it, RESULTS.md holds it.
 
 
 # %%
@@ -791,6 +792,7 @@ chapter.run("grad", grad_check)
 # ## 15. Timing the backward against SDPA's backends (backward.py)
 # Forward and backward side by side, against SDPA's FlashAttention-2 backend and cuDNN's (which
 # on Hopper works in FlashAttention-3's style, section 9). The backward is the gradient call.
+# Without a GPU the chapter prints the table at head_dim 64, as in section 9.
 
 
 # %%
@@ -808,9 +810,11 @@ chapter.run("bench_backward", timing_backward, gpu=True, stand_in=("x 64, float1
 # ## 16. The backward's two designs and their block sizes (backward.py)
 # Each candidate of the backward kernels' lists, timed as the whole backward, all ranked
 # together: the three-kernel default (a dQ pass of its own; a row varies one kernel, the other
-# autotuned), and atomic_dq=True (FlashAttention-2's dQ by atomics in the one dK/dV pass, so
-# nothing else to tune). The default is the design whose best row is the faster here (RESULTS.md),
-# and the one that gives the same bits on every run.
+# autotuned), atomic_dq=True (FlashAttention-2's dQ by atomics in the one dK/dV pass, so nothing
+# else to tune) and, on Hopper, tma_dq=True (the same, each dQ tile added by one TMA request).
+# The default is the three kernels: the faster design where it was timed (RESULTS.md), and the
+# same bits on every run. The table is long: without a GPU the chapter names it, RESULTS.md
+# holds it.
 
 
 # %%
