@@ -23,13 +23,15 @@ writes them to RESULTS.md). Three kinds of section are run differently:
   process with TRITON_INTERPRET=1 (one for all the run's traces), and its output is printed here.
 - gpu=True: the section times kernels or asks the profiler which kernels ran, which means nothing
   under the interpreter. Without a GPU, the runner prints the section as RESULTS.md recorded it on
-  the H200 instead, with that machine's stamp once per run.
+  the H200 instead, with that machine's stamp once per run; stand_in names the recorded tables
+  that stand in for it (by words of their titles: a sweep of many rows can stay on the page).
 - fresh=True: the section times what a call costs the host, which a process that has run the
   profiler or torch.compile pays more for: it runs in a fresh process.
 A default run on a GPU so starts two processes at most: the traces' and the host table's.
 """
 import argparse
 import os
+import re
 import sys
 
 import torch
@@ -104,9 +106,11 @@ class Chapter:
         """The lesson's sizes for this run: table["full"] with --full, table["quick"] otherwise."""
         return table["full" if self.args.full else "quick"]
 
-    def run(self, name: str, section, *, gpu: bool = False, trace: bool = False, fresh: bool = False) -> None:
+    def run(self, name: str, section, *, gpu: bool = False, trace: bool = False, fresh: bool = False,
+            stand_in: tuple | None = None) -> None:
         """Run section() under its heading, if this run includes it, and keep the tables it returns.
-        gpu: it needs a CUDA GPU (without one, RESULTS.md's record of it is printed); trace: it runs
+        gpu: it needs a CUDA GPU (without one, RESULTS.md's record of it is printed: the tables whose
+        titles hold one of the words in stand_in, every table by default); trace: it runs
         under the interpreter (in a child process on a GPU machine); fresh: it runs in a fresh
         process (host timings: a process that has run the profiler pays more per call). A section
         run in a child process must be a function of the module, without arguments."""
@@ -115,7 +119,7 @@ class Chapter:
             return
         print(f"\n=== {heading} ===")
         if gpu and INTERPRET:
-            return self.recorded(name)
+            return self.recorded(name, stand_in)
         if (trace and not INTERPRET) or fresh:
             result = self.in_child(section, trace=trace)
         else:
@@ -123,8 +127,10 @@ class Chapter:
         tables = result if isinstance(result, (list, tuple)) else [result]
         self.tables[name] = [t for t in tables if isinstance(t, Table) and t.title]
 
-    def recorded(self, name: str) -> None:
-        """Print section `name` as this lesson's RESULTS.md recorded it, the page's stamp the first time."""
+    def recorded(self, name: str, stand_in: tuple | None = None) -> None:
+        """Print section `name` as this lesson's RESULTS.md recorded it, the page's stamp the first time:
+        its tables whose titles hold one of the words in stand_in (all of them by default), and the
+        titles of the others."""
         path = os.path.join(ROOT, self.lesson, "RESULTS.md")
         page = read_page(path)
         block = page and page["sections"].get(name)
@@ -133,6 +139,15 @@ class Chapter:
             print(f"This section needs a GPU, and {where} has no record of it yet: `python -m common.results "
                   f"{self.lesson}` on a GPU writes it.")
             return
+        left = ""
+        if stand_in is not None:  # the tables whose titles hold one of its words, and what precedes them
+            parts = re.split(r"^(?=### )", block, flags=re.M)
+            shown = [p for p in parts if not p.startswith("### ") or any(w in p.split("\n")[0] for w in stand_in)]
+            left = "; ".join(p.split("\n")[0][4:] for p in parts if p not in shown)
+            if not any(p.startswith("### ") for p in shown):  # none (a sweep of many rows, say): where they are
+                print(f"This section needs a GPU. {where} records what it printed there: {left}.")
+                return
+            block = "".join(shown).rstrip("\n")
         if not self.stamped:
             print(f"This section needs a GPU. What it printed on {page['stamp'].get('GPU', 'a GPU')}, recorded in "
                   f"{where} (the machine, once for this run):\n" + "\n".join(page["stamp_lines"]) + "\n")
@@ -140,6 +155,8 @@ class Chapter:
         else:
             print(f"This section needs a GPU. What it printed there ({where}):\n")
         print("\n".join(line for line in block.splitlines() if not line.startswith("![")))
+        if left:
+            print(f"Also recorded there: {left}.")
 
     def in_child(self, section, trace: bool) -> list:
         """Run section() in a child process: a trace under Triton's interpreter, in the process the

@@ -6,8 +6,10 @@ A program owns a block of query rows of one (batch, head) and walks the keys and
 block (lesson 3's tiles): each tile of scores by tl.dot (lesson 4), folded into a running softmax
 (lesson 2's online softmax: a running max m, a running sum l, and an output accumulator rescaled
 whenever the max grows), then p @ v by tl.dot again. The seq x seq scores never touch memory.
-main.py, the chapter, builds it up (sections 1-3), traces it, checks and times it; this file is what
-a model imports.
+main.py, the chapter, builds it from a teaching kernel (flash_kernel: one block of queries, two
+tl.dots, causal or not; section 3), step by step to this file's attention_kernel (section 4: each of
+its parameters comes from one step), traces it, checks it and times it; this file is what a model
+imports.
 
 The op has the course's one shape (lesson 1, section 5): attention() checks its inputs and asks
 route() which kernel runs; Attention (an autograd function) launches it in its forward, keeping q,
@@ -35,10 +37,12 @@ MAX_HEAD_DIM = 256
 LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(x) = exp2(x * LOG2E)
 
 
-# %% The kernel (main.py, section 3, says why it is built so): exp2 with log2(e) folded into the
-# scale; causal, the key blocks above the diagonal skipped, those below it unmasked, the diagonal's
-# masked (`attend` runs in two stages, MASKED known at compile time); m, l and acc in fp32, p cast
-# to the inputs' dtype for the second tl.dot; float32 inputs multiplied in full fp32 ("ieee").
+# %% The kernel: the chapter's teaching kernel (main.py, section 3) with the steps of its section 4,
+# which says why each is there: any layout, grouped-query heads, two lengths, padded head dims,
+# decoding, the lse for training; exp2 with log2(e) folded into the scale; causal, the key blocks
+# above the diagonal skipped, those below it unmasked, the diagonal's masked (`attend` runs in two
+# stages, MASKED known at compile time); m, l and acc in fp32, p cast to the inputs' dtype for the
+# second tl.dot; float32 inputs multiplied in full fp32 ("ieee").
 @triton.jit
 def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, key_end, dim_ok, qk_scale, lo, hi,
            BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
@@ -80,6 +84,7 @@ def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, 
         m_i = m_new
         if TRACE:
             show("key block", start_n // BLOCK_N, indent=2)
+            show("stage", 2 if MASKED else 1)
             show("scores (natural units)", s / LOG2E if MASKED else qk * (qk_scale / LOG2E))
             show("m (natural units)", m_i / LOG2E)
             show("alpha", alpha)
@@ -90,20 +95,22 @@ def attend(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn, query, diag, 
 
 @triton.jit
 def attention_kernel(
-    q_ptr, k_ptr, v_ptr, o_ptr,
-    lse_ptr,                                            # per query row, for the backward (below)
-    sm_scale, H, GROUP, seq_q, seq_k,                   # query heads, query heads per key head, lengths
-    share_len, stride_os, stride_ls,                    # keys per program; where each share writes (decode.py)
-    stride_qb, stride_qh, stride_qn, stride_qd,         # strides of q, in elements
-    stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
-    stride_ob, stride_oh, stride_on, stride_od,
-    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,      # the head dim, and it padded to a power of two
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-    PACKED: tl.constexpr = False,            # rows: a key head's GROUP query heads, stacked (decode.py)
+    # Each parameter by the step of main.py's section 4 that brings it; the teaching kernel's keep their names.
+    q_ptr, k_ptr, v_ptr, o_ptr,                         # (teaching kernel)
+    lse_ptr,                                            # training: one float per query row, for the backward
+    sm_scale, H, GROUP, seq_q, seq_k,                   # grouped heads: H query heads, GROUP per key head; a
+                                                        # KV cache: the lengths of q and of k, v
+    share_len, stride_os, stride_ls,                    # decoding: keys per program; where each share writes
+    stride_qb, stride_qh, stride_qn, stride_qd,         # any layout: the strides of q, in elements
+    stride_kb, stride_kh, stride_kn, stride_kd,         # of k
+    stride_vb, stride_vh, stride_vn, stride_vd,         # of v
+    stride_ob, stride_oh, stride_on, stride_od,         # of o
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,      # head dims such as 80: BLOCK_D, it padded to a power of two
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,  # (teaching kernel)
+    PACKED: tl.constexpr = False,            # decoding: rows, a key head's GROUP query heads stacked (decode.py)
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: the launcher asks for "ieee"
-    INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (lesson 2)
-    TRACE: tl.constexpr = False,
+    INDEX_TYPE: tl.constexpr = tl.int32,     # past 2**31 elements: int64 offsets (lesson 2)
+    TRACE: tl.constexpr = False,             # (teaching kernel)
 ):
     # Which program am I? One grid axis: the query blocks of head 0's first share of the keys, then
     # of its second share (decoding only: one share otherwise), then head 1's... (consecutive
@@ -186,11 +193,11 @@ def attention_kernel(
              mask=real[:, None] & dim_ok[None, :])
 
 
-# %% The launch settings (main.py, section 4): on a GPU the autotuner times the configurations of the
+# %% The launch settings (main.py, section 6): on a GPU the autotuner times the configurations of the
 # head dim's list on the first call per (lengths, head dim, causal) and keeps the fastest, on disk
 # too; below 512 x 512 (query, key) pairs the list's last runs untimed; under the interpreter one
 # small configuration.
-# The winners of the block-size sweep (section 9, RESULTS.md "Block sizes") for head dims to 128,
+# The winners of the block-size sweep (section 10, RESULTS.md "Block sizes") for head dims to 128,
 # then the one that small problems run untimed; at head dim 256 (twice the registers and shared
 # memory per row) smaller tiles and pipelines, then theirs.
 NARROW = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_warps=w, num_stages=s)
@@ -269,7 +276,7 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
 # %% The route: which kernel runs, forward and backward
 # Every path, in the order route() tries them: (direction, path, its condition, the kernels it runs,
 # an example that takes it as (batch, query heads, key heads, seq_q, seq_k, head_dim) in float16).
-# The chapter prints it (section 4), the tests call route() on each example. Under torch.compile
+# The chapter prints it (section 6), the tests call route() on each example. Under torch.compile
 # only Triton's @triton.jit kernels run (Dynamo records their `kernel[grid](...)`; a Gluon launch it
 # does not trace), and the Gluon backward never where deterministic algorithms are asked for (its
 # dQ is summed by reduce-adds in no fixed order).
@@ -310,7 +317,7 @@ def route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, direction: str = "f
 # %% The autograd function and the op
 class Attention(torch.autograd.Function):
     """O = softmax(q k^T * sm_scale [+ causal mask]) v by the forward kernel `path` names (route's);
-    it keeps q, k, v, O and lse (one float per query row: main.py section 3) for the backward,
+    it keeps q, k, v, O and lse (one float per query row: main.py section 4) for the backward,
     which recomputes each tile of P from them (backward.py derives it), the same whichever forward
     ran."""
 

@@ -21,10 +21,9 @@ per block of QUERIES walks the key blocks for dQ. The backward is 5 matmuls (S r
 P is never stored, then dV, dP, dK, dQ); the dQ pass recomputes S and dP a second time: 7
 tl.dots, the price of no atomics. Before them, a small kernel computes Delta (`delta` in the code).
 
-Both are here. The default is the tutorial's three kernels: deterministic, and on an H200 the
-fastest in three of the four cases of section 15's table and within 2% of the fastest in the
-fourth (RESULTS.md): atomics buy no speed worth giving up the same bits on every run.
-atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds
+Both are here. The default is the tutorial's three kernels: deterministic, and the faster design
+where section 16 timed them (RESULTS.md): atomics buy no speed worth giving up the same bits on
+every run. atomic_dq=True is FlashAttention-2's way: the dK/dV pass also computes dQ's share, dS K, and adds
 it with tl.atomic_add into a float32 accumulator (5 tl.dots, no dQ pass). What that saves in
 matmuls it pays in memory traffic: every (key block, query block) pair adds a BLOCK_M x HEAD_DIM
 float32 tile through the L2 cache's atomic units (BLOCK_M = BLOCK_N = HEAD_DIM = 64: 64 x 64 x 4
@@ -34,7 +33,7 @@ FlashAttention-2 (written for the A100) pays that traffic to save the matmuls; F
 on Hopper makes it cheaper to issue: the tile goes to shared memory and one thread asks TMA
 (Hopper's copy engine: lesson 4's hopper.py) to add all of it in memory, asynchronously, where
 atomics take an instruction per element from every thread. tma_dq=True does that (Hopper and
-newer; Triton's interpreter has no copy engine). Section 15 times the designs side by side
+newer; Triton's interpreter has no copy engine). Section 16 times the designs side by side
 (RESULTS.md, "Backward designs and block sizes").
 
 Causal: key j gets gradient only from the queries that see it, i >= j - (seq_k - seq_q) (the mask
@@ -47,7 +46,7 @@ programs, several share a key block's heads, `parts`), two lengths, head dims to
 
 attention.py's Attention (the op's autograd function) runs launch_backward, by default, from what its
 forward kept. The chapter, main.py, hands the timing and tracing functions below what they need of
-the forward (the launcher, the public function, the reference) as arguments: its sections 12-15
+the forward (the launcher, the public function, the reference) as arguments: its sections 13-16
 run them.
 """
 import functools
@@ -310,18 +309,15 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 
 # Block sizes. dK and dV of a key block stay in registers for the whole walk (2 x BLOCK_N x BLOCK_D
 # fp32), beside K and V, while blocks of queries stream past; each query block loaded is shared by
-# the BLOCK_N keys, so big key blocks pay at head_dim 128, as long as the registers hold (8 warps
-# for 128 keys; 4 warps spill there). Deeper pipelines (num_stages: how many query blocks are in
-# flight, each a copy of q and dO in shared memory) pay: on the H200 at seq 4096 and 16384
-# the 4-stage 64 x 128 took 7-10% off the 3-stage's dK/dV time at head_dim 128, and the 128 x 128
-# was the fastest at head_dim 64, causal. Neither fits every GPU: the 4 stages need 194 KB of shared
-# memory at head_dim 128 (an A100 has 163: the 3-stage one is its), the 128 x 128 258 KB there (more
-# than Hopper's 227): where a configuration does not fit, the autotuner skips it. At head dim 256
-# (twice the registers and shared memory per row) smaller tiles, and the head dim split in two
-# (DIM_SPLIT, in dkdv_kernel). The last of each list is what small problems run untimed: it fits
-# every GPU's shared memory in float32 (tests/test_gpus.py). The dQ kernel is the forward's shape.
-# Section 15 (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates;
-# the autotuner picks among them per (lengths, head dim, causal), and keeps its pick on disk.
+# the BLOCK_N keys, so big key blocks pay, as long as the registers hold them (8 warps for 128 keys).
+# Deeper pipelines (num_stages: how many query blocks are in flight, each a copy of q and dO in
+# shared memory) pay too, where they fit: a list holds configurations that only the GPUs with the
+# most shared memory can run, and on the others the autotuner skips them. At head dim 256 (twice
+# the registers and shared memory per row) smaller tiles, and the head dim split in two (DIM_SPLIT,
+# in dkdv_kernel). The last of each list is what small problems run untimed: it fits every GPU's
+# shared memory in float32 (tests/test_gpus.py). The dQ kernel is the forward's shape. Section 16
+# (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates; the
+# autotuner picks among them per (lengths, head dim, causal), and keeps its pick on disk.
 def configs(rows, dim_split: bool = True):
     """triton.Configs of (BLOCK_M, BLOCK_N, num_warps, num_stages, DIM_SPLIT) rows. Every dK/dV one
     names its DIM_SPLIT, 1 included: torch.compile's tracer fills a kernel's arguments from an
@@ -333,7 +329,7 @@ def configs(rows, dim_split: bool = True):
 NARROW_DKDV = configs([(64, 128, 8, 4, 1), (64, 128, 8, 3, 1), (128, 128, 8, 3, 1), (64, 64, 4, 3, 1),
                        (32, 64, 4, 2, 1), (16, 32, 4, 2, 1)])
 WIDE_DKDV = configs([(64, 128, 8, 3, 1), (64, 128, 8, 1, 2), (32, 64, 4, 2, 1), (32, 32, 8, 2, 1),
-                     (16, 16, 2, 1, 1)])  # 2 warps: 64 KB at head dim 256 in fp32, a T4's all
+                     (16, 16, 2, 1, 1)])  # the last, 2 warps: it fits a T4 at head dim 256 in fp32
 NARROW_FUSED = configs([(64, 128, 8, 3, 1), (32, 128, 8, 3, 1), (32, 128, 4, 3, 1), (64, 64, 4, 3, 1),
                         (16, 32, 4, 2, 1)])  # dK, dV and dQ by atomics (atomic_dq=True: head dims to 128)
 NARROW_DQ = configs([(128, 64, 8, 3, 1), (64, 64, 4, 3, 1), (128, 32, 4, 3, 1), (32, 16, 4, 1, 1)], dim_split=False)
@@ -345,8 +341,8 @@ LISTS = {"dkdv": (NARROW_DKDV, WIDE_DKDV), "fused": (NARROW_FUSED, []), "dq": (N
 def configs_for(kernel: str):
     """Autotune's early prune for one kernel's list: the configurations for this head dim, all of
     them from 512 x 512 (query, key) pairs up, else the last. float32 inputs get the last too: their
-    products run on the CUDA cores (ieee, no tensor cores), and the larger configurations each take
-    30 to 90 s to compile there (sm_90, head_dim 64 and 128), for a dtype that checks the others
+    products run on the CUDA cores (ieee, no tensor cores), and the larger configurations take tens
+    of seconds each to compile there, for a dtype that checks the others
     rather than trains. (The autotuner's key holds the tensors' dtypes.)"""
     narrow, wide = LISTS[kernel]
 
@@ -397,7 +393,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     is a power of two):
     FlashAttention-3's way of adding, a whole dQ tile per TMA reduce-add instead of an atomic per
     element (Triton's interpreter has no such copy engine: GPU only). atomic_dq and tma_dq are this
-    function's only: attention() runs the default. Section 15 times all three
+    function's only: attention() runs the default. Section 16 times all three
     (RESULTS.md).
     dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned for the
     dK/dV pass; the trace and the block-size sweep hand in plain ones, with their block sizes in
@@ -413,7 +409,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     if tma_dq and dot_block(D) != D:
         raise ValueError(f"tma_dq=True needs a head dim that is a power of two from 16 (a TMA tile's width), got {D}")
     if flag("atomic_dq", atomic_dq) and dot_block(D) > 128:
-        raise ValueError(f"atomic_dq=True takes head dims to 128 (where section 15 times FlashAttention-2's design), "
+        raise ValueError(f"atomic_dq=True takes head dims to 128 (where section 16 times FlashAttention-2's design), "
                          f"got {D}")
     atomic_dq = atomic_dq and not torch.are_deterministic_algorithms_enabled()
     tma_dq = tma_dq and atomic_dq
@@ -473,9 +469,8 @@ def trace(q, k, v, o, lse, standard) -> None:
                             dq_meta=tiny)
     leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
     standard(*leaves, causal=True, sm_scale=1.0).backward(do.double())
+    print("Against torch's autograd of standard attention, in float64:")
     for name, ours, leaf in zip(("dQ", "dK", "dV"), grads, leaves):
-        print(f"{name}: kernel   {[[round(x, 4) for x in row] for row in ours[0, 0].tolist()]}")
-        print(f"    autograd {[[round(x, 4) for x in row] for row in leaf.grad[0, 0].tolist()]}")
         show(f"max |{name} - autograd's|", (ours.double() - leaf.grad).abs().max().item(), indent=4)
 
 

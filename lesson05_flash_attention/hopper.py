@@ -317,7 +317,7 @@ HOPPER = not INTERPRET and torch.cuda.is_available() and capability() == 90
 
 
 def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
-    """For lesson 5's host table (main.py, section 10), on an H100/H200: attention() at head_dim 128 (which runs this kernel)
+    """For lesson 5's host table (main.py, section 11), on an H100/H200: attention() at head_dim 128 (which runs this kernel)
     beside the kernel's own launch, its descriptors ready. Elsewhere none."""
     if not HOPPER:
         return {}

@@ -8,18 +8,19 @@ with tl.dot (lesson 4) and folding it into a running softmax (lesson 2's online 
 running max m, a running sum l, and an output accumulator that is rescaled whenever the max
 grows. Memory stays linear in the sequence length, and the seq x seq scores never touch HBM.
 
-One kernel takes every shape attention() takes: grouped-query heads, queries and keys of different
-lengths (cross-attention, a KV cache), head dims to 256; decode.py launches the same kernel for
-decoding, a few queries against a long KV cache, the keys split between programs, and merges the
-pieces. The op a model imports, attention(), is in attention.py with that kernel, its launcher
-and its route (which kernel runs, forward and backward); this chapter builds it up, traces it,
-checks it and times it. A first reading can stop after section 6 (correctness). Sections 7-11
-measure the forward on a GPU (memory, time against PyTorch's SDPA, block sizes, the host's cost,
-64-bit offsets; tuning.py holds most of their code); sections 12-15 are the backward pass, for
-training (backward.py); section 16 times the shapes models pass. On an H100 or H200 attention()
-runs, where they were timed faster, the forward and backward written for Hopper in Gluon
-(hopper.py: the warps split by job, by hand, FlashAttention-3's structure); lesson 7
-(lesson07_hopper/main.py) takes them apart and times them.
+The chapter builds that from the smallest kernel that does it. Sections 1-2: what standard
+attention costs, and the online softmax on one row of scores. Section 3: the teaching kernel,
+flash_kernel, in this file: one block of queries, two tl.dots, causal or not, traced on a tiny
+problem. Section 4: what models pass that it cannot take (views, grouped-query heads, a KV cache's
+two lengths, head dims such as 80, tensors past 2**31 elements, decoding, training), and what
+attention_kernel, the kernel the op runs (attention.py, the file a model imports), does for each;
+section 5 traces it. Section 6: the op's route, which kernel runs; section 7 checks the op on every
+shape. A first reading can stop there. Sections 8-12 measure the forward on a GPU (memory, time
+against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets: tuning.py holds most of their
+code); sections 13-16 are the backward pass, for training (backward.py); section 17 times the
+shapes models pass. On an H100 or H200 attention() runs, where they were timed faster, a forward
+and backward written for Hopper in Gluon (hopper.py): lesson 7 (lesson07_hopper/main.py) takes
+them apart.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
@@ -30,41 +31,47 @@ results, the traces; the sections that need a GPU show what an H200 printed (RES
 import functools
 import math
 
-from common.device import DEVICE
+from common.device import DEVICE, interpretable
 
 import torch
 import torch.nn.functional as F
+import triton
+import triton.language as tl
 
-from common import bench, roofline
+from common import bench, checks, roofline
 from common.chapter import Chapter, positive_int
 from common.checks import GRAD_NOTE, dtype_name, grad_errors, grad_ok, rel_error
+from common.launch import cdiv
 from common.table import print_table
-from lesson05_flash_attention import backward, hopper, tuning  # the lesson's other files
+from common.trace import show
+from lesson05_flash_attention import backward, decode, hopper, tuning  # the lesson's other files
 from lesson05_flash_attention.attention import (DTYPES, ROUTES, attention, attention_kernel,  # the op
                                                 attention_kernel_tuned, launch, route)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
     "memory": "1. Standard attention, and what its scores cost in memory",
     "online": "2. Online softmax, on its own: one row of scores in blocks",
-    "route": "4. The launcher, and which kernel runs: attention's route (attention.py)",
-    "trace": "5. The trace: attention_kernel on a tiny problem, block by block",
-    "check": "6. Correctness: against float64 standard attention",
-    "peak": "7. Memory, measured: each implementation's peak (tuning.py)",
-    "bench": "8. Timing: against PyTorch's scaled_dot_product_attention",
-    "configs": "9. Block sizes, side by side (tuning.py)",
-    "host": "10. What a call costs the host (tuning.py)",
-    "offsets": "11. 64-bit offsets: what they cost here (tuning.py)",
-    "backward": "12. The backward (backward.py): the tiny problem again, traced beside autograd",
-    "grad": "13. Training: the gradients against float64 autograd",
-    "bench_backward": "14. Timing the backward against SDPA's backends (backward.py)",
-    "configs_backward": "15. The backward's two designs and their block sizes (backward.py)",
-    "bench_general": "16. The shapes models pass, timed against SDPA's backends (tuning.py)",
+    "trace": "3. The teaching kernel: one block of queries, two tl.dots, traced",
+    "steps": "4. What models pass: from the teaching kernel to attention_kernel",
+    "stages": "5. attention_kernel traced: causal, in two stages",
+    "route": "6. The launcher, and which kernel runs: attention's route (attention.py)",
+    "check": "7. Correctness: against float64 standard attention",
+    "peak": "8. Memory, measured: each implementation's peak (tuning.py)",
+    "bench": "9. Timing: against PyTorch's scaled_dot_product_attention",
+    "configs": "10. Block sizes, side by side (tuning.py)",
+    "host": "11. What a call costs the host (tuning.py)",
+    "offsets": "12. 64-bit offsets: what they cost here (tuning.py)",
+    "backward": "13. The backward (backward.py): the tiny problem again, traced beside autograd",
+    "grad": "14. Training: the gradients against float64 autograd",
+    "bench_backward": "15. Timing the backward against SDPA's backends (backward.py)",
+    "configs_backward": "16. The backward's two designs and their block sizes (backward.py)",
+    "bench_general": "17. The shapes models pass, timed against SDPA's backends (tuning.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
-# 8's sequence lengths; shapes: the (batch, heads, head_dim) of sections 8, 9, 11, 14 and 15; dtypes:
-# section 8's; memory: section 7's sequence lengths (section 1 takes the full list); backward: section
-# 14's sequence lengths; causal: the block-size sweeps' (sections 9 and 15) causal cases; sweep: how
-# many of each sweep's candidates they time (all with --full); general: section 16's shapes
+# 9's sequence lengths; shapes: the (batch, heads, head_dim) of sections 9, 10, 12, 15 and 16; dtypes:
+# section 9's; memory: section 8's sequence lengths (section 1 takes the full list); backward: section
+# 15's sequence lengths; causal: the block-size sweeps' (sections 10 and 16) causal cases; sweep: how
+# many of each sweep's candidates they time (all with --full); general: section 17's shapes
 # (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)).
 SIZES = {
     "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
@@ -77,7 +84,7 @@ SIZES = {
 }
 chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
-                            help=f"the sequence lengths of sections 8 and 14 (default {SIZES['quick']['seqs']}; with "
+                            help=f"the sequence lengths of sections 9 and 15 (default {SIZES['quick']['seqs']}; with "
                                  f"--full {SIZES['full']['seqs']} and {SIZES['full']['backward']})")
 args = chapter.start()
 
@@ -127,7 +134,7 @@ def memory_cost(seqs=SIZES["full"]["memory"], B=4, H=32, D=64, dtype=torch.float
                        floatfmt=".2f", title=f"Memory, by arithmetic: batch {B}, {H} heads, head_dim {D}, "
                                              f"{dtype_name(dtype)}",
                        note="The scores grow as seq^2, everything else as seq: at 32K the scores alone would fill "
-                            "several GPUs. Section 7 measures what each implementation really allocates.")
+                            "several GPUs. Section 8 measures what each implementation really allocates.")
 
 
 # %%
@@ -177,71 +184,360 @@ def online_softmax() -> dict:
 chapter.run("online", online_softmax)
 
 # %% [markdown]
-# ## 3. The kernel
-# Program pid works on one block of BLOCK_M query rows of one (batch, head): it loads its queries
-# once, then for each block of BLOCK_N keys computes the scores qk = q @ k^T (tl.dot), folds them
-# into the running softmax, and adds p @ v into the accumulator (tl.dot again). All of it in
-# registers and shared memory (each SM's scratchpad: lesson 1, section 7); only q, k, v are read
-# and only o (and one number per row for the backward) is written.
-#
-# Choices, and why:
-# - exp2 instead of exp: the GPU's fast exponential is base 2 (ex2). exp(x) = exp2(x log2 e), so
-#   log2(e) is folded into the score scale once (qk_scale = sm_scale * log2 e) and m, l live in
-#   base-2 units; the softmax is unchanged.
-# - Causal attention: query i sees keys 0..i. Key blocks wholly above the diagonal are skipped
-#   (the loop stops at the query block's end: about half the work), blocks wholly below it need
-#   no mask, and only the blocks on the diagonal (and the ragged last block) pay for a mask. So
-#   the loop runs in two stages through one helper, `attend`, with MASKED known at compile time.
-# - fp32 for m, l and acc; p is cast to the input dtype for the second tl.dot, which runs on the
-#   tensor cores (the units that multiply small matrices in one instruction: lesson 1, section 7;
-#   lesson 4 builds a matmul on them). float32 inputs multiply in full fp32 ("ieee"), not TF32 (the
-#   tensor cores' float32 format, with a 10-bit mantissa): scores feed an exponential.
-# - The softmax, not the matmuls, is the tight part. At head_dim 64 one score costs 4 x 64 = 256
-#   tensor-core flops, and an H100/H200 SM does about 4096 of those per clock: 16 scores per clock,
-#   while its special-function units (the SM's units for exp2, log2 and reciprocals) manage 16
-#   exp2 per clock. So every instruction per score counts: the unmasked blocks fold the scale into
-#   one multiply-add, and only the last or diagonal block pays for masks (on the loads too).
-# - Block sizes: BLOCK_M query rows share each K/V block loaded, so bigger is better until the
-#   registers run out (the fp32 score tile and the BLOCK_M x HEAD_DIM accumulator live there);
-#   num_stages = 3 has the loads of the next K/V blocks issued while the tensor cores work on this
-#   one (software pipelining: the blocks in flight wait in shared memory). Section 9 times the
-#   candidates side by side.
-#
-# The kernel is in attention.py, the file a model imports: open it beside this chapter at
-# attention_kernel (its comments go through it step by step) and attend, the loop of one stage.
-
+# ### Your turn, before the kernel
+# lesson05_flash_attention/exercises/, each checked when you run its file (`--hint` for a hint):
+# score_memory (predict section 1's gigabytes), attend (write section 2's update inside a kernel
+# that walks the key blocks), causal (make that kernel causal, the key blocks above the diagonal
+# never read: a budget) and causal_blocks (predict how many key blocks a causal pass reads).
+# Section 3's kernel is their answer: try them first.
 
 # %% [markdown]
-# ## 4. The launcher, and which kernel runs
+# ## 3. The teaching kernel: one block of queries, two tl.dots, traced
+# Section 2's loop, for BLOCK_M query rows at once. Program (pid_m, bh) loads its block of queries
+# once; then for each block of BLOCK_N keys it computes the scores s = q @ k^T, a [BLOCK_M, BLOCK_N]
+# tile (the first tl.dot), folds them into each row's running max and sum, and adds p @ v into the
+# accumulator (the second tl.dot). All of it in registers and shared memory (each SM's scratchpad:
+# lesson 1, section 7): q, k and v are read, o is written, and nothing else touches memory. m, l
+# and acc are float32; p is cast to v's dtype for the second tl.dot, which runs on the tensor cores
+# (the units that multiply small matrices in one instruction: lesson 4 builds a matmul on them).
+#
+# Causal attention: query i sees keys 0..i. The last row of a query block sees the most keys, so
+# the loop stops at the block's end: the key blocks wholly above the diagonal are never read (about
+# half the work), and in the blocks it reads, a key after its query gets a score of -inf.
+#
+# The kernel takes q, k and v of one shape (batch, heads, seq, head_dim), contiguous, head_dim a
+# power of two (tl.arange's rule; on a GPU at least 16, tl.dot's); its launcher refuses anything
+# else, and section 4 lifts each limit. The trace: batch 1, 1 head, seq 8, head_dim 2, blocks of
+# 4 queries x 4 keys, sm_scale 1. Query 0 is [1, 0] and key j is [SCORES[j], ...], so row 0 of the
+# scores is section 2's row, and row 0 of the output its o / l.
+
+
+# %%
+@triton.jit
+def flash_kernel(q_ptr, k_ptr, v_ptr, o_ptr,  # q, k, v, o: contiguous (batch, heads, seq, HEAD_DIM)
+                 sm_scale, seq,               # the scale of the scores, the sequence length
+                 HEAD_DIM: tl.constexpr,      # a power of two
+                 BLOCK_M: tl.constexpr,       # query rows per program
+                 BLOCK_N: tl.constexpr,       # keys per step of the loop
+                 CAUSAL: tl.constexpr,        # query i sees keys 0..i only
+                 TRACE: tl.constexpr):        # print what each program holds (under the interpreter)
+    pid_m = tl.program_id(axis=0)                       # which block of query rows
+    bh = tl.program_id(axis=1)                          # which (batch, head)
+    head = bh * seq * HEAD_DIM                          # where that head starts, in q, k, v and o
+    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)      # my query rows
+    dims = tl.arange(0, HEAD_DIM)
+    # My queries, once: [BLOCK_M, HEAD_DIM] (rows past the end load as 0 and are never stored)
+    q = tl.load(q_ptr + head + rows[:, None] * HEAD_DIM + dims[None, :], mask=rows[:, None] < seq, other=0.0)
+    # Each row's running softmax, in float32: its max m_i, its sum l_i, its output not yet divided by l_i
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], dtype=tl.float32)
+    end = seq
+    if CAUSAL:  # no row of mine sees a key past my last row: the key blocks after it are never read
+        end = tl.minimum((pid_m + 1) * BLOCK_M, seq)
+    if TRACE:
+        show("program (query block, batch x head)", (pid_m, bh), indent=0)
+    for start_n in range(0, end, BLOCK_N):
+        cols = start_n + tl.arange(0, BLOCK_N)          # the keys of this block
+        # k^T, [HEAD_DIM, BLOCK_N] (dims down, keys across: the addresses do the transpose), and v
+        kT = tl.load(k_ptr + head + cols[None, :] * HEAD_DIM + dims[:, None], mask=cols[None, :] < seq, other=0.0)
+        v = tl.load(v_ptr + head + cols[:, None] * HEAD_DIM + dims[None, :], mask=cols[:, None] < seq, other=0.0)
+        s = tl.dot(q, kT) * sm_scale                    # the first dot: [BLOCK_M, BLOCK_N] scores
+        keep = cols[None, :] < seq                      # keys past the end get no weight,
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None])  # nor keys after the query
+        s = tl.where(keep, s, float("-inf"))            # exp(-inf) = 0
+        # Section 2's update, for BLOCK_M rows at once
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))      # the running max, with this block's
+        alpha = tl.exp(m_i - m_new)                     # what the sums so far are worth under it
+        p = tl.exp(s - m_new[:, None])                  # this block's weights
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)  # the second dot: p @ v
+        m_i = m_new
+        if TRACE:
+            show("key block", start_n // BLOCK_N, indent=2)
+            show("scores", s)
+            show("m", m_i)
+            show("alpha", alpha)
+            show("l", l_i)
+            show("acc", acc)
+    out = acc / l_i[:, None]                            # the division, once, at the end
+    if TRACE:
+        show("output", out)
+    tl.store(o_ptr + head + rows[:, None] * HEAD_DIM + dims[None, :], out.to(o_ptr.dtype.element_ty),
+             mask=rows[:, None] < seq)
+
+
+def flash_attention(q, k, v, *, causal: bool = False, sm_scale: float | None = None, BLOCK_M: int = 16,
+                    BLOCK_N: int = 16, trace: bool = False) -> torch.Tensor:
+    """The teaching kernel's launcher: softmax(q k^T * sm_scale [+ causal mask]) v for q, k, v of one
+    shape (batch, heads, seq, head_dim), contiguous, head_dim a power of two. It refuses anything
+    else, which its kernel would get wrong (attention() takes it all)."""
+    if not q.shape == k.shape == v.shape:
+        raise ValueError(f"q, k and v of one shape only: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):
+        raise ValueError("contiguous tensors only, got a view")
+    B, H, seq, D = q.shape
+    if D & (D - 1):
+        raise ValueError(f"a head_dim that is a power of two, got {D}")
+    o = torch.empty_like(q)
+    q, k, v = interpretable(q), interpretable(k), interpretable(v)  # (bf16 as fp32 under the interpreter)
+    sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
+    flash_kernel[(cdiv(seq, BLOCK_M), B * H)](q, k, v, o, sm_scale, seq, HEAD_DIM=D, BLOCK_M=BLOCK_M,
+                                               BLOCK_N=BLOCK_N, CAUSAL=causal, TRACE=trace)
+    return o
+
+
+def tiny_problem() -> tuple:
+    """q, k, v of the worked example: (1, 1, 8, 2) each."""
+    q = torch.zeros(1, 1, 8, 2, device=DEVICE)
+    q[0, 0, :, 0] = torch.tensor([1.0, 0.5, 0, 1, 0, 0.5, 1, 0])
+    q[0, 0, :, 1] = torch.tensor([0.0, 1, 1, 0, 0.5, 0, 1, 1])
+    k = torch.zeros(1, 1, 8, 2, device=DEVICE)
+    k[0, 0, :, 0] = SCORES
+    k[0, 0, :, 1] = torch.tensor([0.0, 1, 2, 0, 1, 0, 1, 2])
+    v = VALUES.reshape(1, 1, 8, 2).to(DEVICE)
+    return q, k, v
+
+
+def trace() -> None:
+    torch.set_printoptions(precision=4, sci_mode=False)
+    q, k, v = tiny_problem()
+    print("Two query blocks, each over key blocks 0 and 1:")
+    o = flash_attention(q, k, v, sm_scale=1.0, BLOCK_M=4, BLOCK_N=4, trace=True)
+    causal = flash_attention(q, k, v, causal=True, sm_scale=1.0, BLOCK_M=4, BLOCK_N=4)
+    print(f"Row 0 is section 2's o / l. Against standard attention: max |difference| "
+          f"{(o - attention_standard(q, k, v, sm_scale=1.0)).abs().max().item():.1e}; causal, "
+          f"{(causal - attention_standard(q, k, v, causal=True, sm_scale=1.0)).abs().max().item():.1e}.")
+
+
+# %%
+chapter.run("trace", trace, trace=True)
+
+# %% [markdown]
+# ## 4. What models pass: from the teaching kernel to attention_kernel
+# The teaching kernel is flash attention; what models hand it is not what it takes. Each step below
+# is one thing it cannot take, what would break, and what attention.py's attention_kernel, the kernel
+# attention() runs, does instead (the parameters that adds, in brackets). The section checks the
+# teaching kernel on random inputs, then runs a case of each step through both, against float64
+# standard attention.
+#
+# ### Any layout [stride_qb ... stride_od]
+# A model makes q, k and v in one projection, (batch, seq, heads, head_dim), and transposes it: a
+# view whose rows lie heads x head_dim apart. The teaching kernel's addresses (head * seq * HEAD_DIM
+# + row * HEAD_DIM + dim) hold for contiguous tensors only, and a copy would read and write q, k
+# and v once more per call. attention_kernel takes each tensor's four strides, in elements, and
+# addresses an element as b * stride_b + h * stride_h + row * stride_n + dim * stride_d.
+#
+# ### Grouped-query heads [H, GROUP]
+# Llama 3 and Mistral give k and v fewer heads than q, GROUP query heads sharing each, so that the
+# KV cache is GROUP times smaller. The teaching kernel would need k and v repeated GROUP times:
+# copies of the cache that sharing was meant to save. attention_kernel reads the shared head where
+# it lies: query head h reads key head h // GROUP. Its grid is one axis, the query blocks of one
+# head after another (a grid's axes 1 and 2 stop at 65535 programs, which batch x heads can pass),
+# so the programs that read one key head run close together and find its blocks in the L2 cache.
+#
+# ### Queries and keys of different lengths: the mask bottom-right [seq_q, seq_k]
+# A KV cache holds seq_k keys and values, and the seq_q new queries are its last positions: query i
+# is position i + seq_k - seq_q and sees the keys j <= i + seq_k - seq_q. The teaching kernel's mask,
+# j <= i, aligns the diagonal top-left (as PyTorch's is_causal=True does): right where the lengths
+# agree, and against a cache it would hide from every new query all but its first few keys.
+# attention_kernel takes both lengths and shifts the diagonal by diag = seq_k - seq_q; a query that
+# sees no key (seq_q > seq_k) gets 0.
+#
+# ### Head dims such as 80, and to 256 [BLOCK_D]
+# tl.arange takes powers of two (and tl.dot at least 16): at head dim 80 the teaching kernel does not
+# compile. The launcher pads it, BLOCK_D = 128, and the kernel loads the padding as 0 (dim_ok), where
+# it adds nothing to q . k, and never stores it. At 256 a row's tiles are twice as wide: smaller
+# blocks (section 6).
+#
+# ### Float32 inputs [INPUT_PRECISION]
+# On a GPU, tl.dot multiplies float32 in TF32 by default (the tensor cores' float32 format, with a
+# 10-bit mantissa): errors of about 1e-3 of each score, which the exponential turns into relative
+# errors of p. The launcher asks for "ieee", full float32, when the inputs are float32. (Under the
+# interpreter every dot is exact: on a CPU the table shows no error for either kernel.)
+#
+# ### Tensors past 2**31 elements [INDEX_TYPE]
+# Offsets computed in int32 wrap past 2**31 - 1 (lesson 2): 9 sequences of 65536 tokens, 32 heads
+# of 128, hold more elements than that, and the last ones would be read from memory that is not
+# the tensor's. The launcher makes the offsets int64 where a tensor needs it
+# (common.checks.index_type), int32 elsewhere; section 12 measures what int64 costs.
+#
+# ### Decoding: the rows packed, the keys split (decode.py) [PACKED, share_len, stride_os, stride_ls]
+# Generating text runs attention once per new token: one query per head against every cached key.
+# The teaching kernel's grid gives each (batch, query head) a program whose tile of 16 rows (tl.dot's
+# least) holds one real query, and every query head reads its key head again. decode.py launches
+# attention_kernel PACKED, the GROUP query heads of a key head as the rows of one tile (K and V read
+# once per key head), and with the keys split in shares of share_len: each program walks one share
+# and writes its partial output and lse where stride_os and stride_ls say, and a second kernel,
+# decode.combine_splits_kernel, merges each row's shares by their lse (flash-decoding).
+#
+# ### Training [lse_ptr]
+# The backward needs P again. Keeping it would be the seq x seq matrix that flash attention avoids,
+# and the teaching kernel keeps nothing else. attention_kernel writes one float per query row, lse
+# = m + log2(l), from which the backward recomputes any tile of P (section 13).
+#
+# ### Speed: exp2, and masks only where they are needed (no new parameter)
+# - The GPU's fast exponential is base 2 (ex2): exp(x) = exp2(x log2 e), so log2 e is folded into the
+#   scale once (qk_scale = sm_scale * log2 e) and m and l live in base-2 units; the softmax is the same.
+# - The softmax, not the matmuls, is the tight part. At head_dim 64 a score costs 4 x 64 = 256
+#   tensor-core flops, and an H100/H200 SM does about 4096 of those per clock: 16 scores per clock,
+#   while its special-function units (for exp2, log2 and reciprocals) manage 16 exp2 per clock. So
+#   every instruction per score counts: the key loop runs in two stages through one helper, attend,
+#   with MASKED known at compile time. First the key blocks that every row of the query block sees
+#   whole, with no mask on the scores or the loads and the scale folded into one multiply-add per
+#   score; then the diagonal's blocks and the ragged last one, masked. Section 5 traces the stages.
+#
+# attention_kernel is the teaching kernel with these steps: open attention.py beside this chapter.
+# It keeps the teaching kernel's parameters (its seq becomes seq_q and seq_k), and each of the others
+# comes from a step: the table's last column, the whole list.
+
+
+# %%
+TOLERANCE = {torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}  # relative; float32: "ieee" dots
+# attention_kernel's parameters beyond the teaching kernel's, by the step that brings them
+STEP_PARAMETERS = {
+    "any layout": [f"stride_{t}{d}" for t in "qkvo" for d in "bhnd"],
+    "grouped-query heads": ["H", "GROUP"],
+    "a KV cache: two lengths": ["seq_q", "seq_k"],
+    "head dim 80": ["BLOCK_D"],
+    "float32 inputs": ["INPUT_PRECISION"],
+    "past 2**31 elements": ["INDEX_TYPE"],
+    "decoding": ["PACKED", "share_len", "stride_os", "stride_ls"],
+    "training": ["lse_ptr"],
+}
+
+
+def outcome(fn, q, k, v, **kwargs) -> str:
+    """fn's relative error against float64 standard attention, or why it refused the inputs."""
+    try:
+        out = fn(q, k, v, **kwargs)
+    except ValueError as refusal:
+        return f"refuses: {refusal}"
+    return f"relative error {rel_error(out, attention_standard(q.double(), k.double(), v.double(), **kwargs)):.1e}"
+
+
+def steps() -> list:
+    """The teaching kernel against standard attention; then a case of each step through it and attention()."""
+    rows = []
+    for seq in (1, 50, 129):
+        q, k, v = (torch.randn(1, 2, seq, 64, device=DEVICE, dtype=torch.float16) for _ in range(3))
+        for causal in (False, True):
+            exact = attention_standard(q.double(), k.double(), v.double(), causal=causal)
+            err = rel_error(flash_attention(q, k, v, causal=causal), exact)
+            rows.append((f"1 x 2 x {seq} x 64", causal, err, err < TOLERANCE[torch.float16]))
+    teaching = print_table(rows, ["B x H x seq x head_dim", "causal", "relative error", "ok"], floatfmt=".1e",
+                           title="Check: the teaching kernel against float64 standard attention, float16",
+                           note="Blocks of 16 x 16; seq 50 and 129 end in a ragged block. ok: below float16's "
+                                f"tolerance, {TOLERANCE[torch.float16]:g} (section 7).")
+
+    def randn(*shape, dtype=torch.float16):
+        return torch.randn(*shape, device=DEVICE, dtype=dtype)
+
+    rows = []
+    views = [randn(1, 20, 2, 16).transpose(1, 2) for _ in range(3)]  # (B, H, seq, D) views of (B, seq, H, D)
+    rows.append(("any layout", "q, k, v: (1, 20, 2, 16) tensors, transposed", outcome(flash_attention, *views),
+                 outcome(attention, *views)))
+    grouped = randn(1, 4, 20, 16), randn(1, 1, 20, 16), randn(1, 1, 20, 16)
+    rows.append(("grouped-query heads", "4 query heads, 1 key head", outcome(flash_attention, *grouped),
+                 outcome(attention, *grouped)))
+    q, k, v = tiny_problem()  # its last 4 queries against its 8 keys: a KV cache's new queries
+    square = attention(q, k, v, causal=True)[:, :, 4:]
+    cache = attention(q[:, :, 4:], k, v, causal=True)
+    rows.append(("a KV cache: two lengths", "section 3's last 4 queries, its 8 keys, causal",
+                 outcome(flash_attention, q[:, :, 4:], k, v, causal=True),
+                 outcome(attention, q[:, :, 4:], k, v, causal=True)
+                 + f", = section 5's rows 4-7 to {(cache - square).abs().max().item():.0e}"))
+    wide = [randn(1, 2, 20, 80) for _ in range(3)]
+    rows.append(("head dim 80", "1 x 2 x 20 x 80", outcome(flash_attention, *wide), outcome(attention, *wide)))
+    full = [randn(1, 2, 64, 64, dtype=torch.float32) for _ in range(3)]
+    rows.append(("float32 inputs", "1 x 2 x 64 x 64, float32", outcome(flash_attention, *full),
+                 outcome(attention, *full)))
+    big = torch.empty(9, 32, 65536, 128, device="meta")  # shapes only: nothing allocated
+    last = torch.tensor(big.numel() - 1).to(torch.int32).item()  # the last element's offset, wrapped to int32
+    rows.append(("past 2**31 elements", f"9 x 32 x 65536 x 128: {big.numel():,} elements",
+                 f"its last offset in int32: {last:,}", f"offsets in {checks.index_type(big)}"))
+    B, H, H_KV, seq_k = 16, 32, 8, 8192  # one new token per sequence, against a cache of 8192
+    q, k = torch.empty(B, H, 1, 128, device="meta"), torch.empty(B, H_KV, seq_k, 128, device="meta")
+    shares = decode.choose_splits(B * H_KV, seq_k)
+    rows.append(("decoding", f"{B} x {H}/{H_KV} heads, 1 query, {seq_k} keys",
+                 f"k, v repeated: {B * H} programs, 1 real row of 16 each; each key head read {H // H_KV} times",
+                 f"{route(q, k, k)}: {B * H_KV * shares} programs ({shares} shares per key head), {H // H_KV} "
+                 "real rows each; each key head read once, then the shares merged"))
+    B, H, seq = 4, 32, 4096
+    rows.append(("training", f"the backward, {B} x {H} x {seq}",
+                 f"P kept for it: {score_bytes(B, H, seq) / 2**30:.1f} GiB in float16",
+                 f"lse kept: {B * H * seq * 4 / 2**20:.1f} MiB, one float per query row"))
+    for i, row in enumerate(rows):  # the parameters each step adds, a long list abbreviated
+        names = STEP_PARAMETERS[row[0]]
+        rows[i] = (*row, ", ".join(names) if len(names) <= 4 else f"{names[0]} ... {names[-1]} ({len(names)})")
+    table = print_table(rows, ["step", "a case models pass", "the teaching kernel (flash_attention)",
+                               "attention() (attention_kernel)", "attention_kernel's parameters for it"],
+                        title="What models pass: the teaching kernel and attention_kernel",
+                        note="float16 unless a row says. Relative errors against float64 standard attention. On a "
+                             "CPU the interpreter multiplies float32 exactly: TF32's error shows on a GPU only.")
+    return [teaching, table]
+
+
+# %%
+chapter.run("steps", steps)
+
+# %% [markdown]
+# ### Your turn, after the steps
+# grouped_heads (write grouped-query attention: k and v with fewer heads than q, no copies, through
+# the tensors' own strides), merge_splits (write decode.py's merge: the partial softmaxes of a row's
+# key shares, by their lse) and sliding_window (a stretch: each query sees its last W keys, the
+# blocks outside the window skipped).
+
+# %% [markdown]
+# ## 5. attention_kernel traced: causal, in two stages
+# Section 3's problem, causal, now inside attention_kernel. Query block 0 takes key block 0 masked
+# (it holds the diagonal) and stops: key block 1 lies wholly above the diagonal. Query block 1 takes
+# key block 0 in the first stage, unmasked (each of its rows sees all four keys), then key block 1
+# masked, where a key after its query scores -inf. The scores, m and l print in natural units (the
+# kernel's are base 2: section 4). Rows 4-7 of the output are also a KV cache's: section 4's table
+# ran its last four queries alone against all eight keys, with the diagonal shifted bottom-right.
+
+
+# %%
+def trace_stages() -> None:
+    torch.set_printoptions(precision=4, sci_mode=False)
+    q, k, v = tiny_problem()
+    o, _ = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, BLOCK_D=2, TRACE=True)
+    teaching = flash_attention(q, k, v, causal=True, sm_scale=1.0, BLOCK_M=4, BLOCK_N=4)
+    print(f"max |difference| from the teaching kernel: {(o - teaching).abs().max().item():.1e}, from standard "
+          f"attention: {(o - attention_standard(q, k, v, causal=True, sm_scale=1.0)).abs().max().item():.1e}")
+
+
+# %%
+chapter.run("stages", trace_stages, trace=True)
+
+# %% [markdown]
+# ## 6. The launcher, and which kernel runs
 # One launch path: attention.py's launch(), `kernel[grid](...)` of the autotuned kernel, whose grid
 # is a function of the block sizes it picks. The rule for the block sizes: on a GPU the autotuner
 # (lesson 4) times three configurations on the first call per (lengths, head dim, causal) and keeps
 # the fastest (on disk too: a second run starts with the choice made), except below 512 x 512
 # (query, key) pairs, where timing them costs more than it saves and the smallest runs untimed;
-# under the interpreter one small configuration runs. A configuration also sets num_warps, the warps
-# (groups of 32 threads that run in lockstep: lesson 1, section 1) that share a program's work. The
-# K/V blocks in flight wait in shared memory, and GPUs have 64 KB (T4) to 227 KB (H100) of it per
-# program: the autotuner skips a configuration that does not fit, and the one small problems run
-# untimed fits them all (in float32 at head_dim 128: 72 KB, 64 KB on a T4, which has no tensor cores
-# that Triton uses; at head dim 256 a smaller one: tests/test_gpus.py compiles them for each GPU).
-# The lists: attention.py's NARROW and WIDE.
-#
-# What models pass, the kernel takes: k and v with fewer heads than q (grouped-query attention, by
-# index, never copied: GROUP query heads read each key head), q and k/v of different lengths (the
-# causal mask aligned bottom-right, so that the last query sees every key, as a KV cache needs),
-# head dims other than powers of two (padded, masked: 80 and 96 compute as 128).
+# under the interpreter one small configuration runs. BLOCK_M query rows share each K/V block
+# loaded, so bigger is better until the registers run out (the float32 score tile and the BLOCK_M x
+# HEAD_DIM accumulator live there); num_stages = 3 has the loads of the next K/V blocks issued while
+# the tensor cores work on this one (software pipelining: the blocks in flight wait in shared
+# memory); num_warps sets the warps (groups of 32 threads that run in lockstep: lesson 1, section 1)
+# that share a program's work. A configuration that needs more shared memory than the GPU has is
+# skipped by the autotuner, and the one small problems run untimed fits every GPU the course runs on
+# (tests/test_gpus.py compiles them for each). The lists: attention.py's NARROW, to head dim 128,
+# and WIDE, at 256, where a row's tiles are twice as wide; section 10 times the candidates.
 #
 # Which kernel runs is one function's choice, attention.py's route(), made on the real tensors:
-# this kernel; for decoding, a few new queries against a long KV cache, decode.py's launch of the
-# same kernel with the query heads of a key head packed into one block's rows (PACKED) and the keys
-# split between programs (share_len), then a second kernel that merges the shares' partial
-# softmaxes (flash-decoding); on an H100 or H200, at head_dim 128, hopper.py's Gluon kernel, which
-# decides by hand what this kernel leaves to Triton's compiler (which warps load, which multiply,
-# which do the softmax): lesson 7 says how. The backward asks route() too, when it runs:
-# backward.py's Triton kernels (section 12), or on an H100 or H200 hopper.py's Gluon backward where
-# lesson 7 timed it faster. While torch.compile traces, only Triton kernels run. The table is the
-# route's own list, attention.py's ROUTES, with an example of each path and what route() makes of
-# that example on this machine.
+# attention_kernel; for decoding, decode.py's launch of it, PACKED and the keys split, then the
+# merge (section 4); on an H100 or H200, at head_dim 128, hopper.py's Gluon kernel, which decides by
+# hand what attention_kernel leaves to Triton's compiler (which warps load, which multiply, which do
+# the softmax): lesson 7 says how. The backward asks route() too, when it runs: backward.py's Triton
+# kernels (section 13), or on an H100 or H200 hopper.py's Gluon backward where lesson 7 timed it
+# faster. While torch.compile traces, only Triton kernels run. The table is the route's own list,
+# attention.py's ROUTES, with an example of each path and what route() makes of that example on
+# this machine.
 #
 # The op has the course's one shape (lesson 1, section 5): attention() checks its inputs and asks
 # route() for the path; Attention, an autograd function (torch.autograd.Function), launches it in
@@ -273,58 +569,15 @@ def route_table():
 chapter.run("route", route_table)
 
 # %% [markdown]
-# ## 5. The trace: the kernel itself, on a tiny problem, block by block
-# Section 2's row, now inside attention_kernel under Triton's interpreter (the programs run one
-# after another, so each prints what it holds: the `if TRACE:` lines). Batch 1, 1 head, seq 8,
-# head_dim 2, blocks of 4 queries x 4 keys, sm_scale 1. Query 0 is [1, 0] and key j is
-# [SCORES[j], ...], so row 0 of the scores is section 2's row, and row 0 of the output its o / l.
+# ## 7. Correctness: against float64 standard attention
+# attention(), whichever kernel its route takes. Lengths of one row, below a block and past one
+# (50, 129: the masks), in every dtype, causal and not; then the shapes of section 4. Each dtype
+# has its tolerance, relative to the size of the output: float16 keeps 11 significant bits and
+# bfloat16 8 (p is rounded to them for the second tl.dot); float32 inputs multiply in full fp32, so
+# only the summation order differs from float64.
 
 
 # %%
-def tiny_problem() -> tuple:
-    """q, k, v of the worked example: (1, 1, 8, 2) each."""
-    q = torch.zeros(1, 1, 8, 2, device=DEVICE)
-    q[0, 0, :, 0] = torch.tensor([1.0, 0.5, 0, 1, 0, 0.5, 1, 0])
-    q[0, 0, :, 1] = torch.tensor([0.0, 1, 1, 0, 0.5, 0, 1, 1])
-    k = torch.zeros(1, 1, 8, 2, device=DEVICE)
-    k[0, 0, :, 0] = SCORES
-    k[0, 0, :, 1] = torch.tensor([0.0, 1, 2, 0, 1, 0, 1, 2])
-    v = VALUES.reshape(1, 1, 8, 2).to(DEVICE)
-    return q, k, v
-
-
-def trace() -> None:
-    torch.set_printoptions(precision=4, sci_mode=False)
-    q, k, v = tiny_problem()
-    print("Two query blocks, each over key blocks 0 and 1:")
-    o, _ = launch(attention_kernel, q, k, v, False, 1.0, BLOCK_M=4, BLOCK_N=4, BLOCK_D=2, TRACE=True)
-    ref = attention_standard(q, k, v, sm_scale=1.0)
-    print(f"kernel output row 0 = {o[0, 0, 0].tolist()}, standard attention: {ref[0, 0, 0].tolist()}; "
-          f"max |difference| over all rows = {(o - ref).abs().max().item():.1e}")
-
-    print("\nCausal, the same problem: query block 0 stops after key block 0 (block 1 lies wholly")
-    print("above the diagonal and is skipped); query block 1 takes key block 0 unmasked, then block 1")
-    print("masked, where the scores of later keys are -inf.")
-    oc, _ = launch(attention_kernel, q, k, v, True, 1.0, BLOCK_M=4, BLOCK_N=4, BLOCK_D=2, TRACE=True)
-    refc = attention_standard(q, k, v, causal=True, sm_scale=1.0)
-    print(f"causal: max |difference| from standard attention = {(oc - refc).abs().max().item():.1e}")
-
-
-# %%
-chapter.run("trace", trace, trace=True)
-
-# %% [markdown]
-# ## 6. Correctness: against float64 standard attention
-# Lengths of one row, below a block and past one (50, 129: the masks), in every dtype, causal and
-# not. Each dtype has its tolerance, relative to the size of the output: float16 keeps 11
-# significant bits and bfloat16 8 (p is rounded to them for the second tl.dot); float32 inputs
-# multiply in full fp32, so only the summation order differs from float64.
-
-
-# %%
-TOLERANCE = {torch.float16: 3e-3, torch.bfloat16: 2e-2, torch.float32: 1e-5}  # relative; float32: "ieee" dots
-
-
 def check():
     rows = []
     cases = [(1, 1, 1, 64), (2, 3, 50, 64), (1, 2, 129, 64)]  # B, H, seq, head_dim (the tests take every head_dim)
@@ -365,17 +618,7 @@ def check():
 chapter.run("check", check)
 
 # %% [markdown]
-# ### Your turn: the exercises
-# lesson05_flash_attention/exercises/, each checked when you run its file (`--hint` for a hint):
-# score_memory (predict section 1's gigabytes), attend (write section 2's online-softmax update),
-# causal (write the causal mask with the key blocks above the diagonal never read: a budget),
-# causal_blocks (predict how many key blocks a causal pass reads), grouped_heads (write
-# grouped-query attention: k and v with fewer heads than q, no copies), merge_splits (write
-# decode.py's merge: the partial softmaxes of a row's key shares, by their lse) and sliding_window
-# (a stretch: each query sees its last W keys, the blocks outside the window skipped).
-
-# %% [markdown]
-# ## 7. Memory, measured: each implementation's peak (tuning.py)
+# ## 8. Memory, measured: each implementation's peak (tuning.py)
 # Section 1's arithmetic, against what torch.cuda's allocator saw: standard attention's peak grows
 # with the scores until it runs out of memory; flash attention's is o, whatever the length.
 
@@ -385,13 +628,14 @@ chapter.run("peak", lambda: tuning.peak_memory({"standard": attention_standard, 
                                                chapter.sizes(SIZES)["memory"]), gpu=True)
 
 # %% [markdown]
-# ## 8. Timing: against PyTorch's scaled_dot_product_attention
+# ## 9. Timing: against PyTorch's scaled_dot_product_attention
 # SDPA's flash backend is FlashAttention-2; its default on an H100/H200 is cuDNN's Hopper kernel,
 # which, like FlashAttention-3, gives the loads to producer warps (warps that only load) and lets
 # two consumer warpgroups (a warpgroup: 4 warps, which Hopper's largest matrix instruction, wgmma,
 # takes together) take turns, one running its exp2s while the other's matmuls run. This kernel has
 # no such overlap; the tables show where that leaves it against both. Then the roofline's points
-# (README).
+# (README). Without a GPU the chapter prints the table at head_dim 64, attention_kernel's own: at
+# 128 an H100/H200 runs the Gluon kernel (lesson 7), and RESULTS.md holds that table too.
 
 
 # %%
@@ -457,22 +701,23 @@ def timing() -> list:
 
 
 # %%
-chapter.run("bench", timing, gpu=True)
+chapter.run("bench", timing, gpu=True, stand_in=("x 64, float16", "Roofline"))
 
 # %% [markdown]
-# ## 9. Block sizes, side by side (tuning.py)
+# ## 10. Block sizes, side by side (tuning.py)
 # The autotuner's job done by hand: every candidate configuration of the sweep (BLOCK_M, BLOCK_N,
-# num_warps, num_stages) timed in turns, at seq 4096 (a quick look: the first two). NARROW (section 4)
-# holds the winners.
+# num_warps, num_stages) timed in turns, at seq 4096 (a quick look: the first two). NARROW (section 6)
+# holds the winners. The sweep's table is long: without a GPU the chapter names it, RESULTS.md holds it.
 
 
 # %%
 chapter.run("configs", lambda: tuning.bench_configs(launch, attention_kernel, shapes=chapter.sizes(SIZES)["shapes"],
                                                     causals=chapter.sizes(SIZES)["causal"],
-                                                    configs=tuning.SWEEP[:chapter.sizes(SIZES)["sweep"]]), gpu=True)
+                                                    configs=tuning.SWEEP[:chapter.sizes(SIZES)["sweep"]]), gpu=True,
+            stand_in=())
 
 # %% [markdown]
-# ## 10. What a call costs the host (tuning.py)
+# ## 11. What a call costs the host (tuning.py)
 # Lesson 1, section 12, takes a call's host cost apart; here: attention's, against SDPA's and the
 # bare launch of the autotuned attention_kernel (the autotuner's bookkeeping, its key rebuilt from
 # the arguments and the chosen configuration's settings merged in, added to Triton's launch); on an
@@ -488,7 +733,7 @@ def host_cases() -> dict:  # bench.host_costs calls it in fresh processes
 chapter.run("host", lambda: bench.host_cost_table("lesson05_flash_attention.main:host_cases", 3 if args.full else 1), gpu=True)
 
 # %% [markdown]
-# ## 11. 64-bit offsets: what they cost here (tuning.py)
+# ## 12. 64-bit offsets: what they cost here (tuning.py)
 # The launcher picks int32 offsets unless a tensor passes 2**31 elements (lesson 2 explains why and
 # when); here the same calls with int32, then int64, side by side.
 
@@ -498,13 +743,13 @@ chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, a
                                                                        chapter.sizes(SIZES)["shapes"])), gpu=True)
 
 # %% [markdown]
-# ## 12. The backward (backward.py): the tiny problem again, traced beside autograd
+# ## 13. The backward (backward.py): the tiny problem again, traced beside autograd
 # Training needs dQ, dK, dV. backward.py's docstring derives them (FlashAttention-2's
 # recomputation: P from q, k and the forward's lse, never stored); here its default kernels run on
-# section 5's problem, causal, the loss the sum of the outputs' first column: the key blocks'
+# section 3's problem, causal, the loss the sum of the outputs' first column: the key blocks'
 # kernel first (dK, dV), then the query blocks' (dQ, in a pass of its own as in Triton's
 # tutorial), with torch's autograd of standard attention beside them. The other design, dQ by
-# atomics (atomic_dq=True), is timed in section 15 and checked in tests/test_training.py.
+# atomics (atomic_dq=True), is timed in section 16 and checked in tests/test_training.py.
 
 
 # %%
@@ -519,8 +764,8 @@ def trace_backward() -> None:
 chapter.run("backward", trace_backward, trace=True)
 
 # %% [markdown]
-# ## 13. Training: the gradients against float64 autograd
-# dQ, dK, dV through attention (its autograd function: section 4) on awkward sizes: one row,
+# ## 14. Training: the gradients against float64 autograd
+# dQ, dK, dV through attention (its autograd function: section 6) on awkward sizes: one row,
 # lengths that are not a multiple of any block, causal and not (more in tests/test_training.py).
 
 
@@ -544,9 +789,10 @@ def grad_check():
 chapter.run("grad", grad_check)
 
 # %% [markdown]
-# ## 14. Timing the backward against SDPA's backends (backward.py)
+# ## 15. Timing the backward against SDPA's backends (backward.py)
 # Forward and backward side by side, against SDPA's FlashAttention-2 backend and cuDNN's (which
-# on Hopper works in FlashAttention-3's style, section 8). The backward is the gradient call.
+# on Hopper works in FlashAttention-3's style, section 9). The backward is the gradient call.
+# Without a GPU the chapter prints the table at head_dim 64, as in section 9.
 
 
 # %%
@@ -558,24 +804,26 @@ def timing_backward() -> list:
 
 
 # %%
-chapter.run("bench_backward", timing_backward, gpu=True)
+chapter.run("bench_backward", timing_backward, gpu=True, stand_in=("x 64, float16",))
 
 # %% [markdown]
-# ## 15. The backward's two designs and their block sizes (backward.py)
+# ## 16. The backward's two designs and their block sizes (backward.py)
 # Each candidate of the backward kernels' lists, timed as the whole backward, all ranked
 # together: the three-kernel default (a dQ pass of its own; a row varies one kernel, the other
-# autotuned), and atomic_dq=True (FlashAttention-2's dQ by atomics in the one dK/dV pass, so
-# nothing else to tune). The default is the design whose best row is the faster here (RESULTS.md),
-# and the one that gives the same bits on every run.
+# autotuned), atomic_dq=True (FlashAttention-2's dQ by atomics in the one dK/dV pass, so nothing
+# else to tune) and, on Hopper, tma_dq=True (the same, each dQ tile added by one TMA request).
+# The default is the three kernels: the faster design where it was timed (RESULTS.md), and the
+# same bits on every run. The table is long: without a GPU the chapter names it, RESULTS.md
+# holds it.
 
 
 # %%
 chapter.run("configs_backward", lambda: backward.bench_configs(
     functools.partial(launch, attention_kernel_tuned), shapes=chapter.sizes(SIZES)["shapes"],
-    causals=chapter.sizes(SIZES)["causal"], most=chapter.sizes(SIZES)["sweep"]), gpu=True)
+    causals=chapter.sizes(SIZES)["causal"], most=chapter.sizes(SIZES)["sweep"]), gpu=True, stand_in=())
 
 # %% [markdown]
-# ## 16. The shapes models pass, timed against SDPA's backends (tuning.py)
+# ## 17. The shapes models pass, timed against SDPA's backends (tuning.py)
 # The same kernels, forward and backward, on grouped-query and multi-query heads, head dims 80, 96
 # and 256, queries against a longer KV cache, and decoding (one query, and four) by decode.py's split
 # keys, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal mask

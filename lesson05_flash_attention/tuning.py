@@ -3,13 +3,13 @@
 main.py imports this file and hands each function what it needs of the chapter (the launcher, the
 kernel, the public function, the reference) as arguments. Every function here needs a CUDA GPU.
 
-- peak_memory: section 7, each implementation's peak memory against the sequence length (the
+- peak_memory: section 8, each implementation's peak memory against the sequence length (the
   arithmetic of section 1, measured).
-- bench_configs: section 9, the autotuner's job done by hand: every candidate block size of the
-  sweep, timed side by side (RESULTS.md, "Block sizes"); its winners are main.py's NARROW.
-- host_cases: section 10, the calls of the "Host cost per call" table (lesson 1, section 12).
-- offsets_cases: section 11, the calls of "64-bit offsets: what they cost" (lesson 2).
-- bench_general: section 16, forward and backward on the shapes models pass (BENCH_CASES), against
+- bench_configs: section 10, the autotuner's job done by hand: every candidate block size of the
+  sweep, timed side by side (RESULTS.md, "Block sizes"); its winners are attention.py's NARROW.
+- host_cases: section 11, the calls of the "Host cost per call" table (lesson 1, section 12).
+- offsets_cases: section 12, the calls of "64-bit offsets: what they cost" (lesson 2).
+- bench_general: section 17, forward and backward on the shapes models pass (BENCH_CASES), against
   SDPA's backends.
 """
 import functools
@@ -110,7 +110,7 @@ def offsets_cases(launch, kernel, shapes, seq: int = 4096) -> dict:
     return cases
 
 
-# Timing these shapes against PyTorch's SDPA (main.py, section 16; GPU only).
+# Timing these shapes against PyTorch's SDPA (main.py, section 17; GPU only).
 # (batch, query heads, key heads, seq_q, seq_k, head_dim, causal): grouped-query and multi-query
 # heads, head dims that are not powers of two and the largest, new queries against a longer KV
 # cache (causal, bottom-right), then decoding (decode.py's kernels): one query against 8192 keys, and

@@ -530,7 +530,7 @@ def routes() -> Table:
                             f"{round(matmul_hopper.TMA_FROM ** (1 / 3))}^3). attention: ROUTES, in the order route() "
                             f"tries them (hopper.FASTER_HEAD_DIMS = {attention_hopper.FASTER_HEAD_DIMS}, "
                             f"FASTER_BACKWARD_HEAD_DIMS = {attention_hopper.FASTER_BACKWARD_HEAD_DIMS}); lesson 5, "
-                            "section 4, prints what route() gives each example on this machine.")
+                            "section 6, prints what route() gives each example on this machine.")
 
 
 # %%

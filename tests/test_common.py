@@ -138,6 +138,27 @@ def test_a_chapter_runs_its_sections_and_shows_the_record_where_a_gpu_is_needed(
     assert chapter.results() == [("check", "4. Correctness", chapter.tables["check"])]
 
 
+def test_a_gpu_section_prints_the_recorded_tables_that_stand_in_for_it(tmp_path, monkeypatch, capsys):
+    # stand_in: words of the titles of the tables printed in a GPU section's place; the others are named
+    page(tmp_path)
+    monkeypatch.setattr(chapter_module, "ROOT", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["ipykernel_launcher.py"])
+    monkeypatch.setattr(chapter_module, "INTERPRET", True)
+    chapter = Chapter("lesson09_test", "Lesson 9: a test.", SECTIONS, running=True)
+    chapter.start()
+    capsys.readouterr()
+    chapter.run("bench", lambda: 1 / 0, gpu=True, stand_in=("Another",))
+    out = capsys.readouterr().out
+    assert "### Another" in out and "| 1024 | 3000.5 |" not in out and "A note." not in out
+    assert out.rstrip().endswith("Also recorded there: Timing, float32.")
+    chapter.run("bench", lambda: 1 / 0, gpu=True, stand_in=())  # none: the titles alone
+    out = capsys.readouterr().out
+    assert "###" not in out and "RESULTS.md records what it printed there: Timing, float32; Another." in out
+    chapter.run("bench", lambda: 1 / 0, gpu=True, stand_in=("float32",))
+    out = capsys.readouterr().out
+    assert "| 1024 | 3000.5 |" in out and "A note." in out and "### Another" not in out
+
+
 def test_a_section_runs_in_a_child_process_and_its_tables_come_back(monkeypatch, capsys):
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import sections

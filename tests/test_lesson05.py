@@ -95,6 +95,84 @@ def test_online_softmax_demo_matches_softmax():
     assert result["l"] == pytest.approx(1.6031, abs=1e-4)  # the worked example's running sum after both blocks
 
 
+# ----- the teaching kernel (main.py, section 3) and the steps from it to attention_kernel (section 4)
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
+@pytest.mark.parametrize("seq, BLOCK_M, BLOCK_N", [(1, 16, 16), (17, 16, 16), (100, 32, 16), (70, 16, 32)])
+def test_the_teaching_kernel_matches_float64(seq, BLOCK_M, BLOCK_N, dtype, causal):
+    # a ragged last block, query blocks taller than the key blocks and shorter (the causal loop's end
+    # falls inside a key block), one row; float32 within float16's tolerance: on a GPU its dots are TF32
+    from lesson05_flash_attention.main import flash_attention
+
+    q, k, v = (torch.randn(2, 3, seq, 16, device=DEVICE, dtype=dtype) for _ in range(3))
+    out = flash_attention(q, k, v, causal=causal, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N)
+    assert out.shape == q.shape and out.dtype == dtype
+    assert rel_error(out, attention_standard(q.double(), k.double(), v.double(), causal=causal)) < TOL[torch.float16]
+
+
+def test_the_teaching_launcher_refuses_what_its_kernel_would_get_wrong():
+    from lesson05_flash_attention.main import flash_attention
+
+    x = torch.ones(1, 2, 8, 16, device=DEVICE)
+    with pytest.raises(ValueError, match="q, k and v of one shape only"):
+        flash_attention(x, x[:, :1], x[:, :1])
+    with pytest.raises(ValueError, match="contiguous tensors only"):
+        flash_attention(x.transpose(1, 2), x.transpose(1, 2), x.transpose(1, 2))
+    y = torch.ones(1, 2, 8, 80, device=DEVICE)
+    with pytest.raises(ValueError, match="a head_dim that is a power of two, got 80"):
+        flash_attention(y, y, y)
+
+
+def causal_teaching_trace() -> None:
+    from lesson05_flash_attention.main import flash_attention, tiny_problem
+
+    flash_attention(*tiny_problem(), causal=True, sm_scale=1.0, BLOCK_M=4, BLOCK_N=4, trace=True)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="a trace in this process: the interpreter's")
+def test_the_teaching_kernel_causal_never_reads_the_blocks_above_the_diagonal():
+    # query block 0 stops after key block 0; query block 1 takes both, later keys masked
+    from common import trace
+
+    log = trace.logged(__name__, "causal_teaching_trace")
+    assert log["program (query block, batch x head)"] == [[0, 0], [1, 0]] and log["key block"] == [0, 0, 1]
+    assert log["scores"][0][0][1:] == [float("-inf")] * 3 and log["scores"][2][0][1] == float("-inf")
+
+
+def test_the_steps_bring_every_parameter_of_attention_kernel():
+    # attention_kernel's parameters: the teaching kernel's (its seq split in two) and, once each,
+    # those the steps of section 4 add
+    from lesson05_flash_attention.attention import attention_kernel
+    from lesson05_flash_attention.main import STEP_PARAMETERS, flash_kernel
+
+    added = [name for names in STEP_PARAMETERS.values() for name in names]
+    assert len(added) == len(set(added))
+    taught = set(flash_kernel.arg_names) - {"seq"}
+    assert not taught & set(added) and taught | set(added) == set(attention_kernel.arg_names)
+
+
+def test_the_steps_table():
+    # the teaching kernel within float16's tolerance; each step's case refused by its launcher where
+    # its kernel would be wrong, and right through attention(); a KV cache's queries get the rows of
+    # the square problem's last queries; the numbers of the arithmetic rows
+    from lesson05_flash_attention.main import STEP_PARAMETERS, steps
+
+    teaching, table = steps()
+    assert all(teaching.column("ok")) and len(teaching.rows) == 6
+    assert table.column("step") == list(STEP_PARAMETERS)
+    cells = dict(zip(table.column("step"), zip(table.column("the teaching kernel (flash_attention)"),
+                                               table.column("attention() (attention_kernel)"))))
+    for step in ("any layout", "grouped-query heads", "a KV cache: two lengths", "head dim 80", "float32 inputs"):
+        teaching_cell, ours = cells[step]
+        assert teaching_cell.startswith("refuses: ") == (step != "float32 inputs"), step
+        assert ours.startswith("relative error ") and float(ours.split()[2].rstrip(",")) < TOL[torch.float16], step
+    assert float(cells["a KV cache: two lengths"][1].split(" to ")[-1]) < 1e-6
+    assert cells["past 2**31 elements"] == ("its last offset in int32: -1,879,048,193", "offsets in int64")
+    assert cells["decoding"][1].startswith("split keys: 640 programs (5 shares per key head), 4 real rows")
+    assert cells["training"] == ("P kept for it: 4.0 GiB in float16", "lse kept: 2.0 MiB, one float per query row")
+
+
 @pytest.fixture(scope="module")
 def traced():
     return run_trace("lesson05_flash_attention.main")
@@ -102,16 +180,39 @@ def traced():
 
 def test_trace_reproduces_the_worked_example(traced):
     log = traced
-    # the kernel's first program, row 0, after key blocks 0 and 1: the online-softmax demo's numbers
+    # the teaching kernel's first program, row 0, after key blocks 0 and 1: the online-softmax demo's numbers
     assert log["l"][0][0] == pytest.approx(1.5530, abs=1e-4) and log["l"][1][0] == pytest.approx(1.6031, abs=1e-4)
     assert log["alpha"][1][0] == pytest.approx(math.exp(3 - 5), abs=1e-4)
+    assert log["scores"][0][0] == SCORES[:4].tolist() and log["scores"][1][0] == SCORES[4:].tolist()
     row0 = torch.softmax(SCORES, dim=0) @ VALUES
     assert log["output"][0][0] == pytest.approx(row0.tolist(), abs=1e-5)
-    # two programs non-causal, each over key blocks 0 and 1; then causal, where query block 0 stops
-    # after key block 0 (block 1 lies above the diagonal) and query block 1 takes both
-    assert log["program (query block, batch x head)"] == [[0, 0], [1, 0], [0, 0], [1, 0]]
-    assert log["key block"] == [0, 1, 0, 1, 0, 0, 1]
+    # two programs, each over key blocks 0 and 1
+    assert log["program (query block, batch x head)"] == [[0, 0], [1, 0]]
+    assert log["key block"] == [0, 1, 0, 1]
+
+
+@pytest.fixture(scope="module")
+def traced_stages():
+    return run_trace("lesson05_flash_attention.main", "trace_stages")
+
+
+def test_attention_kernel_trace_walks_the_causal_blocks_in_two_stages(traced_stages):
+    # causal, the same problem: query block 0 takes key block 0 masked (the diagonal) and skips block 1;
+    # query block 1 takes key block 0 unmasked (stage 1), then block 1 masked (stage 2)
+    from lesson05_flash_attention.main import tiny_problem
+
+    log = traced_stages
+    assert log["program (query block, batch x head)"] == [[0, 0], [1, 0]]
+    assert log["key block"] == [0, 0, 1] and log["stage"] == [2, 1, 2]
+    assert float("-inf") not in sum(log["scores (natural units)"][1], [])  # stage 1: no mask
     assert log["scores (natural units)"][-1][0][1] == float("-inf")  # key 5 is after query 4: masked
+    # each program's l and output against torch: row i's sum of exp(score - max) over keys 0..i
+    q, k, v = (t.double().cpu() for t in tiny_problem())
+    s = (q @ k.transpose(-2, -1))[0, 0].masked_fill(torch.ones(8, 8, dtype=torch.bool).triu(1), float("-inf"))
+    l = torch.exp(s - s.max(dim=1, keepdim=True).values).sum(dim=1)
+    assert log["l"][0] == pytest.approx(l[:4].tolist(), abs=1e-4) and log["l"][-1] == pytest.approx(l[4:].tolist(), abs=1e-4)
+    exact = attention_standard(q, k, v, causal=True, sm_scale=1.0)[0, 0]
+    assert sum(log["output"], []) == [pytest.approx(row, abs=1e-5) for row in exact.tolist()]
 
 
 @pytest.fixture(scope="module")
@@ -150,14 +251,14 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     text = "".join(cells)
     online_cell = next(c for c in cells if "=== 2. Online softmax" in c)
     assert "l = 1.6031" in online_cell and "o / l = [0.0934, 1.5699]" in online_cell
-    trace_cell = next(c for c in cells if "=== 5. The trace" in c)
+    trace_cell = next(c for c in cells if "=== 3. The teaching kernel" in c)
     assert "l = [1.6031, 2.6023, 3.5096, 1.6031]" in trace_cell and "[0.0934, 1.5699]," in trace_cell
-    backward_cell = next(c for c in cells if "=== 12. The backward" in c)
+    backward_cell = next(c for c in cells if "=== 13. The backward" in c)
     assert "max |dQ - autograd's|" in backward_cell and "dV so far" in backward_cell
-    assert "relative error" in next(c for c in cells if "=== 6. Correctness" in c)
+    assert "relative error" in next(c for c in cells if "=== 7. Correctness" in c)
     headings = [line for line in text.splitlines() if line.startswith("=== ")]
     numbers = [int(h.split()[1].rstrip(".")) for h in headings]
-    assert numbers == sorted(numbers) and len(headings) == len(SECTIONS)  # every section, numbered as in the code
+    assert numbers == list(range(1, len(SECTIONS) + 1))  # every section, numbered as in the code, none skipped
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
         assert text.count("This section needs a GPU") == 8
@@ -167,7 +268,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
 def test_script_and_its_command_line():
     done = run_script("lesson05_flash_attention", "--sections", "trace")
     assert done.returncode == 0, done.stderr
-    assert "l = [1.6031, 2.6023, 3.5096, 1.6031]" in done.stdout and "=== 6." not in done.stdout
+    assert "l = [1.6031, 2.6023, 3.5096, 1.6031]" in done.stdout and "=== 4." not in done.stdout
     assert "Sections: memory: 1. Standard attention" in parse_command_line("lesson05_flash_attention", "--help")[1]
     code, _, err = parse_command_line("lesson05_flash_attention", "--sections", "bench", "--seqs", "-1")
     assert code == 2 and "must be at least 1" in err
