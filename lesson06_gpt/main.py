@@ -182,7 +182,7 @@ def trace() -> None:
     row, residual = torch.tensor([[3.0, 4.0]], device=DEVICE), torch.tensor([[1.0, 0.0]], device=DEVICE)
     w, h, y, rstd = torch.tensor([0.5, 2.0], device=DEVICE), torch.empty_like(row), torch.empty_like(row), x.new_empty(1)
     print("rms_norm_kernel: the row [3, 4] plus the residual [1, 0], weights [0.5, 2], BLOCK_N = 2")
-    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, 1, 2, 2, 2, 2, 2, 1e-6, BLOCK_M=1, BLOCK_N=2,
+    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, 1, 2, 2, 2, 2, 2, 1, 1e-6, BLOCK_M=1, BLOCK_N=2,
                           HAS_RESIDUAL=True, TRACE=True)
     print(f"h = {h.tolist()[0]}, y = h * rstd * w = {y.tolist()[0]} "
           f"(F.rms_norm: {F.rms_norm(row + residual, (2,), w, 1e-6).tolist()[0]})")
@@ -236,9 +236,9 @@ def check():
         for M, N in [(3, 5), (7, 1000)]:
             x, w, r = (torch.randn(M, N, device=DEVICE), torch.rand(N, device=DEVICE) + 0.5,
                        torch.randn(M, N, device=DEVICE))
-            cases = {"rms_norm": (lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (N,), w, 1e-6), [x, w],
+            cases = {"rms_norm": (lambda x, w: rms_norm(x, w, 1e-6), lambda x, w: F.rms_norm(x, (N,), w, 1e-6), [x, w],
                                   ("y", "dx", "dw")),
-                     "rms_norm, residual": (lambda x, w, r: rms_norm(x, w, residual=r),
+                     "rms_norm, residual": (lambda x, w, r: rms_norm(x, w, 1e-6, residual=r),
                                             lambda x, w, r: (x + r, F.rms_norm(x + r, (N,), w, 1e-6)), [x, w, r],
                                             ("h", "y", "dx", "dw", "dresidual"))}
             for name, (ours, theirs, inputs, names) in cases.items():
