@@ -177,7 +177,8 @@ def trace() -> None:
     t = torch.tensor([3], device=DEVICE)
     loss, lse = x.new_empty(1), x.new_empty(1)
     print("cross_entropy_kernel: one row of 10 logits, target 3, BLOCK_V = 4: three tiles, the last padded with -inf")
-    cross_entropy_kernel[(1,)](x, t, loss, lse, 1, 10, x.stride(0), x.stride(1), 1.0, BLOCK_M=1, BLOCK_V=4, TRACE=True)
+    cross_entropy_kernel[(1,)](x, t, loss, lse, 1, 10, x.stride(0), x.stride(1), t.stride(0), -100, BLOCK_M=1, BLOCK_V=4,
+                               TRACE=True)
     print(f"loss = {loss.item():.4f} (F.cross_entropy: {F.cross_entropy(x, t).item():.4f})\n")
     row, residual = torch.tensor([[3.0, 4.0]], device=DEVICE), torch.tensor([[1.0, 0.0]], device=DEVICE)
     w, h, y, rstd = torch.tensor([0.5, 2.0], device=DEVICE), torch.empty_like(row), torch.empty_like(row), x.new_empty(1)

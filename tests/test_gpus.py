@@ -128,10 +128,10 @@ def cross_entropy_job(v, backward=False):  # lesson 2's cross-entropy (lesson 6'
     tensors = ({"x_ptr": f"*{v['dtype']}", "t_ptr": "*i64", **pointers("fp32", "lse_ptr", "dloss_ptr"),
                 "dx_ptr": f"*{v['dtype']}"} if backward else
                {"x_ptr": f"*{v['dtype']}", "t_ptr": "*i64", **pointers("fp32", "loss_ptr", "lse_ptr")})
-    strides = ("M", "V", "stride_xm", "stride_xv") + (("stride_dl",) if backward else ())
+    strides = ("M", "V", "stride_xm", "stride_xv", "stride_t") + (("stride_dl",) if backward else ())
     return dict(module="lesson02_softmax.cross_entropy",
                 kernel="cross_entropy_backward_kernel" if backward else "cross_entropy_kernel",
-                signature={**tensors, **ints(*strides), "scale": "fp32"},
+                signature={**tensors, **ints(*strides, "ignore_index")},
                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_V": BLOCK_V, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
 
 
