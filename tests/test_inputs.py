@@ -286,3 +286,50 @@ def test_a_tensor_off_the_current_device_is_refused(monkeypatch):
         with pytest.raises(ValueError, match=r"is on cuda:0, but kernels launch on the current device, cuda:1: "
                                              r"wrap the call in `with torch.cuda.device\(.*\.device\):`"):
             call()
+
+
+def sdpa_gqa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+# (function, its inputs' shapes, torch's): inputs torch accepts with nothing in them
+EMPTY = [(matmul, [(0, 7), (7, 3)], torch.matmul), (matmul, [(5, 0), (0, 3)], torch.matmul),
+         (matmul, [(5, 7), (7, 0)], torch.matmul), (matmul, [(0, 0), (0, 0)], torch.matmul),
+         (attention, [(0, 2, 5, 16), (0, 1, 5, 16), (0, 1, 5, 16)], sdpa_gqa),   # no batch
+         (attention, [(1, 0, 5, 16), (1, 0, 5, 16), (1, 0, 5, 16)], sdpa_gqa),   # no heads at all
+         (attention, [(1, 0, 5, 16), (1, 1, 5, 16), (1, 1, 5, 16)], sdpa_gqa),   # no query heads
+         (attention, [(1, 2, 0, 16), (1, 1, 5, 16), (1, 1, 5, 16)], sdpa_gqa),   # no queries
+         (attention, [(1, 2, 5, 16), (1, 1, 0, 16), (1, 1, 0, 16)], sdpa_gqa),   # no keys: zeros
+         (attention, [(1, 2, 5, 0), (1, 1, 5, 0), (1, 1, 5, 0)], sdpa_gqa)]      # a head dim of 0
+
+
+@pytest.mark.parametrize("fn, shapes, reference", EMPTY, ids=[f"{f.__name__}{s}" for f, s, _ in EMPTY])
+def test_empty_inputs_give_torchs_result_and_a_backward(fn, shapes, reference):
+    inputs = [torch.randn(shape, device=DEVICE, requires_grad=True) for shape in shapes]
+    out, ref = fn(*inputs), reference(*[x.detach() for x in inputs])
+    assert out.shape == ref.shape and torch.equal(out, ref)  # (empty, or all zeros)
+    out.sum().backward()
+    assert all(torch.equal(x.grad, torch.zeros_like(x)) for x in inputs)
+
+
+def test_views_of_any_stride_are_read_as_torch_reads_them():
+    # stride 0 (one row or one head expanded), overlapping rows (as_strided), a head dim that is not the
+    # last in memory: forward and every gradient against float64 autograd, back through the views
+    def check(fn, reference, leaves, views):
+        ours = fn(*views(*leaves))
+        g = torch.randn(ours.shape, device=DEVICE)
+        grads = torch.autograd.grad(ours, leaves, g)
+        exact_leaves = [x.detach().double().requires_grad_() for x in leaves]
+        exact = reference(*views(*exact_leaves))
+        exact_grads = torch.autograd.grad(exact, exact_leaves, g.double())
+        assert rel_error(ours, exact) < 1e-5
+        assert all(rel_error(a, b) < 1e-5 for a, b in zip(grads, exact_grads))
+
+    leaf = lambda *shape: torch.randn(*shape, device=DEVICE, requires_grad=True)  # noqa: E731
+    check(lambda a, b: matmul(a, b, precision="ieee"), torch.matmul, [leaf(1, 7), leaf(20)],
+          lambda a, b: (a.expand(5, 7), b.as_strided((7, 3), (2, 1))))  # b's rows overlap
+    check(lambda a, b: matmul(a, b, precision="ieee"), torch.matmul, [leaf(5, 1), leaf(3, 7)],
+          lambda a, b: (a.expand(5, 7), b.t()))
+    check(attention, sdpa_gqa, [leaf(1, 2, 6, 16), leaf(16, 1, 1, 9), leaf(1, 1, 9, 32)],
+          lambda q, k, v: (q.expand(3, 2, 6, 16), k.permute(1, 2, 3, 0).expand(3, 1, 9, 16),  # head dim not last
+                           v[..., ::2].expand(3, 1, 9, 16)))

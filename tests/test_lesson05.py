@@ -56,7 +56,7 @@ def test_empty_input():
         (((1, 3, 8, 64), (1, 2, 9, 64), (1, 2, 9, 64)), None, ValueError, "3 heads must be a multiple of k's and v's 2"),
         (((1, 2, 8, 64), (2, 2, 8, 64), (2, 2, 8, 64)), None, ValueError, "must agree in batch .dim 0. and head_dim"),
         (((1, 2, 8, 64), (1, 2, 8, 32), (1, 2, 8, 32)), None, ValueError, "must agree in batch .dim 0. and head_dim"),
-        (((1, 2, 8, 320),) * 3, None, ValueError, "head_dim must be from 1 to 256, got 320"),
+        (((1, 2, 8, 320),) * 3, None, ValueError, "head_dim must be from 0 to 256, got 320"),
         (((2, 8, 64),) * 3, None, ValueError, "must be 4-D"),
         (((1, 2, 8, 64),) * 3, (torch.float32, torch.float16, torch.float32), TypeError, "different dtypes"),
         (((1, 2, 8, 64),) * 3, (torch.int32,) * 3, TypeError, "dtype int32"),
