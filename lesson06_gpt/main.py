@@ -23,6 +23,7 @@ d_model 64, seq 64) in float32: exact kernels, a few training steps; the section
 show what an H200 printed (RESULTS.md).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
+import argparse
 import math
 import time
 
@@ -43,7 +44,7 @@ from lesson03_rowsum.row_sum import row_sum
 from lesson04_matmul.matmul import matmul                                       # lesson 4
 from lesson05_flash_attention.attention import attention                        # lesson 5
 from lesson06_gpt import adamw  # the optimizer (adamw.py)
-from lesson06_gpt.data import batch, corpus_files, load_bytes, split  # the corpus (data.py)
+from lesson06_gpt.data import batch, corpus_files, file_problem, load_bytes, split  # the corpus (data.py)
 from lesson06_gpt.model import BETAS, DTYPE, GPT, GPT2_SMALL, LR, OPS, TOY, Config, optimizer  # the model (model.py)
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
@@ -70,8 +71,18 @@ SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, 
          "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, lr=6e-4, rows=4096,
                       vocabs=[32000, 50264, 128256])}
 
+
+def data_file(path: str) -> str:
+    """An argparse type: a --data file long enough to split into windows (data.file_problem says why not)."""
+    problem = file_problem(path)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
 chapter = Chapter("lesson06_gpt", __doc__, SECTIONS, running=__name__ == "__main__")
-chapter.parser.add_argument("--data", metavar="FILE", help="train on this text file (default: the repository's text)")
+chapter.parser.add_argument("--data", metavar="FILE", type=data_file,
+                            help="train on this text file (default: the repository's text)")
 chapter.parser.add_argument("--steps", type=positive_int, default=None,
                             help="section 6's training steps (default: 5 on the CPU, 200 on a GPU)")
 chapter.parser.add_argument("--dtype", default=DTYPE, choices=["float32", "bfloat16"],
