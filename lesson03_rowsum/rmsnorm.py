@@ -199,7 +199,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None, *,
              residual: torch.Tensor | None = None):
     """F.rms_norm(x, (N,), weight, eps) over the last dimension of x (any leading shape; float32,
     float16 or bfloat16, the arithmetic in float32, rows of up to MAX_N columns). As F.rms_norm: eps
-    None is torch.finfo(dtype).eps of the dtype computed in; the weight may be of another of those
+    None is the epsilon of the dtype computed in, float32's for all three (torch's code takes float32's
+    for float16 and bfloat16 inputs too, where its docs say x's); the weight may be of another of those
     dtypes than x and any stride (w[::2], one value expanded); y has x's dtype, but under
     torch.autocast on a GPU float32 (autocast runs F.rms_norm in float32, as it does layer_norm).
     With `residual` (x's shape and dtype): returns (h, rms_norm(h)) for h = x + residual, in one launch."""
@@ -220,7 +221,7 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None, *,
         raise ValueError(f"rms_norm takes rows of at most {MAX_N} columns (the backward holds a row in one block), "
                          f"got {N}")
     out_dtype = torch.float32 if x.is_cuda and torch.is_autocast_enabled("cuda") else x.dtype
-    eps = torch.finfo(out_dtype).eps if eps is None else real("eps", eps)
+    eps = torch.finfo(torch.float32).eps if eps is None else real("eps", eps)
     if eps <= 0:
         raise ValueError(f"eps must be > 0 (it keeps a row of zeros finite), got {eps}")
     shape = x.shape

@@ -382,18 +382,20 @@ def test_rms_norm_takes_a_weight_of_another_dtype_and_autocast_as_torch_does():
             assert y.dtype == y_fused.dtype == ref.dtype and h.dtype == ref_h.dtype, (xd, y.dtype, ref.dtype)
             assert rel_error(y, ref) < 2 * torch.finfo(ref.dtype).eps
             assert rel_error(y_fused, F.rms_norm(ref_h, (64,), w, 1e-6)) < 2 * torch.finfo(ref.dtype).eps
+            small = 1e-3 * xs  # mean(x^2) near 1e-6: the default eps shows
+            assert rel_error(rms_norm(small, w), F.rms_norm(small, (64,), w)) < 2 * torch.finfo(ref.dtype).eps
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 def test_rms_norm_default_eps_is_torchs(dtype):
-    # eps=None, F.rms_norm's default: torch.finfo(dtype).eps, which rows of small values feel (mean(x^2)
-    # of 1e-6 against float16's eps of 1e-3), and 1e-6 would not give
+    # eps=None, F.rms_norm's default, which rows of small values feel (mean(x^2) near 1e-6): the
+    # epsilon of the dtype computed in, float32's (torch's docs say x's dtype's, 1e-3 for float16 and
+    # 8e-3 for bfloat16, which would shrink these rows tenfold or more), where 1e-6 is not it
     x = (1e-3 * torch.randn(4, 256, device=DEVICE)).to(dtype)
     w = torch.rand(256, device=DEVICE).to(dtype) + 0.5
-    ref = F.rms_norm(x.double(), (256,), w.double(), torch.finfo(dtype).eps)
+    ref = F.rms_norm(x, (256,), w)
     assert rel_error(rms_norm(x, w), ref) < 2 * torch.finfo(dtype).eps
-    if dtype != torch.float32:  # (float32's eps and 1e-6 are both below float32 rounding of 1e-6)
-        assert rel_error(rms_norm(x, w, 1e-6), ref) > 0.1
+    assert rel_error(rms_norm(x, w, 1e-6), ref) > 0.1
 
 
 def test_rms_norm_empty_inputs_as_torch():
