@@ -38,8 +38,9 @@ MAX_N = 16384  # the widest row: the backward holds one in registers (16 float32
 def rms_norm_kernel(
     x_ptr, r_ptr,             # input rows, and the residual added to them (HAS_RESIDUAL)
     h_ptr,                    # output: x + residual (HAS_RESIDUAL)
-    w_ptr, y_ptr, rstd_ptr,   # weights (N), output rows, rstd per row (float32)
+    w_ptr, y_ptr, rstd_ptr,   # weights (N, any float dtype), output rows, rstd per row (float32)
     M, N, stride_x, stride_r, stride_h, stride_y,   # rows, columns; elements between rows of each
+    stride_w,                 # elements between weights: 1, 2 for w[::2], 0 for one weight expanded
     eps,
     BLOCK_M: tl.constexpr,    # rows per program (lesson 3's tile_config: short rows packed)
     BLOCK_N: tl.constexpr,    # a tile's width
@@ -72,7 +73,7 @@ def rms_norm_kernel(
         if HAS_RESIDUAL:  # recomputed from the two inputs (h was stored by other threads, maybe), rounded alike
             x += tl.load(r_ptr + rows[:, None] * stride_r + cols[None, :], mask=mask, other=0.0).to(tl.float32)
             x = x.to(h_ptr.dtype.element_ty).to(tl.float32)
-        w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+        w = tl.load(w_ptr + cols.to(INDEX_TYPE) * stride_w, mask=cols < N, other=0.0).to(tl.float32)
         y = x * rstd[:, None] * w[None, :]
         if TRACE:
             show("y", y)
@@ -85,7 +86,7 @@ def rms_norm_backward_kernel(
     dh_ptr,                           # dL/dh from the rest of the network, added to dx (HAS_DH)
     dx_ptr,                           # output: dL/dx (dL/dh with a residual), contiguous
     dw_ptr,                           # output: partial sums of dw, one row of N per program, float32
-    M, N, stride_dy, stride_x, stride_dh,
+    M, N, stride_dy, stride_x, stride_dh, stride_w,
     blocks_per_program,               # each program's stretch: this many blocks of BLOCK_M rows
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,            # the whole row: N <= BLOCK_N
@@ -94,7 +95,7 @@ def rms_norm_backward_kernel(
 ):
     pid = tl.program_id(axis=0)
     cols = tl.arange(0, BLOCK_N)
-    w = tl.load(w_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)
+    w = tl.load(w_ptr + cols.to(INDEX_TYPE) * stride_w, mask=cols < N, other=0.0).to(tl.float32)
     dw = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)  # this program's share of sum_rows(dy * xh)
     first = pid.to(INDEX_TYPE) * blocks_per_program * BLOCK_M
     for i in range(0, blocks_per_program):      # the stretch, a block of rows at a time
@@ -113,24 +114,25 @@ def rms_norm_backward_kernel(
     tl.store(dw_ptr + pid.to(INDEX_TYPE) * N + cols, tl.sum(dw, axis=0), mask=cols < N)
 
 
-def launch(x, w, eps: float, residual=None) -> tuple:
-    """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w, rstd per row."""
+def launch(x, w, eps: float, residual=None, out_dtype=None) -> tuple:
+    """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w in out_dtype (x's
+    dtype by default), rstd per row."""
     M, N = x.shape
-    y, rstd = x.new_empty((M, N)), x.new_empty(M, dtype=torch.float32)
+    y, rstd = x.new_empty((M, N), dtype=out_dtype), x.new_empty(M, dtype=torch.float32)
     h = x.new_empty((M, N)) if residual is not None else None
-    if M:
+    if M and N:
         BLOCK_M, BLOCK_N, num_warps = tile_config(N)  # lesson 3's tile: short rows packed, 8 per thread
         r = residual if residual is not None else x  # (a pointer the kernel never reads)
         hy = h if h is not None else y
         rms_norm_kernel[(cdiv(M, BLOCK_M),)](x, r, hy, w, y, rstd, M, N, x.stride(0), r.stride(0), hy.stride(0),
-                                             y.stride(0), eps, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                             HAS_RESIDUAL=residual is not None, INDEX_TYPE=index_type(x, r, y),
+                                             y.stride(0), w.stride(0), eps, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                             HAS_RESIDUAL=residual is not None, INDEX_TYPE=index_type(x, r, y, w),
                                              TRACE=False, num_warps=num_warps)  # every argument (row_sum.py says why)
     return h, y, rstd
 
 
 def launch_backward(dy, x, w, rstd, dh=None) -> tuple:
-    """(dx, dw) from dy; dx includes dh where the residual was fused."""
+    """(dx, dw) from dy; dx includes dh where the residual was fused. dx in x's dtype, dw in w's."""
     M, N = x.shape
     dx = x.new_empty((M, N))
     BLOCK_N = next_power_of_2(N)
@@ -140,11 +142,12 @@ def launch_backward(dy, x, w, rstd, dh=None) -> tuple:
     programs = max(1, cdiv(blocks, per_program))
     partial = x.new_zeros((programs, N), dtype=torch.float32) if M == 0 else \
         x.new_empty((programs, N), dtype=torch.float32)
-    if M:
+    if M and N:
         dh_ = dh if dh is not None else dy
         rms_norm_backward_kernel[(programs,)](dy, x, w, rstd, dh_, dx, partial, M, N, dy.stride(0), x.stride(0),
-                                              dh_.stride(0), per_program, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                              HAS_DH=dh is not None, INDEX_TYPE=index_type(dy, x, dx),
+                                              dh_.stride(0), w.stride(0), per_program, BLOCK_M=BLOCK_M,
+                                              BLOCK_N=BLOCK_N, HAS_DH=dh is not None,
+                                              INDEX_TYPE=index_type(dy, x, dx, w),
                                               num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
     dw = row_sum_launch(partial.t())  # the columns of partial, added: row_sum.py's kernels on the transpose
     return dx, dw.to(w.dtype)
@@ -154,8 +157,8 @@ class RMSNorm(torch.autograd.Function):
     """y = rms_norm(x) * w; the backward from x, w and rstd (the normalised rows recomputed)."""
 
     @staticmethod
-    def forward(ctx, x, w, eps):
-        _, y, rstd = launch(x, w, eps)
+    def forward(ctx, x, w, eps, out_dtype):
+        _, y, rstd = launch(x, w, eps, out_dtype=out_dtype)
         ctx.save_for_backward(x, w, rstd)  # saved tensors: autograd checks they were not changed in place
         return y
 
@@ -163,7 +166,7 @@ class RMSNorm(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, rstd = ctx.saved_tensors
         dx, dw = launch_backward(dy.contiguous(), x, w, rstd)
-        return dx, dw, None  # one gradient per input of forward; none for eps
+        return dx, dw, None, None  # one gradient per input of forward; none for eps and out_dtype
 
 
 class AddRMSNorm(torch.autograd.Function):
@@ -171,8 +174,8 @@ class AddRMSNorm(torch.autograd.Function):
     residual are not kept). h's gradient from the rest of the network (dh) joins dx in one store."""
 
     @staticmethod
-    def forward(ctx, x, residual, w, eps):
-        h, y, rstd = launch(x, w, eps, residual)
+    def forward(ctx, x, residual, w, eps, out_dtype):
+        h, y, rstd = launch(x, w, eps, residual, out_dtype)
         ctx.set_materialize_grads(False)  # a gradient nobody sent arrives as None, not as zeros made for it
         ctx.save_for_backward(h, w, rstd)
         return h, y
@@ -181,35 +184,48 @@ class AddRMSNorm(torch.autograd.Function):
     def backward(ctx, dh, dy):
         h, w, rstd = ctx.saved_tensors
         if dy is None:  # (the normalised rows unused: h's gradient is all there is)
-            return dh, dh, None, None
+            return dh, dh, None, None, None
         dx, dw = launch_backward(dy.contiguous(), h, w, rstd, None if dh is None else dh.contiguous())
-        return dx, dx, dw, None  # h = x + residual: both get dL/dh
+        return dx, dx, dw, None, None  # h = x + residual: both get dL/dh
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6, *, residual: torch.Tensor | None = None):
+def rows_of(t: torch.Tensor, N: int) -> torch.Tensor:
+    """t as (rows, N), a view where it can be: the kernels follow a row stride, not a column stride."""
+    rows = t.reshape(t.shape[:-1].numel(), N)  # (not -1: ambiguous where N is 0)
+    return rows if rows.stride(-1) == 1 else rows.contiguous()
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None, *,
+             residual: torch.Tensor | None = None):
     """F.rms_norm(x, (N,), weight, eps) over the last dimension of x (any leading shape; float32,
-    float16 or bfloat16, the arithmetic in float32, rows up to MAX_N columns). With `residual` (x's
-    shape and dtype): returns (h, rms_norm(h)) for h = x + residual, in one launch."""
-    tensors = {"x": x, "weight": weight} | ({"residual": residual} if residual is not None else {})
-    x, weight, *rest = check_tensors(tensors, DTYPES)  # one device, one dtype (a weight cast to x's, as autocast)
+    float16 or bfloat16, the arithmetic in float32, rows of up to MAX_N columns). As F.rms_norm: eps
+    None is the epsilon of the dtype computed in, float32's for all three (torch's code takes float32's
+    for float16 and bfloat16 inputs too, where its docs say x's); the weight may be of another of those
+    dtypes than x and any stride (w[::2], one value expanded); y has x's dtype, but under
+    torch.autocast on a GPU float32 (autocast runs F.rms_norm in float32, as it does layer_norm).
+    With `residual` (x's shape and dtype): returns (h, rms_norm(h)) for h = x + residual, in one launch."""
+    tensors = {"x": x} | ({"residual": residual} if residual is not None else {})
+    x, *rest = check_tensors(tensors, DTYPES)  # one device and one dtype for the rows
     residual = rest[0] if rest else None
+    (weight,) = check_tensors({"weight": weight}, DTYPES)  # a weight in its own dtype: the kernels cast it
+    if weight.device != x.device:
+        raise ValueError(f"x is on {x.device}, weight on {weight.device}: put them on one device")
+    if x.ndim == 0:
+        raise ValueError("x must have a dimension to normalise: got a 0-d tensor")
     if weight.ndim != 1 or weight.shape[0] != x.shape[-1]:
         raise ValueError(f"weight must be a vector of x's last dimension, {x.shape[-1]}: got {tuple(weight.shape)}")
-    if residual is not None and (residual.shape != x.shape or residual.dtype != x.dtype):
-        raise ValueError(f"residual must match x: x {tuple(x.shape)} {x.dtype}, residual "
-                         f"{tuple(residual.shape)} {residual.dtype}")
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"residual must match x: x {tuple(x.shape)}, residual {tuple(residual.shape)}")
     N = x.shape[-1]
-    if not 1 <= N <= MAX_N:
-        raise ValueError(f"rms_norm takes rows of 1 to {MAX_N} columns (the backward holds a row in one block), "
+    if N > MAX_N:
+        raise ValueError(f"rms_norm takes rows of at most {MAX_N} columns (the backward holds a row in one block), "
                          f"got {N}")
-    eps = real("eps", eps)
+    out_dtype = torch.float32 if x.is_cuda and torch.is_autocast_enabled("cuda") else x.dtype
+    eps = torch.finfo(torch.float32).eps if eps is None else real("eps", eps)
     if eps <= 0:
         raise ValueError(f"eps must be > 0 (it keeps a row of zeros finite), got {eps}")
     shape = x.shape
-    rows = x.reshape(-1, N)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()  # the kernel reads a row's columns side by side
     if residual is not None:
-        h, y = AddRMSNorm.apply(rows, residual.reshape(-1, N).contiguous(), weight, eps)
+        h, y = AddRMSNorm.apply(rows_of(x, N), rows_of(residual, N), weight, eps, out_dtype)
         return h.view(shape), y.view(shape)
-    return RMSNorm.apply(rows, weight, eps).view(shape)
+    return RMSNorm.apply(rows_of(x, N), weight, eps, out_dtype).view(shape)

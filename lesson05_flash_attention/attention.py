@@ -267,10 +267,10 @@ def check_shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         raise ValueError(f"k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
     if Bk != B or Dk != D:
         raise ValueError(f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree in batch (dim 0) and head_dim (dim 3)")
-    if H_KV == 0 or H % H_KV:
+    if (H_KV == 0 and H != 0) or (H_KV and H % H_KV):  # (no heads at all: an empty output, as SDPA's)
         raise ValueError(f"q's {H} heads must be a multiple of k's and v's {H_KV} (grouped-query attention)")
-    if not 1 <= D <= MAX_HEAD_DIM:
-        raise ValueError(f"head_dim must be from 1 to {MAX_HEAD_DIM}, got {D}")
+    if D > MAX_HEAD_DIM:  # (a head dim of 0: an empty output, as SDPA's)
+        raise ValueError(f"head_dim must be from 0 to {MAX_HEAD_DIM}, got {D}")
 
 
 # %% The route: which kernel runs, forward and backward
@@ -288,11 +288,12 @@ ROUTES = [
     ("forward", "gluon", "sm_90 (hopper.HOPPER), head_dim in hopper.FASTER_HEAD_DIMS, hopper.takes (float16 or "
      "bfloat16; q, k, v of one contiguous shape; seq a multiple of 128); not under torch.compile",
      "hopper.attention_kernel_hopper", (4, 16, 16, 4096, 4096, 128)),
-    ("forward", "triton", "everything else", "attention_kernel_tuned", (4, 32, 8, 4096, 4096, 128)),
+    ("forward", "triton", "everything else (an empty q, k or v too)", "attention_kernel_tuned",
+     (4, 32, 8, 4096, 4096, 128)),
     ("backward", "gluon", "sm_90, head_dim in hopper.FASTER_BACKWARD_HEAD_DIMS, hopper.backward_takes (as takes, "
      "grouped-query heads too; not under torch.use_deterministic_algorithms); not under torch.compile",
      "backward.preprocess_kernel, hopper.attention_bwd_kernel_hopper", (4, 32, 8, 4096, 4096, 128)),
-    ("backward", "triton", "everything else", "backward.preprocess_kernel, dkdv_kernel_tuned (a key head's query "
+    ("backward", "triton", "everything else (an empty q, k or v too)", "backward.preprocess_kernel, dkdv_kernel_tuned (a key head's query "
      "heads in parts: dkdv_parts; the head dim split at 256), dq_kernel_tuned", (4, 16, 16, 4096, 4096, 80)),
 ]
 
@@ -302,6 +303,8 @@ def route(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, direction: str = "f
     "triton" forward; "gluon" or "triton" backward, asked when the backward runs (whether
     deterministic algorithms are asked for, or torch.compile traces, is a question of that moment)."""
     compiling = torch.compiler.is_compiling()  # (asked first: Dynamo never traces Gluon's conditions)
+    if q.numel() == 0 or k.numel() == 0:  # nothing to compute: this file's launchers return at once
+        return "triton"
     if direction == "backward":
         if not compiling and hopper.HOPPER and q.shape[-1] in hopper.FASTER_BACKWARD_HEAD_DIMS \
                 and hopper.backward_takes(q, k, v):
@@ -349,8 +352,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     k, v of shape (batch, kv_heads, seq_k, head_dim).
 
     float16, bfloat16 or float32 (fp32 softmax and accumulation inside; output in the input dtype);
-    head_dim 1 to 256; any sequence lengths; kv_heads dividing heads (grouped-query attention: query
-    head h reads key head h // (heads // kv_heads)); causal aligned bottom-right (query i sees keys
+    head_dim to 256; any sequence lengths and strides; kv_heads dividing heads (grouped-query
+    attention: query head h reads key head h // (heads // kv_heads)); an empty batch, head count, length
+    or head_dim gives SDPA's empty (or, without keys, zero) output; causal aligned bottom-right (query i sees keys
     j <= i + seq_k - seq_q, so the last query sees every key, as FlashAttention-2 and a KV cache have
     it; PyTorch's is_causal aligns top-left; the two agree where seq_q = seq_k; a query that sees no
     key gives 0); sm_scale defaults to 1/sqrt(head_dim). The kernel that runs is route()'s:
@@ -365,7 +369,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     q, k, v = check_tensors({"q": q, "k": k, "v": v}, DTYPES, ndim=4)
     check_shapes(q, k, v)
     causal = flag("causal", causal)  # a string such as "False" would be truthy: causal attention
-    sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else real("sm_scale", sm_scale)
+    D = q.shape[-1]
+    sm_scale = (1.0 / math.sqrt(D) if D else 1.0) if sm_scale is None else real("sm_scale", sm_scale)
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
     return Attention.apply(q, k, v, causal, sm_scale, route(q, k, v))

@@ -11,7 +11,10 @@ from common.device import DEVICE, ROOT
 
 import torch
 
-WINDOW = 65  # the shortest corpus holds a few windows of the toy model's seq + 1 bytes
+from common.checks import whole
+
+WINDOW = 65  # the toy model's seq + 1 bytes: a window of inputs and, one byte ahead, their targets
+MIN_BYTES = 10 * (WINDOW + 1)  # the shortest corpus whose validation split (its last 10%) holds a window
 
 
 def corpus_files() -> list[str]:
@@ -22,16 +25,26 @@ def corpus_files() -> list[str]:
     return files
 
 
+def file_problem(path: str) -> str | None:
+    """What keeps the file `path` from being a corpus (None: nothing): it is not there, or it is too
+    short for both splits to hold a window. The chapter's --data asks at once (a usage error)."""
+    if not os.path.isfile(path):
+        return f"{path}: no such file"
+    if os.path.getsize(path) < MIN_BYTES:
+        return (f"{path} holds {os.path.getsize(path)} bytes: too few for a validation split (its last 10%) of "
+                f"one window of {WINDOW} bytes; a corpus takes {MIN_BYTES} bytes or more")
+    return None
+
+
 def load_bytes(path: str | None = None) -> torch.Tensor:
-    """The corpus as a 1-D tensor of byte values (int64 token ids)."""
+    """The corpus as a 1-D tensor of byte values (int64 token ids): the file `path`, or this repository's text."""
     if path is not None:
-        if not os.path.isfile(path):
-            raise SystemExit(f"--data {path}: no such file")
+        problem = file_problem(path)
+        if problem:
+            raise SystemExit(f"--data {problem}")
         data = pathlib.Path(path).read_bytes()
     else:
         data = b"".join(pathlib.Path(f).read_bytes() for f in corpus_files())
-    if len(data) < 4 * WINDOW:
-        raise SystemExit(f"{path or 'the corpus'} holds {len(data)} bytes: too few for windows of {WINDOW}")
     return torch.frombuffer(bytearray(data), dtype=torch.uint8).long()
 
 
@@ -43,6 +56,10 @@ def split(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Generator) -> tuple:
     """(inputs, targets): batch_size windows at random offsets, targets one byte ahead, on DEVICE."""
+    batch_size, seq = whole("batch_size", batch_size), whole("seq", seq)
+    if len(data) < seq + 2:  # (the starts are drawn from [0, len - seq - 1): one at least)
+        raise ValueError(f"{len(data)} tokens hold no window of seq + 1 = {seq + 1} tokens: a longer text, or a "
+                         "shorter seq")
     starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator)
     windows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
     return windows[:, :-1].to(DEVICE), windows[:, 1:].to(DEVICE)

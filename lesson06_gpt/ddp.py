@@ -21,7 +21,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from common.chapter import positive_int
-
 from lesson06_gpt.data import batch, load_bytes, split
 from lesson06_gpt.model import GPT, GPT2_SMALL, TOY, optimizer
 
@@ -29,7 +28,8 @@ from lesson06_gpt.model import GPT, GPT2_SMALL, TOY, optimizer
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=positive_int, default=20, help="training steps (default 20)")
-    parser.add_argument("--batch", type=positive_int, default=None, help="windows per process per step (default 8; toy: 2)")
+    parser.add_argument("--batch", type=positive_int, default=None,
+                        help="windows per process per step (default 8; toy: 2)")
     parser.add_argument("--ops", default="course", choices=["course", "torch"], help="the op set (default course)")
     parser.add_argument("--size", default="toy" if INTERPRET else "gpt2", choices=["toy", "gpt2"],
                         help="the toy model or GPT-2 small's size (default: toy on the CPU, gpt2 on GPUs)")

@@ -23,6 +23,7 @@ d_model 64, seq 64) in float32: exact kernels, a few training steps; the section
 show what an H200 printed (RESULTS.md).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
+import argparse
 import math
 import time
 
@@ -44,7 +45,7 @@ from lesson03_rowsum.row_sum import row_sum
 from lesson04_matmul.matmul import matmul                                       # lesson 4
 from lesson05_flash_attention.attention import attention                        # lesson 5
 from lesson06_gpt import adamw  # the optimizer (adamw.py)
-from lesson06_gpt.data import batch, corpus_files, load_bytes, split  # the corpus (data.py)
+from lesson06_gpt.data import batch, corpus_files, file_problem, load_bytes, split  # the corpus (data.py)
 from lesson06_gpt.model import BETAS, DTYPE, GPT, GPT2_SMALL, LR, OPS, TOY, Config, optimizer, param_groups  # model.py
 
 SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip` leaves some out
@@ -71,8 +72,18 @@ SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, 
          "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, lr=6e-4, rows=4096,
                       vocabs=[32000, 50264, 128256])}
 
+
+def data_file(path: str) -> str:
+    """An argparse type: a --data file long enough to split into windows (data.file_problem says why not)."""
+    problem = file_problem(path)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
 chapter = Chapter("lesson06_gpt", __doc__, SECTIONS, running=__name__ == "__main__")
-chapter.parser.add_argument("--data", metavar="FILE", help="train on this text file (default: the repository's text)")
+chapter.parser.add_argument("--data", metavar="FILE", type=data_file,
+                            help="train on this text file (default: the repository's text)")
 chapter.parser.add_argument("--steps", type=positive_int, default=None,
                             help="section 6's training steps (default: 5 on the CPU, 200 on a GPU)")
 chapter.parser.add_argument("--dtype", default=DTYPE, choices=["float32", "bfloat16"],
@@ -178,12 +189,13 @@ def trace() -> None:
     t = torch.tensor([3], device=DEVICE)
     loss, lse = x.new_empty(1), x.new_empty(1)
     print("cross_entropy_kernel: one row of 10 logits, target 3, BLOCK_V = 4: three tiles, the last padded with -inf")
-    cross_entropy_kernel[(1,)](x, t, loss, lse, 1, 10, x.stride(0), x.stride(1), 1.0, BLOCK_M=1, BLOCK_V=4, TRACE=True)
+    cross_entropy_kernel[(1,)](x, t, loss, lse, 1, 10, x.stride(0), x.stride(1), t.stride(0), -100, BLOCK_M=1, BLOCK_V=4,
+                               TRACE=True)
     print(f"loss = {loss.item():.4f} (F.cross_entropy: {F.cross_entropy(x, t).item():.4f})\n")
     row, residual = torch.tensor([[3.0, 4.0]], device=DEVICE), torch.tensor([[1.0, 0.0]], device=DEVICE)
     w, h, y, rstd = torch.tensor([0.5, 2.0], device=DEVICE), torch.empty_like(row), torch.empty_like(row), x.new_empty(1)
     print("rms_norm_kernel: the row [3, 4] plus the residual [1, 0], weights [0.5, 2], BLOCK_N = 2")
-    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, 1, 2, 2, 2, 2, 2, 1e-6, BLOCK_M=1, BLOCK_N=2,
+    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, 1, 2, 2, 2, 2, 2, 1, 1e-6, BLOCK_M=1, BLOCK_N=2,
                           HAS_RESIDUAL=True, TRACE=True)
     print(f"h = {h.tolist()[0]}, y = h * rstd * w = {y.tolist()[0]} "
           f"(F.rms_norm: {F.rms_norm(row + residual, (2,), w, 1e-6).tolist()[0]})")
@@ -237,9 +249,9 @@ def check():
         for M, N in [(3, 5), (7, 1000)]:
             x, w, r = (torch.randn(M, N, device=DEVICE), torch.rand(N, device=DEVICE) + 0.5,
                        torch.randn(M, N, device=DEVICE))
-            cases = {"rms_norm": (lambda x, w: rms_norm(x, w), lambda x, w: F.rms_norm(x, (N,), w, 1e-6), [x, w],
+            cases = {"rms_norm": (lambda x, w: rms_norm(x, w, 1e-6), lambda x, w: F.rms_norm(x, (N,), w, 1e-6), [x, w],
                                   ("y", "dx", "dw")),
-                     "rms_norm, residual": (lambda x, w, r: rms_norm(x, w, residual=r),
+                     "rms_norm, residual": (lambda x, w, r: rms_norm(x, w, 1e-6, residual=r),
                                             lambda x, w, r: (x + r, F.rms_norm(x + r, (N,), w, 1e-6)), [x, w, r],
                                             ("h", "y", "dx", "dw", "dresidual"))}
             for name, (ours, theirs, inputs, names) in cases.items():

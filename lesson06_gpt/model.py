@@ -14,6 +14,7 @@ from common.device import DEVICE, INTERPRET
 import torch
 import torch.nn.functional as F
 
+from common.checks import dtype_name, whole
 from lesson02_softmax.cross_entropy import cross_entropy  # lesson 2's online softmax
 from lesson03_rowsum.rmsnorm import rms_norm              # lesson 3's row walk
 from lesson04_matmul.matmul import matmul                 # lesson 4
@@ -31,6 +32,18 @@ class Config:
     vocab: int = 256        # bytes
     mlp: int = 4            # the MLP's hidden width, in d_model's
 
+    def __post_init__(self):
+        """Refuse a shape no model has: every size a whole number >= 1, heads splitting d_model into
+        head_dim, kv_heads splitting heads into groups."""
+        for field in dataclasses.fields(self):
+            whole(field.name, getattr(self, field.name))  # (0 heads would divide by zero, -64 widths...)
+        if self.d_model % self.heads:
+            raise ValueError(f"heads ({self.heads}) must divide d_model ({self.d_model}): each head takes "
+                             "d_model // heads of it")
+        if self.heads % self.kv_heads:
+            raise ValueError(f"kv_heads ({self.kv_heads}) must divide heads ({self.heads}): each key head serves "
+                             "heads // kv_heads query heads")
+
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
@@ -40,6 +53,7 @@ TOY = Config()  # the CPU's model, and every run's agreement check (section 5)
 GPT2_SMALL = Config(layers=12, d_model=768, heads=12, kv_heads=4, seq=1024)  # GPT-2 small's size, 4 key heads
 # float32 on the CPU: the interpreter computes bfloat16 through float32 anyway, only slower
 DTYPE = "float32" if INTERPRET else "bfloat16"
+DTYPES = ("float32", "bfloat16", "float16", "float64")  # the activations' (float64: the torch ops' exact reference)
 
 
 class TorchOps:
@@ -94,15 +108,20 @@ OPS = {"torch": TorchOps, "course": CourseOps}
 
 class GPT(torch.nn.Module):
     def __init__(self, config: Config, ops: str = "course", *, seed: int = 0, dtype: str | None = None):
-        """A fresh model: the same seed gives the same weights whatever the op set."""
+        """A fresh model: the same seed gives the same weights whatever the op set. dtype: the
+        activations' (one of DTYPES, a name or a torch.dtype; by default DTYPE)."""
         super().__init__()
+        if not isinstance(config, Config):
+            raise TypeError(f"config must be a Config, got {type(config).__name__}")
         if ops not in OPS:
             raise ValueError(f"ops must be one of {list(OPS)}, got {ops!r}")
-        if config.d_model % config.heads or config.heads % config.kv_heads:
-            raise ValueError(f"d_model ({config.d_model}) must split into heads ({config.heads}), and heads into "
-                             f"kv_heads ({config.kv_heads})")
+        dtype = DTYPE if dtype is None else dtype_name(dtype) if isinstance(dtype, torch.dtype) else dtype
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
+        if ops == "course" and dtype == "float64":
+            raise ValueError("the course's kernels take float32, bfloat16 or float16; float64 is for ops='torch'")
         self.config, self.ops = config, OPS[ops]
-        self.dtype = getattr(torch, dtype or DTYPE)
+        self.dtype = getattr(torch, dtype)
         C, D, L = config.d_model, config.head_dim, config.layers
         g = torch.Generator().manual_seed(seed)
 
@@ -124,11 +143,13 @@ class GPT(torch.nn.Module):
         self.norm_f = ones(C)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """The mean cross-entropy of predicting targets (B, T) from idx (B, T), in nats."""
+        """The mean cross-entropy of predicting targets (B, T) from idx (B, T), in nats: token ids of
+        the vocabulary, at most config.seq of them a row (the position table's length)."""
         ops, cfg = self.ops, self.config
+        self.check_tokens(idx, targets)
         B, T = idx.shape
         H, KV, D = cfg.heads, cfg.kv_heads, cfg.head_dim
-        h = (F.embedding(idx, self.wte) + self.wpe[:T]).to(self.dtype).view(B * T, -1)  # the residual stream
+        h = (F.embedding(idx, self.wte) + self.wpe[:T]).to(self.dtype).view(B * T, cfg.d_model)  # the residual stream
         branch = None
         for block in self.blocks:
             h, x = ops.norm(h, branch, block.norm1, 1e-6)
@@ -140,6 +161,29 @@ class GPT(torch.nn.Module):
         h, x = ops.norm(h, branch, self.norm_f, 1e-6)
         logits = ops.linear(x, self.wte)  # the tied LM head: h @ wte^T
         return ops.loss(logits, targets.reshape(-1))
+
+    def check_tokens(self, idx, targets) -> None:
+        """idx and targets: integer tensors of one shape (B, T), T at most config.seq, and, for tensors
+        on the CPU, every id in [0, vocab). On a GPU the range is not read back: that would make the host
+        wait for the GPU at every step, and the two would no longer overlap; there F.embedding stops
+        with a device-side assert on an id out of range, and the course's loss gives NaN for a target
+        out of range. Nor while torch.compile traces (a value read back would split its graph)."""
+        for name, t in (("idx", idx), ("targets", targets)):
+            if not isinstance(t, torch.Tensor) or t.dtype not in (torch.int64, torch.int32):
+                what = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
+                raise TypeError(f"{name} must be an int64 or int32 tensor of token ids, got {what}")
+            if t.ndim != 2:
+                raise ValueError(f"{name} must be 2-D (batch, time), got shape {tuple(t.shape)}")
+        if targets.shape != idx.shape:
+            raise ValueError(f"targets must have idx's shape: idx {tuple(idx.shape)}, targets {tuple(targets.shape)}")
+        if idx.shape[1] > self.config.seq:
+            raise ValueError(f"idx holds {idx.shape[1]} tokens a row, more than the position table's "
+                             f"config.seq = {self.config.seq}")
+        if idx.numel() and not idx.is_cuda and not torch.compiler.is_compiling():
+            low, high = (int(v) for v in torch.aminmax(torch.stack((idx, targets))))
+            if low < 0 or high >= self.config.vocab:
+                raise ValueError(f"token ids must be in [0, {self.config.vocab}) (config.vocab): idx and targets "
+                                 f"hold ids from {low} to {high}")
 
 
 LR, BETAS = 3e-3, (0.9, 0.95)

@@ -128,10 +128,10 @@ def cross_entropy_job(v, backward=False):  # lesson 2's cross-entropy (lesson 6'
     tensors = ({"x_ptr": f"*{v['dtype']}", "t_ptr": "*i64", **pointers("fp32", "lse_ptr", "dloss_ptr"),
                 "dx_ptr": f"*{v['dtype']}"} if backward else
                {"x_ptr": f"*{v['dtype']}", "t_ptr": "*i64", **pointers("fp32", "loss_ptr", "lse_ptr")})
-    strides = ("M", "V", "stride_xm", "stride_xv") + (("stride_dl",) if backward else ())
+    strides = ("M", "V", "stride_xm", "stride_xv", "stride_t") + (("stride_dl",) if backward else ())
     return dict(module="lesson02_softmax.cross_entropy",
                 kernel="cross_entropy_backward_kernel" if backward else "cross_entropy_kernel",
-                signature={**tensors, **ints(*strides), "scale": "fp32"},
+                signature={**tensors, **ints(*strides, "ignore_index")},
                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_V": BLOCK_V, "INDEX_TYPE": v["index"]}, num_warps=num_warps)
 
 
@@ -139,7 +139,7 @@ def rms_norm_job(v):  # lesson 3's RMSNorm (lesson 6's norm), the residual fused
     BLOCK_M, BLOCK_N, num_warps = tile_config(v["N"])
     return dict(module="lesson03_rowsum.rmsnorm", kernel="rms_norm_kernel",
                 signature={**pointers(v["dtype"], "x_ptr", "r_ptr", "h_ptr", "w_ptr", "y_ptr"), "rstd_ptr": "*fp32",
-                           **ints("M", "N", "stride_x", "stride_r", "stride_h", "stride_y"), "eps": "fp32"},
+                           **ints("M", "N", "stride_x", "stride_r", "stride_h", "stride_y", "stride_w"), "eps": "fp32"},
                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "HAS_RESIDUAL": v["residual"],
                             "INDEX_TYPE": v["index"]}, num_warps=num_warps)
 
@@ -150,7 +150,7 @@ def rms_norm_backward_job(v):  # as rmsnorm.launch_backward runs it: the whole r
     return dict(module="lesson03_rowsum.rmsnorm", kernel="rms_norm_backward_kernel",
                 signature={**pointers(v["dtype"], "dy_ptr", "x_ptr", "w_ptr"), "rstd_ptr": "*fp32",
                            **pointers(v["dtype"], "dh_ptr", "dx_ptr"), "dw_ptr": "*fp32",
-                           **ints("M", "N", "stride_dy", "stride_x", "stride_dh", "blocks_per_program")},
+                           **ints("M", "N", "stride_dy", "stride_x", "stride_dh", "stride_w", "blocks_per_program")},
                 constexprs={"BLOCK_M": BLOCK_M, "BLOCK_N": BLOCK_N, "HAS_DH": v["dh"], "INDEX_TYPE": v["index"]},
                 num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
 

@@ -6,6 +6,8 @@ block sizes that are not powers of two, and command lines with bad sizes.
 The tensors past 2^31 elements need a GPU's memory (4 to 13 GB each): those tests run on a GPU
 only, one at a time (`pytest -m big`). Under the interpreter, views whose row stride is 2^30 take
 the same 64-bit path while touching a few pages of a large virtual allocation."""
+import re
+
 import numpy as np
 import pytest
 import torch
@@ -286,3 +288,128 @@ def test_a_tensor_off_the_current_device_is_refused(monkeypatch):
         with pytest.raises(ValueError, match=r"is on cuda:0, but kernels launch on the current device, cuda:1: "
                                              r"wrap the call in `with torch.cuda.device\(.*\.device\):`"):
             call()
+
+
+def sdpa_gqa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+# (function, its inputs' shapes, torch's): inputs torch accepts with nothing in them
+EMPTY = [(matmul, [(0, 7), (7, 3)], torch.matmul), (matmul, [(5, 0), (0, 3)], torch.matmul),
+         (matmul, [(5, 7), (7, 0)], torch.matmul), (matmul, [(0, 0), (0, 0)], torch.matmul),
+         (attention, [(0, 2, 5, 16), (0, 1, 5, 16), (0, 1, 5, 16)], sdpa_gqa),   # no batch
+         (attention, [(1, 0, 5, 16), (1, 0, 5, 16), (1, 0, 5, 16)], sdpa_gqa),   # no heads at all
+         (attention, [(1, 0, 5, 16), (1, 1, 5, 16), (1, 1, 5, 16)], sdpa_gqa),   # no query heads
+         (attention, [(1, 2, 0, 16), (1, 1, 5, 16), (1, 1, 5, 16)], sdpa_gqa),   # no queries
+         (attention, [(1, 2, 5, 16), (1, 1, 0, 16), (1, 1, 0, 16)], sdpa_gqa),   # no keys: zeros
+         (attention, [(1, 2, 5, 0), (1, 1, 5, 0), (1, 1, 5, 0)], sdpa_gqa)]      # a head dim of 0
+
+
+@pytest.mark.parametrize("fn, shapes, reference", EMPTY, ids=[f"{f.__name__}{s}" for f, s, _ in EMPTY])
+def test_empty_inputs_give_torchs_result_and_a_backward(fn, shapes, reference):
+    inputs = [torch.randn(shape, device=DEVICE, requires_grad=True) for shape in shapes]
+    out, ref = fn(*inputs), reference(*[x.detach() for x in inputs])
+    assert out.shape == ref.shape and torch.equal(out, ref)  # (empty, or all zeros)
+    out.sum().backward()
+    assert all(torch.equal(x.grad, torch.zeros_like(x)) for x in inputs)
+
+
+def test_views_of_any_stride_are_read_as_torch_reads_them():
+    # stride 0 (one row or one head expanded), overlapping rows (as_strided), a head dim that is not the
+    # last in memory: forward and every gradient against float64 autograd, back through the views
+    def check(fn, reference, leaves, views):
+        ours = fn(*views(*leaves))
+        g = torch.randn(ours.shape, device=DEVICE)
+        grads = torch.autograd.grad(ours, leaves, g)
+        exact_leaves = [x.detach().double().requires_grad_() for x in leaves]
+        exact = reference(*views(*exact_leaves))
+        exact_grads = torch.autograd.grad(exact, exact_leaves, g.double())
+        assert rel_error(ours, exact) < 1e-5
+        assert all(rel_error(a, b) < 1e-5 for a, b in zip(grads, exact_grads))
+
+    leaf = lambda *shape: torch.randn(*shape, device=DEVICE, requires_grad=True)  # noqa: E731
+    check(lambda a, b: matmul(a, b, precision="ieee"), torch.matmul, [leaf(1, 7), leaf(20)],
+          lambda a, b: (a.expand(5, 7), b.as_strided((7, 3), (2, 1))))  # b's rows overlap
+    check(lambda a, b: matmul(a, b, precision="ieee"), torch.matmul, [leaf(5, 1), leaf(3, 7)],
+          lambda a, b: (a.expand(5, 7), b.t()))
+    check(attention, sdpa_gqa, [leaf(1, 2, 6, 16), leaf(16, 1, 1, 9), leaf(1, 1, 9, 32)],
+          lambda q, k, v: (q.expand(3, 2, 6, 16), k.permute(1, 2, 3, 0).expand(3, 1, 9, 16),  # head dim not last
+                           v[..., ::2].expand(3, 1, 9, 16)))
+
+
+# ----- lesson 6's model, its data and its command lines: what has no answer is refused by name
+
+from conftest import parse_command_line  # noqa: E402
+from lesson06_gpt import ddp  # noqa: E402
+from lesson06_gpt.data import MIN_BYTES, batch, load_bytes  # noqa: E402
+from lesson06_gpt.model import GPT, TOY, Config  # noqa: E402
+
+
+@pytest.mark.parametrize("fields, error, message", [
+    ({"heads": 0}, ValueError, "heads must be a whole number >= 1, got 0"),          # once a ZeroDivisionError
+    ({"kv_heads": 0}, ValueError, "kv_heads must be a whole number >= 1, got 0"),
+    ({"d_model": -64}, ValueError, "d_model must be a whole number >= 1, got -64"),
+    ({"layers": 0}, ValueError, "layers must be a whole number >= 1, got 0"),
+    ({"seq": 0}, ValueError, "seq must be a whole number >= 1, got 0"),
+    ({"vocab": 0}, ValueError, "vocab must be a whole number >= 1, got 0"),
+    ({"mlp": 2.5}, TypeError, "mlp must be a whole number >= 1, got 2.5"),
+    ({"heads": 3}, ValueError, r"heads \(3\) must divide d_model \(64\)"),
+    ({"kv_heads": 3}, ValueError, r"kv_heads \(3\) must divide heads \(4\)"),
+])
+def test_a_config_without_a_model_is_refused_by_name(fields, error, message):
+    with pytest.raises(error, match=message):
+        Config(**fields)
+
+
+@pytest.mark.parametrize("ops", ["course", "torch"])
+def test_the_model_refuses_inputs_without_an_answer_by_name(ops):
+    ids = lambda *shape, high=TOY.vocab: torch.randint(0, high, shape, device=DEVICE)  # noqa: E731
+    for kwargs, error, message in [({"dtype": "int8"}, ValueError, "dtype must be one of .*got 'int8'"),
+                                   ({"dtype": "bf16"}, ValueError, "dtype must be one of .*got 'bf16'")]:
+        with pytest.raises(error, match=message):  # (once getattr(torch, "bf16"): an AttributeError)
+            GPT(TOY, ops, **kwargs)
+    if ops == "course":
+        with pytest.raises(ValueError, match="the course's kernels take float32, bfloat16 or float16"):
+            GPT(TOY, ops, dtype="float64")
+    model = GPT(TOY, ops, dtype=torch.float32)  # (a torch.dtype is taken as its name)
+    x = ids(2, 8)
+    cases = [((ids(1, TOY.seq + 1), ids(1, TOY.seq + 1)), ValueError,
+              f"idx holds {TOY.seq + 1} tokens a row, more than the position table's config.seq = {TOY.seq}"),
+             ((x, x[:, :7]), ValueError, r"targets must have idx's shape: idx \(2, 8\), targets \(2, 7\)"),
+             ((x[0], x[0]), ValueError, r"idx must be 2-D \(batch, time\), got shape \(8,\)"),
+             ((x.float(), x), TypeError, "idx must be an int64 or int32 tensor of token ids, got torch.float32")]
+    if not x.is_cuda:  # (the ids' range is read back on the CPU only: model.py's check_tokens says why)
+        cases += [((x, x.index_fill(1, torch.tensor([3], device=DEVICE), TOY.vocab)), ValueError,  # (edges: vocab, -1)
+                   r"token ids must be in \[0, 256\) \(config.vocab\): idx and targets hold ids from \d+ to 256$"),
+                  ((x.index_fill(1, torch.tensor([5], device=DEVICE), -1), x), ValueError, r"\[0, 256\) .* from -1 to \d+$")]
+    for (idx, targets), error, message in cases:
+        with pytest.raises(error, match=message):
+            model(idx, targets)
+    with torch.no_grad():  # no tokens: the mean of no losses, NaN, as F.cross_entropy's
+        assert model(ids(0, 8), ids(0, 8)).isnan() and model(x, x).isfinite()
+
+
+def test_data_too_short_and_bad_command_lines_are_named(tmp_path):
+    short = tmp_path / "short.txt"
+    short.write_bytes(b"x" * (MIN_BYTES - 1))  # its last 10%: 65 bytes, one short of a window and a start
+    with pytest.raises(SystemExit, match=f"holds {MIN_BYTES - 1} bytes: too few for a validation split"):
+        load_bytes(str(short))
+    long_enough = tmp_path / "long.txt"
+    long_enough.write_bytes(b"x" * MIN_BYTES)
+    from lesson06_gpt.data import split
+    _, val = split(load_bytes(str(long_enough)))
+    assert batch(val, 2, TOY.seq, torch.Generator().manual_seed(0))[0].shape == (2, TOY.seq)  # the last 10%: a window
+    with pytest.raises(ValueError, match="65 tokens hold no window of seq \\+ 1 = 65 tokens"):
+        batch(val[:-1], 1, TOY.seq, torch.Generator())  # (once torch.randint's "from" past "to")
+    with pytest.raises(ValueError, match="batch_size must be a whole number >= 1, got 0"):
+        batch(val, 0, TOY.seq, torch.Generator())
+    for argv, message in [(["--data", str(short)], "argument --data: .* holds 659 bytes"),
+                          (["--data", str(tmp_path / "nothing.txt")], "argument --data: .*nothing.txt: no such file"),
+                          (["--steps", "-3"], "argument --steps: -3 is not a size"),
+                          (["--dtype", "int8"], "argument --dtype: invalid choice")]:
+        code, _, err = parse_command_line("lesson06_gpt", "--sections", "train", *argv)
+        assert code == 2 and re.search(message, err), (argv, err)
+    for argv in (["--steps", "0"], ["--batch", "-1"]):
+        with pytest.raises(SystemExit) as exit_:
+            ddp.main(argv)  # (parsed before it asks for torchrun)
+        assert exit_.value.code == 2

@@ -278,3 +278,94 @@ def test_fusion_one_kernel_for_the_fused_softmax():
     tables = {t.title: t for t in fusion(256, 1024, use_compile=False)}
     assert len(tables["Kernels launched: naive (5 steps), M = 256, N = 1024"].rows) >= 4
     assert tables["Kernels launched: Triton softmax, M = 256, N = 1024"].column("CUDA kernel") == ["softmax_kernel"]
+
+
+# ----- cross_entropy.py (lesson 6's loss): F.cross_entropy's contract, rows -inf so far, strided targets
+
+import torch.nn.functional as F  # noqa: E402
+
+from common.checks import rel_error  # noqa: E402
+from lesson02_softmax.cross_entropy import cross_entropy  # noqa: E402
+
+
+def assert_as_torchs(logits, targets, tolerance=1e-5, **kwargs):
+    """cross_entropy's loss and gradient against F.cross_entropy's in float64 from the same logits
+    (the same NaNs; an exact zero where torch's is one: ignored rows, sums over none)."""
+    x = logits.detach().requires_grad_()
+    x64 = logits.detach().double().requires_grad_()
+    ours, exact = cross_entropy(x, targets, **kwargs), F.cross_entropy(x64, targets.long(), **kwargs)
+    assert ours.dtype == torch.float32 and ours.shape == exact.shape
+    assert torch.equal(ours.isnan(), exact.isnan()) and torch.equal(ours == 0, exact == 0), (ours, exact)
+    assert rel_error(ours.nan_to_num(), exact.nan_to_num()) < tolerance
+    g = torch.randn(exact.shape, dtype=torch.float64, device=DEVICE)
+    (dx,), (dx64,) = torch.autograd.grad(ours, x, g.float()), torch.autograd.grad(exact, x64, g)
+    assert torch.equal(dx == 0, dx64 == 0) and rel_error(dx, dx64) < tolerance
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_ignore_index_and_reductions_as_torch(reduction):
+    # padding rows (-100, torch's default ignore_index) add nothing and the mean is over the others;
+    # an ignore_index inside the vocabulary (a padding token 3) masks those rows, not the column
+    logits = 3 * torch.randn(9, 50, device=DEVICE)
+    targets = torch.randint(0, 50, (9,), device=DEVICE)
+    targets[[1, 4, 5]] = -100
+    assert_as_torchs(logits, targets, reduction=reduction)
+    targets[[1, 4, 5]] = torch.tensor([7, 3, 49], device=DEVICE)
+    targets[[0, 8]] = 3
+    assert_as_torchs(logits, targets, ignore_index=3, reduction=reduction)
+    assert_as_torchs(logits, torch.full((9,), -100, device=DEVICE), reduction=reduction)  # mean: NaN, as 0 / 0
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_of_an_empty_batch_as_torch(reduction):
+    # no rows: NaN for the mean, 0 for the sum, nothing per row, each with a graph whose backward runs
+    logits = torch.randn(0, 10, device=DEVICE, requires_grad=True)
+    targets = torch.zeros(0, dtype=torch.long, device=DEVICE)
+    ours, theirs = cross_entropy(logits, targets, reduction=reduction), F.cross_entropy(logits, targets, reduction=reduction)
+    assert ours.shape == theirs.shape and torch.equal(ours.isnan(), theirs.isnan()) and ours.grad_fn is not None
+    ours.sum().backward()
+    assert logits.grad.shape == (0, 10)
+
+
+def test_cross_entropy_reads_strided_targets():
+    # every other id of a longer tensor, and one id expanded to every row (stride 0): no copy, read by stride
+    logits = torch.randn(6, 40, device=DEVICE)
+    ids = torch.randint(0, 40, (12,), device=DEVICE)
+    for targets in (ids[::2], ids[5:6].expand(6), ids.view(6, 2)[:, 1]):
+        assert not targets.is_contiguous()
+        for reduction in ("mean", "none"):
+            assert_as_torchs(logits, targets, reduction=reduction)
+
+
+def test_cross_entropy_rows_whose_first_tiles_are_all_minus_inf():
+    # rows of 2 x 8192 + 500 logits walked in tiles of 8192: the first two tiles all -inf (a vocabulary
+    # masked but for its last part), so the running max stays -inf until the third, where exp(-inf -
+    # -inf) would be NaN without the guard (m_safe); 300 columns would be one tile and never reach it
+    V = 8192 * 2 + 500
+    logits = torch.full((3, V), float("-inf"), device=DEVICE)
+    logits[0, -1] = 3.0
+    logits[1, 8192 * 2:] = torch.randn(500, device=DEVICE)
+    logits[2, 8192 * 2 + 7] = -1e4
+    targets = torch.tensor([V - 1, V - 3, 8192 * 2 + 7], device=DEVICE)
+    losses = cross_entropy(logits, targets, reduction="none")
+    assert torch.isfinite(losses).all() and losses[0] == 0 and losses[2] == 0
+    torch.testing.assert_close(losses, F.cross_entropy(logits, targets, reduction="none"))
+
+
+def test_cross_entropy_targets_out_of_range_give_nan_even_past_2_32():
+    # a target outside [0, V) that is not ignore_index: NaN (F.cross_entropy stops instead); an int64 id
+    # of 2^32 + 3 compared as it is, not cut to 32 bits (where it would read as 3)
+    logits = torch.randn(4, 10, device=DEVICE)
+    targets = torch.tensor([0, 10, 2**32 + 3, -1], device=DEVICE)
+    assert cross_entropy(logits, targets, reduction="none").isnan().tolist() == [False, True, True, True]
+
+
+def test_cross_entropy_knobs_are_checked():
+    logits, targets = torch.randn(4, 10, device=DEVICE), torch.zeros(4, dtype=torch.long, device=DEVICE)
+    for kwargs, error, message in [({"reduction": "max"}, ValueError, "reduction must be one of"),
+                                   ({"ignore_index": -1.0}, TypeError, "ignore_index must be a whole number"),
+                                   ({"ignore_index": "pad"}, TypeError, "ignore_index must be a whole number")]:
+        with pytest.raises(error, match=message):
+            cross_entropy(logits, targets, **kwargs)
+    with pytest.raises(TypeError):
+        cross_entropy(logits, targets, -100)  # keyword-only, as the rest of the course's knobs

@@ -291,3 +291,136 @@ def test_coalescing_timing_with_a_fake_clock(monkeypatch):
     torch.testing.assert_close(ours_x, torch_x)
     torch.testing.assert_close(ours_xt, torch_xt)
     assert not torch.allclose(ours_x, ours_xt)  # two tensors, one per layout
+
+
+# ----- rmsnorm.py (lesson 6's norm): torch's contract, every input's gradient, float32 inside
+
+import torch.nn.functional as F  # noqa: E402
+
+from common.checks import errors_against_autograd, gradients, grad_ok, rel_error  # noqa: E402
+from lesson03_rowsum.rmsnorm import rms_norm  # noqa: E402
+
+
+def rms_norm_errors(ours, theirs, inputs, outputs):
+    """For every input's gradient: (ours, torch's in the inputs' dtype), each relative to float64
+    autograd from the same inputs, where the outputs `outputs` picks (indices) each get a random
+    cotangent and the others none (common.checks' yardstick, for functions of several outputs)."""
+    def grads(fn, dtype, cotangents=None):
+        xs = [x.detach().to(dtype).requires_grad_() for x in inputs]
+        out = fn(*xs)
+        outs = [out[i] for i in outputs]
+        if cotangents is None:
+            cotangents = [torch.randn(o.shape, dtype=torch.float64, device=DEVICE) for o in outs]
+        return torch.autograd.grad(outs, xs, [c.to(o.dtype) for c, o in zip(cotangents, outs)]), cotangents
+
+    exact, cotangents = grads(theirs, torch.float64)
+    mine, torch_s = (grads(fn, inputs[0].dtype, cotangents)[0] for fn in (ours, theirs))
+    return [(rel_error(a, e), rel_error(b, e)) for a, b, e in zip(mine, torch_s, exact)]
+
+
+def fused(x, w, r):
+    return rms_norm(x, w, 1e-6, residual=r)
+
+
+def fused_reference(x, w, r):
+    return x + r, F.rms_norm(x + r, (x.shape[-1],), w, 1e-6)
+
+
+@pytest.mark.parametrize("outputs", [(0,), (1,), (0, 1)], ids=["h only", "y only", "h and y"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_residual_gives_every_input_its_gradient(outputs, dtype):
+    # x, the residual and w, when a model uses the sum h alone (a block whose norm is unused), the
+    # normalised rows alone (the last block), or both: each input's gradient against float64 autograd
+    x, r = torch.randn(2, 37, 200, device=DEVICE), torch.randn(2, 37, 200, device=DEVICE)
+    w = torch.rand(200, device=DEVICE) + 0.5
+    inputs = [t.to(dtype) for t in (x, w, r)]
+    if outputs == (0,):  # w has no gradient where y is unused: autograd gives x's and r's alone
+        grads = torch.autograd.grad(fused(*[t.requires_grad_() for t in inputs])[0].sum(), [inputs[0], inputs[2]])
+        assert all(torch.equal(g, torch.ones_like(g)) for g in grads)
+        return
+    for i, (ours, theirs) in enumerate(rms_norm_errors(fused, fused_reference, inputs, outputs)):
+        assert grad_ok(ours, theirs), f"d{'xwr'[i]}: {ours:.2e} against torch's {theirs:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rms_norm_reads_a_weight_of_any_stride(dtype):
+    # w[::2], a column of a matrix, one value expanded (stride 0): read as torch reads them, their
+    # gradients sent back through the view (once read as contiguous: outputs off by up to 1.38)
+    N = 96
+    x = torch.randn(5, N, device=DEVICE, dtype=dtype)
+    views = {"w[::2]": lambda base: base[::2], "a column": lambda base: base.view(N, 2)[:, 1],
+             "expanded": lambda base: base[:1].expand(N)}
+    for name, view in views.items():
+        base = (torch.rand(2 * N, device=DEVICE) + 0.5).to(dtype)
+        errors = errors_against_autograd(
+            gradients(lambda x, b: rms_norm(x, view(b), 1e-6), [x, base], g := torch.randn(5, N, device=DEVICE,
+                                                                                              dtype=torch.float64),
+                      dtype), lambda x, b: F.rms_norm(x, (N,), view(b), 1e-6), [x, base], g)
+        y = rms_norm(x, view(base), 1e-6)
+        assert rel_error(y, F.rms_norm(x.double(), (N,), view(base).double(), 1e-6)) < 2 * torch.finfo(dtype).eps, name
+        assert all(grad_ok(ours, theirs) for ours, theirs in errors), (name, errors)
+
+
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight")
+def test_rms_norm_takes_a_weight_of_another_dtype_and_autocast_as_torch_does():
+    # F.rms_norm takes a weight of another dtype (y in x's); under torch.autocast it runs in float32 on
+    # a GPU (autocast's float32 list) and as it is on the CPU: the same dtype and values as torch's
+    x = torch.randn(6, 64, device=DEVICE)
+    w = torch.rand(64, device=DEVICE) + 0.5
+    for xd, wd in ((torch.bfloat16, torch.float32), (torch.float32, torch.float16), (torch.float16, torch.bfloat16)):
+        xs, ws = x.to(xd).detach().requires_grad_(), w.to(wd).detach().requires_grad_()
+        y, ref = rms_norm(xs, ws, 1e-6), F.rms_norm(xs.detach(), (64,), ws.detach(), 1e-6)
+        assert y.dtype == ref.dtype == xd and rel_error(y, ref) < 2 * torch.finfo(xd).eps
+        y.sum().backward()
+        assert xs.grad.dtype == xd and ws.grad.dtype == wd
+    with torch.autocast(DEVICE, dtype=torch.bfloat16):
+        for xd in (torch.float32, torch.bfloat16):
+            xs, r = x.to(xd), torch.randn(6, 64, device=DEVICE, dtype=xd)
+            y, ref = rms_norm(xs, w, 1e-6), F.rms_norm(xs, (64,), w, 1e-6)
+            h, y_fused = rms_norm(xs, w, 1e-6, residual=r)
+            ref_h = xs + r
+            assert y.dtype == y_fused.dtype == ref.dtype and h.dtype == ref_h.dtype, (xd, y.dtype, ref.dtype)
+            assert rel_error(y, ref) < 2 * torch.finfo(ref.dtype).eps
+            assert rel_error(y_fused, F.rms_norm(ref_h, (64,), w, 1e-6)) < 2 * torch.finfo(ref.dtype).eps
+            small = 1e-3 * xs  # mean(x^2) near 1e-6: the default eps shows
+            assert rel_error(rms_norm(small, w), F.rms_norm(small, (64,), w)) < 2 * torch.finfo(ref.dtype).eps
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_rms_norm_default_eps_is_torchs(dtype):
+    # eps=None, F.rms_norm's default, which rows of small values feel (mean(x^2) near 1e-6): the
+    # epsilon of the dtype computed in, float32's (torch's docs say x's dtype's, 1e-3 for float16 and
+    # 8e-3 for bfloat16, which would shrink these rows tenfold or more), where 1e-6 is not it
+    x = (1e-3 * torch.randn(4, 256, device=DEVICE)).to(dtype)
+    w = torch.rand(256, device=DEVICE).to(dtype) + 0.5
+    ref = F.rms_norm(x, (256,), w)
+    assert rel_error(rms_norm(x, w), ref) < 2 * torch.finfo(dtype).eps
+    assert rel_error(rms_norm(x, w, 1e-6), ref) > 0.1
+
+
+def test_rms_norm_empty_inputs_as_torch():
+    for shape in [(0, 5), (3, 0), (2, 0, 4), (0,)]:
+        N = shape[-1]
+        x = torch.randn(shape, device=DEVICE, requires_grad=True)
+        w = torch.randn(N, device=DEVICE, requires_grad=True)
+        y = rms_norm(x, w)
+        assert y.shape == F.rms_norm(x, (N,), w).shape == shape
+        y.sum().backward()
+        assert x.grad.shape == shape and torch.equal(w.grad, torch.zeros(N, device=DEVICE))
+
+
+def test_rms_norm_sums_squares_and_keeps_rstd_in_float32():
+    # float16 rows of values near 100: their squares add up past float16's largest number (65504) in
+    # any row; a float16 sum of squares gives inf, rstd 0 and y = 0
+    x = (100 * torch.randn(4, 1000, device=DEVICE)).half()
+    w = torch.ones(1000, device=DEVICE, dtype=torch.float16)
+    assert rel_error(rms_norm(x, w, 1e-6), F.rms_norm(x.double(), (1000,), w.double(), 1e-6)) < 2e-3
+    # bfloat16 rows and an upstream gradient nearly parallel to them: dx = rstd (g - xh mean(g xh)) is
+    # the small part of g across x, left after a cancellation that an rstd rounded to bfloat16 (8 bits)
+    # spoils by ~2^-8 of g, against torch's float32 rstd
+    x = torch.randn(8, 512, device=DEVICE).bfloat16()
+    g = (x + 1e-2 * torch.randn(8, 512, device=DEVICE)).bfloat16().double()  # (exact in bfloat16: its small part kept)
+    w = torch.ones(512, device=DEVICE, dtype=torch.bfloat16)
+    errors = errors_against_autograd(gradients(lambda x, w: rms_norm(x, w, 1e-6), [x, w], g, torch.bfloat16),
+                                     lambda x, w: F.rms_norm(x, (512,), w, 1e-6), [x, w], g)
+    assert grad_ok(*errors[0]), errors

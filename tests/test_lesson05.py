@@ -56,7 +56,7 @@ def test_empty_input():
         (((1, 3, 8, 64), (1, 2, 9, 64), (1, 2, 9, 64)), None, ValueError, "3 heads must be a multiple of k's and v's 2"),
         (((1, 2, 8, 64), (2, 2, 8, 64), (2, 2, 8, 64)), None, ValueError, "must agree in batch .dim 0. and head_dim"),
         (((1, 2, 8, 64), (1, 2, 8, 32), (1, 2, 8, 32)), None, ValueError, "must agree in batch .dim 0. and head_dim"),
-        (((1, 2, 8, 320),) * 3, None, ValueError, "head_dim must be from 1 to 256, got 320"),
+        (((1, 2, 8, 320),) * 3, None, ValueError, "head_dim must be from 0 to 256, got 320"),
         (((2, 8, 64),) * 3, None, ValueError, "must be 4-D"),
         (((1, 2, 8, 64),) * 3, (torch.float32, torch.float16, torch.float32), TypeError, "different dtypes"),
         (((1, 2, 8, 64),) * 3, (torch.int32,) * 3, TypeError, "dtype int32"),
@@ -808,6 +808,31 @@ def test_decode_gradients(dtype):
     assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
 
 
+PACKED = [  # B, H_Q, H_KV, seq_q, seq_k, head_dim: the packed block's GROUP x seq_q rows, and where each one goes
+    (2, 8, 2, 3, 129, 32),   # 12 rows per key head, 2 key heads, 2 batches; causal, the rows' last keys cross key 128
+    (1, 16, 1, 4, 70, 16),   # 64 rows, the most a block takes (decode.MAX_ROWS): 4 queries of 16 heads
+    (1, 12, 4, 5, 40, 64),   # 15 rows of a 16-row block: one row of padding
+    (3, 6, 3, 7, 33, 8),     # 14 rows, 3 batches, causal: each query's last key 26 + i
+]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", PACKED, ids=[f"{s[0]}b{s[1]}q{s[2]}kv-{s[3]}x{s[4]}-d{s[5]}" for s in PACKED])
+def test_decode_packs_each_groups_heads_and_queries_into_one_block(shape, causal):
+    # decode.py's packed block: row r of key head hk's block is query head hk * GROUP + r // seq_q, query
+    # r % seq_q. Each (batch, head, query) row against float64, in 1, 2 and 3 shares of the keys: a row
+    # computed for the wrong head or query, or not at all (blocks of more than 16 rows), or a causal
+    # stage that lets a row see keys past its own (the unmasked stage must stop at the first query's
+    # last key: seq_k 129, seq_q 3 put the queries' last keys on both sides of 128, a multiple of every
+    # key block) shows in its own row
+    q, k, v = model_inputs(*shape, torch.float32)
+    exact = attention_standard(q.double(), k.double(), v.double(), causal=causal, sm_scale=0.3)
+    for num_splits in (1, 2, 3):
+        o, _ = decode.launch(q, k, v, causal, 0.3, num_splits=num_splits, **DECODE_KERNELS)
+        per_row = (o.double() - exact).norm(dim=-1) / exact.norm(dim=-1)
+        assert per_row.max() < TOL[torch.float32], (num_splits, (per_row >= TOL[torch.float32]).nonzero()[:4].tolist())
+
+
 # ----- the route's Gluon paths (hopper.py's kernels; lesson 7 and tests/test_lesson07.py take them apart)
 
 from lesson05_flash_attention import hopper  # noqa: E402
@@ -834,6 +859,37 @@ def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(mon
     assert len(calls) == before  # seq 200: the Triton kernel
     attention(q[..., :64].contiguous(), k[..., :64].contiguous(), v[..., :64].contiguous())
     assert len(calls) == before  # head_dim 64: takes() would, but the Triton kernel is as fast there
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("path", ["triton", "gluon"])
+def test_each_dq_row_lands_on_its_own_query(path, causal):
+    # dQ's row i is dS_i K, and dS_i = P_i * (dO_i V^T - rowsum(dO_i * O_i)) is exactly 0 where dO_i is:
+    # with dO zero on a random half of the rows (a pattern of its own in every head), a backward that
+    # adds a query block's dQ into another block's rows, another head's or another batch's puts numbers
+    # where zeros must be, whatever their size; the other rows, and dK, dV, within twice the error of
+    # torch's autograd in float16 (grad_ok). The Gluon backward (hopper.py: a dQ tile's row, computed
+    # from its head, query block and consumer, added by TMA) runs on an H100 or H200 only; the Triton
+    # backward's run here shows the test fails where rows are mixed.
+    from common.checks import errors_against_autograd, grad_ok
+
+    if path == "gluon" and not hopper.HOPPER:
+        pytest.skip("the Gluon backward runs on sm_90 (H100, H200) only")
+    B, H, H_KV, seq, D = (2, 4, 2, 384, 64) if path == "gluon" else (2, 4, 2, 80, 32)  # Gluon: seq in 128s
+    q = torch.randn(B, H, seq, D, device=DEVICE, dtype=torch.float16)
+    k, v = (torch.randn(B, H_KV, seq, D, device=DEVICE, dtype=torch.float16) for _ in range(2))
+    silent = torch.rand(B, H, seq, 1, device=DEVICE) < 0.5
+    do = torch.randn_like(q).masked_fill(silent, 0.0)
+    o, lse = launch(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
+    if path == "gluon":
+        assert hopper.backward_takes(q, k, v)
+    run = hopper.launch_backward if path == "gluon" else backward.launch_backward
+    dq, dk, dv = run(do, q, k, v, o, lse, causal, D ** -0.5)
+    stray = dq.masked_select(silent).ne(0).view(-1, D).any(dim=1)  # (a query's row of dQ, where dO's is 0)
+    assert not stray.any(), f"{int(stray.sum())} rows of dQ where dO is 0 hold numbers"
+    errors = errors_against_autograd((dq, dk, dv), attention_standard, [q, k, v], do, causal=causal)
+    for name, (ours, theirs) in zip("qkv", errors):
+        assert grad_ok(ours, theirs), f"d{name}: {ours:.2e} against torch's {theirs:.2e}"
 
 
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
