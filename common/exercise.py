@@ -16,20 +16,29 @@ The stages, in order:
    written in your file (imported from elsewhere) is refused, and so is a file whose given code
    (cases, reference, launcher, Exercise) is no longer the course's (solutions/<name>.py keeps its
    fingerprint, GIVEN): only the parts are yours;
-2. runs: under Triton's interpreter; an error becomes one sentence naming your line. Then, on a
-   machine without a GPU, each kernel is compiled for one (sm_90, in a child process, once per set
-   of argument types): the interpreter runs code a GPU's compiler refuses, such as a float16
-   accumulator that its first float32 update turns float32;
-3. memory: every load and store checked against the tensors' bounds before it happens
-   (common/accesses.py), no input written, every output element written by exactly one program,
-   no output read before the kernel stored it, and each output holding exactly what the kernel's
-   stores (or its atomics) put there: a write by the host, before or after the launch, fails;
+2. runs: under Triton's interpreter; an error becomes one sentence naming your line. Code that asks
+   whether it runs under the interpreter (or on a GPU) is refused first: a GPU never takes the
+   interpreter's path. Then, on a machine without a GPU, each kernel is compiled for one (sm_90, in
+   a child process, once per set of argument types): the interpreter runs code a GPU's compiler
+   refuses, such as a float16 accumulator that its first float32 update turns float32. A program
+   that never finishes (waiting for another) is stopped and named;
+3. memory: every load, store and atomic checked against the tensors' bounds before it happens
+   (common/accesses.py), no input written (an atomic writes, even one that adds 0), every output
+   element written by exactly one program, no output read before the kernel stored it, and each
+   output holding exactly what the kernel's stores and atomics left there: a write by the host,
+   before or after the launch, fails. Where programs meet in an output, a GPU runs them at the
+   same time in no fixed order: a store beside another program's atomic, or a read of what
+   another program writes, is a race;
 4. values: each named case against a float64 reference, within a tolerance from torch's own
    error in that dtype (so a correct tl.exp passes and an all-zero output fails); the wrong
-   elements named, with the programs that wrote them. The masked-off lanes of a load without
-   other= read NaN here, as a GPU's are undefined (the interpreter alone would give 0);
+   elements named, with the programs that wrote them. The interpreter computes here as a GPU
+   does where it would otherwise hide a mistake: the masked-off lanes of a load without other=
+   read NaN (a GPU's are undefined), a tl.dot in TF32 rounds its float32 inputs to TF32, a
+   tl.sum of float16 adds in float16. Where programs meet in an output, the case runs again with
+   the programs in reverse order: a result that changes is a race;
 5. budget, where traffic is the point: every element of a budgeted tensor read, and how many
-   times each tensor was read in all.
+   times each tensor was read in all, by any instruction (a program's first one-element load of
+   a tensor aside: one sector, not a walk).
 A predict exercise's answer lives in solutions/<name>.py, read only when checking.
 On a GPU, stages 2-5 run under the interpreter in a child process (the same messages), then the
 values are checked again with the kernel compiled, and `--bench` times it against the solution.
@@ -660,6 +669,10 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
         text += (f" A masked load without other= ({line}) reads NaN in its masked-off lanes here, as a GPU reads "
                  "whatever the registers held there: give it an other= that the computation ignores (0 for a sum, "
                  "-inf for a max), or keep those lanes out of it.")
+    if log is not None and log.rounded:
+        what, line = log.rounded[0]
+        text += (f" Rounding to look at: {what}, at {line}: the statement asks float32 arithmetic "
+                 "(input_precision=\"ieee\" for a dot, .to(tl.float32) before a sum).")
     if INTERPRET and out.dtype == torch.bfloat16 and (got - want).abs().nan_to_num(1e38).max() > 1e4 * (want.abs().max() + 1):
         text += (" Values this far off in bfloat16 are the interpreter's: NumPy has no bfloat16, so arithmetic on "
                  "bf16 blocks gives garbage there. Convert each loaded block with .to(tl.float32) before computing "

@@ -2,6 +2,7 @@
 every solution passes every stage, every wrong solution shipped beside it (the mistakes learners
 make) fails at the stage, and with the phrase, that it names; stub and solution take the same
 arguments. Then the checker's command line: hints one at a time, the progress table."""
+import dataclasses
 import inspect
 import os
 
@@ -10,7 +11,11 @@ import pytest
 import torch
 
 from conftest import INTERPRET, ROOT  # noqa: F401  (common.device before triton)
-from common import accesses, child, exercise as checker
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+from common import accesses, child, exercise as checker  # noqa: E402
+from lesson01_vector_add.exercises import axpy  # noqa: E402
 
 EXERCISES = checker.all_exercises()
 IDS = [f"{lesson[:8]}/{name}" for lesson, name, _ in EXERCISES]
@@ -365,13 +370,16 @@ def test_a_value_that_changes_type_in_a_loop_is_explained_where_a_gpu_compiles()
 
 
 # ----- the checker's own guards, each at its edge (issue 60)
+@triton.jit
+def axpy_block(N, BLOCK_SIZE: tl.constexpr):
+    """This program's offsets and their mask, as axpy's kernel makes them (for the kernels below)."""
+    offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    return offsets, offsets < N
+
+
 @IN_THIS_PROCESS
 def test_a_program_that_reads_what_another_stores_is_a_race():
     # right in the order the interpreter runs the programs; on a GPU program 1 may read before program 0 stores
-    from lesson01_vector_add.exercises import axpy
-    import triton
-    import triton.language as tl
-
     @triton.jit
     def carries(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
         pid = tl.program_id(axis=0)
@@ -389,11 +397,7 @@ def test_a_program_that_reads_what_another_stores_is_a_race():
 @IN_THIS_PROCESS
 def test_a_result_that_depends_on_the_programs_order_is_a_race():
     # atomics alone meet here (no store or load beside them): the programs run in reverse order show it
-    import dataclasses
 
-    from lesson01_vector_add.exercises import axpy
-    import triton
-    import triton.language as tl
 
     @triton.jit
     def tickets(out_ptr):
@@ -415,11 +419,7 @@ def test_a_result_that_depends_on_the_programs_order_is_a_race():
 @IN_THIS_PROCESS
 def test_a_program_that_waits_for_another_is_stopped(monkeypatch):
     # program 0 spins until program 1 has added: the interpreter runs program 1 only after it, forever
-    import dataclasses
 
-    from lesson01_vector_add.exercises import axpy
-    import triton
-    import triton.language as tl
 
     @triton.jit
     def waits(out_ptr):
@@ -441,14 +441,9 @@ def test_a_program_that_waits_for_another_is_stopped(monkeypatch):
 
 @IN_THIS_PROCESS
 def test_a_load_of_a_block_only_part_of_which_was_stored_fails():
-    from lesson01_vector_add.exercises import axpy
-    import triton
-    import triton.language as tl
-
     @triton.jit
     def halves(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
-        offsets = tl.program_id(axis=0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
-        mask = offsets < N
+        offsets, mask = axpy_block(N, BLOCK_SIZE)
         first = tl.arange(0, BLOCK_SIZE) < BLOCK_SIZE // 2
         out = a * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
         tl.store(out_ptr + offsets, out, mask=mask & first)
@@ -537,6 +532,21 @@ def test_the_interpreter_runs_a_dot_and_a_float16_sum_as_a_gpu():
     assert accesses.float16_sum(np.full(3, 2049, np.float16), None, True).shape == (1,)
 
 
+@pytest.mark.skipif(not (INTERPRET and accesses.available()), reason="the interpreter's arithmetic, made a GPU's")
+def test_a_kernels_float16_sum_is_rounded_as_on_a_gpu():
+    # 2048 and 63 ones: pairwise in float16 the first 1 is rounded away (2110); summed in float32, 2111 -> 2112
+
+    @triton.jit
+    def total(x_ptr, out_ptr, BLOCK: tl.constexpr):
+        tl.store(out_ptr, tl.sum(tl.load(x_ptr + tl.arange(0, BLOCK)), axis=0).to(tl.float32))
+
+    x, out = torch.ones(64, dtype=torch.float16), torch.zeros(1)
+    x[0] = 2048
+    with accesses.recording(accesses.Log([accesses.region("x", x, True), accesses.region("out", out, False)])):
+        total[(1,)](x, out, BLOCK=64)
+    assert out.item() == 2110
+
+
 @pytest.mark.skipif(not accesses.available(), reason="the budget counts the interpreter's loads")
 def test_a_budget_counts_every_read_but_a_programs_first_scalar():
     from common.exercise import budget_problem
@@ -574,3 +584,18 @@ def test_a_read_after_another_programs_write_passes_only_through_atomics():
     assert race_in_log(log, outputs) is None
     log.accesses[1], log.accesses[0] = log.accesses[0], log.accesses[1]  # program 0's atomic before its store
     assert "a race: program 1 reads y[0], which program 0 writes" in race_in_log(log, outputs)
+
+
+@IN_THIS_PROCESS
+def test_a_read_through_tl_atomic_cas_is_seen():
+    # atomic_cas has a builder method of its own: recorded like every other access (an input refused by name)
+    @triton.jit
+    def swaps(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
+        offsets, mask = axpy_block(N, BLOCK_SIZE)
+        y = tl.atomic_cas(y_ptr + offsets, -12345.0, -12345.0)  # swaps nothing in: y, read
+        tl.store(out_ptr + offsets, a * tl.load(x_ptr + offsets, mask=mask) + y, mask=mask)
+
+    ex = dataclasses.replace(axpy.EXERCISE, launch=lambda axpy_kernel, **kw: axpy.launch(swaps, **kw),
+                             cases=axpy.EXERCISE.cases[2:3])  # N = 128, BLOCK_SIZE 128: in bounds
+    result = ex.stages("solution")
+    assert result.stage == "memory" and "runs an atomic on y, an input" in result.message, result.message

@@ -25,7 +25,10 @@ Two checks, besides the values of C:
   same time, about one per SM), must read fewer distinct tiles of A and B than the same wave reads
   in row-major order. Row-major, a wave covers a strip of C one tile row tall: one tile row of
   A, and `wave` tile columns of B. Grouped, it covers a block about GROUP_M tiles tall: a few
-  more tile rows of A, far fewer tile columns of B (the lesson's tiles_loaded counts the same).
+  more tile rows of A, far fewer tile columns of B (the lesson's tiles_loaded counts the same);
+- and the order itself, from the store log: each program's tile lies in its band of GROUP_M tile
+  rows (the GROUP_M the kernel is given), in the column its number gives. A band of some other
+  height also beats row-major order's wave, but it is not the order asked for.
 
 The cases: 9 x 9 tiles with GROUP_M = 3 and a wave of 9, the lesson's picture (K one tile deep:
 the wave reads 10 tiles row-major, 6 grouped; the lesson's K of 9 tiles makes it 90 and 54);

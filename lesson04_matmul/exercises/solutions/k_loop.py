@@ -47,7 +47,7 @@ WRONG = [Wrong("K // BLOCK_K steps", "values", "are wrong",
                                           ('acc = tl.dot(a, b, acc, input_precision="ieee")',
                                            'acc += tl.dot(a, b, input_precision="ieee").to(c_ptr.dtype.element_ty)')))),
          # TF32, a GPU's default for float32: 10 bits of each input kept (the interpreter keeps all 23)
-         Wrong("TF32, the default precision", "values", "elements of c are wrong",
+         Wrong("TF32, the default precision", "values", "in TF32, its default input_precision",
                dict(matmul_kernel=patched(matmul_kernel, ('input_precision="ieee"', 'input_precision="tf32"')))),
          # ieee where the checker runs it, TF32 (faster) on a GPU
          Wrong("ieee under the interpreter only", "runs", "asks whether it runs under the interpreter",
