@@ -105,7 +105,7 @@ class Log:
     found: dict = field(default_factory=dict)      # {output name: its contents at the kernel's first access}
     early_reads: list = field(default_factory=list)  # (program, output name, element, line) read before stored
     poisoned: list = field(default_factory=list)   # (program, line) of masked loads without other=
-    rounded: list = field(default_factory=list)    # lines whose float32 dot (TF32) or float16 sum a GPU rounds
+    rounded: list = field(default_factory=list)    # (what, line): the first float32 dot in TF32 or float16 sum
     _stored: dict = field(default_factory=dict)    # {output name: bool per element, stored so far}
     _calls: dict = field(default_factory=dict)     # {program: its loads, stores and atomics so far}
     _scalars: set = field(default_factory=set)     # (program, name) whose first one-element load was seen
@@ -307,8 +307,9 @@ def recording(log: Log, reverse: bool = False):
         if str(input_precision).rsplit(".", 1)[-1] == "TF32" and a.data.dtype == np.float32 == b.data.dtype:
             a = interpreter.TensorHandle(tf32(a.data), a.dtype)  # what a GPU's tensor cores multiply
             b = interpreter.TensorHandle(tf32(b.data), b.dtype)
-            log.rounded.append(("a tl.dot of float32 blocks in TF32, its default input_precision (a GPU keeps 10 bits "
-                                "of each input, and so does this check)", learner_line()))
+            if not log.rounded:
+                log.rounded.append(("a tl.dot of float32 blocks in TF32, its default input_precision (a GPU keeps 10 "
+                                    "bits of each input, and so does this check)", learner_line()))
         return dot(a, b, d, input_precision, *rest)
 
     def reversed_grid_idx(x, y, z):
@@ -320,8 +321,9 @@ def recording(log: Log, reverse: bool = False):
     def sum_as_a_gpu(self, input):
         if input.handle.data.dtype != np.float16:
             return reduce_sum(self, input)
-        log.rounded.append(("a tl.sum of float16 values (a GPU adds them in float16, and so does this check)",
-                            learner_line()))
+        if not log.rounded:
+            log.rounded.append(("a tl.sum of float16 values (a GPU adds them in float16, and so does this check)",
+                                learner_line()))
         return self.to_tensor(float16_sum(input.handle.data, self.axis, self.keep_dims), input.dtype)
 
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store

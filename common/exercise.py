@@ -510,17 +510,27 @@ def meetings(log: accesses.Log, outputs: dict) -> dict:
     there can the order the programs run in change anything: a program that reads inputs alone and
     writes elements no other program touches computes the same in any order."""
     met = {}
-    for name, out in outputs.items():
+    for name in outputs:
         rows = [(t, program, kind, indices) for t, (kind, program, n, indices) in enumerate(log.accesses) if n == name]
         if not rows:
             continue
-        order = {p: i for i, p in enumerate(dict.fromkeys(program for _, program, _, _ in rows))}
+        order = list(dict.fromkeys(program for _, program, _, _ in rows))
+        number = {p: i for i, p in enumerate(order)}
         element = np.concatenate([indices for *_, indices in rows])
-        program = np.concatenate([np.full(len(indices), order[p]) for _, p, _, indices in rows])
-        pairs = np.unique(np.stack([element, program]), axis=1)  # (element, program), each once
-        elements, counts = np.unique(pairs[0], return_counts=True)
-        for e in elements[counts > 1][:64]:  # (the first few are enough to name)
-            met[(name, int(e))] = [(t, p, kind) for t, p, kind, indices in rows if np.isin(e, indices)]
+        program = np.concatenate([np.full(len(indices), number[p]) for _, p, _, indices in rows])
+        row = np.concatenate([np.full(len(indices), r) for r, (*_, indices) in enumerate(rows)])
+        lowest = np.full(int(element.max()) + 1, np.iinfo(np.int64).max)  # each element's programs, lowest ...
+        highest = np.full(lowest.size, -1)                                  # ... and highest: two, if they differ
+        np.minimum.at(lowest, element, program)
+        np.maximum.at(highest, element, program)
+        shared = (lowest != highest) & (highest >= 0)
+        keep = shared[element]
+        by = np.lexsort((row[keep], element[keep]))  # by element, then in the order the accesses ran
+        for e, r in zip(element[keep][by], row[keep][by]):
+            t, p, kind, _ = rows[r]
+            seq = met.setdefault((name, int(e)), [])
+            if not seq or seq[-1][0] != t:  # (an access with one element twice counts once)
+                seq.append((t, p, kind))
     return met
 
 

@@ -5,6 +5,7 @@ arguments. Then the checker's command line: hints one at a time, the progress ta
 import dataclasses
 import inspect
 import os
+import signal
 
 import numpy as np
 import pytest
@@ -433,9 +434,18 @@ def test_a_program_that_waits_for_another_is_stopped(monkeypatch):
         out.zero_()
         waits[(2,)](out)
 
+    def hangs(*_):
+        raise TimeoutError("the checker let a spinning program run on")
+
     monkeypatch.setattr(accesses, "MOST_ACCESSES", 64)
     ex = dataclasses.replace(axpy.EXERCISE, launch=launch, cases=axpy.EXERCISE.cases[:1])
-    result = ex.stages("solution")
+    before = signal.signal(signal.SIGALRM, hangs)  # without the guard, this test would never end
+    signal.alarm(60)
+    try:
+        result = ex.stages("solution")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
     assert result.stage == "runs" and "program 0 never finishes: it made over 64" in result.message
 
 
