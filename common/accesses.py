@@ -36,7 +36,7 @@ def _builder():
         return None
     builder = getattr(interpreter, "interpreter_builder", None)
     names = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas", "create_dot",
-             "set_grid_idx", "set_grid_dim")
+             "create_barrier", "set_grid_idx", "set_grid_dim")
     return builder if builder is not None and all(hasattr(builder, n) for n in names) else None
 
 
@@ -104,9 +104,13 @@ class Log:
     written: list = field(default_factory=list)    # (kind, name, indices, raw values left there, atomic op) in order
     found: dict = field(default_factory=dict)      # {output name: its contents at the kernel's first access}
     early_reads: list = field(default_factory=list)  # (program, output name, element, line) read before stored
+    read_backs: list = field(default_factory=list)  # (program, output name, element, line) read back, no barrier
     poisoned: list = field(default_factory=list)   # (program, line) of masked loads without other=
     rounded: list = field(default_factory=list)    # (what, line): the first float32 dot in TF32 or float16 sum
     _stored: dict = field(default_factory=dict)    # {output name: bool per element, stored so far}
+    _storer: dict = field(default_factory=dict)    # {output name: per element, its last store's program and barriers}
+    _numbers: dict = field(default_factory=dict)   # {program: a number of its own, from 1}
+    _barriers: dict = field(default_factory=dict)  # {program: the tl.debug_barrier()s it has passed}
     _calls: dict = field(default_factory=dict)     # {program: its loads, stores and atomics so far}
     _scalars: set = field(default_factory=set)     # (program, name) whose first one-element load was seen
 
@@ -144,21 +148,33 @@ class Log:
 
     def follow(self, kind: str, program: tuple, region: Region, indices, keep, value=None, op=None) -> None:
         """What the checker follows beyond addresses, for the outputs in `watch`: a load's elements
-        not stored yet; what a store or an atomic left in memory (`value`: for an atomic, the
-        elements as they are after it, read back)."""
+        not stored yet, or stored by the same program since its last tl.debug_barrier(); what a
+        store or an atomic left in memory (`value`: for an atomic, the elements as they are after
+        it, read back)."""
         if region.name not in self.watch:
             return
         self.snapshot()
         stored = self._stored.setdefault(region.name, np.zeros(region.numel, dtype=bool))
+        storer = self._storer.setdefault(region.name, np.zeros((2, region.numel), dtype=np.int64))
+        mine = (self._numbers.setdefault(program, len(self._numbers) + 1), self._barriers.get(program, 0))
         if kind == "load":
             early = indices[~stored[indices]]
             if early.size:
                 self.early_reads.append((program, region.name, int(early[0]), learner_line()))
+            back = indices[(storer[0, indices] == mine[0]) & (storer[1, indices] == mine[1])]  # its own, no barrier
+            if back.size and not self.read_backs:
+                self.read_backs.append((program, region.name, int(back[0]), learner_line()))
             return
         values = np.asarray(value.data).reshape(-1)
         values = np.broadcast_to(values, keep.shape)[keep] if values.size != keep.size else values[keep]
         self.written.append((kind, region.name, indices, values, op))
         stored[indices] = True
+        if kind == "store":
+            storer[0, indices], storer[1, indices] = mine
+
+    def barrier(self, program: tuple) -> None:
+        """tl.debug_barrier(): the program's stores so far are visible to all its threads."""
+        self._barriers[program] = self._barriers.get(program, 0) + 1
 
     def snapshot(self) -> None:
         """At the kernel's first access (before it happens): the outputs as the launcher handed them over."""
@@ -254,9 +270,9 @@ def recording(log: Log, reverse: bool = False):
 
     builder = _builder()
     names = ("create_masked_load", "create_masked_store", "create_atomic_rmw", "create_atomic_cas", "create_dot",
-             "set_grid_idx")
+             "create_barrier", "set_grid_idx")
     own = {name: builder.__dict__[name] for name in names if name in builder.__dict__}  # (none, as Triton ships it)
-    load, store, rmw, cas, dot, set_grid_idx = (getattr(builder, name) for name in names)
+    load, store, rmw, cas, dot, barrier, set_grid_idx = (getattr(builder, name) for name in names)
 
     def masked_load(ptrs, mask, other, *rest):
         program = builder.grid_idx
@@ -312,6 +328,10 @@ def recording(log: Log, reverse: bool = False):
                                     "bits of each input, and so does this check)", learner_line()))
         return dot(a, b, d, input_precision, *rest)
 
+    def create_barrier(*args):
+        log.barrier(builder.grid_idx)
+        return barrier(*args)
+
     def reversed_grid_idx(x, y, z):
         nx, ny, nz = builder.grid_dim
         return set_grid_idx(nx - 1 - x, ny - 1 - y, nz - 1 - z)
@@ -328,6 +348,7 @@ def recording(log: Log, reverse: bool = False):
 
     builder.create_masked_load, builder.create_masked_store = masked_load, masked_store
     builder.create_atomic_rmw, builder.create_atomic_cas, builder.create_dot = atomic_rmw, atomic_cas, create_dot
+    builder.create_barrier = create_barrier
     if reverse:
         builder.set_grid_idx = reversed_grid_idx
     interpreter.ReduceOps.sum = sum_as_a_gpu

@@ -24,7 +24,8 @@ The stages, in order:
    that never finishes (waiting for another) is stopped and named;
 3. memory: every load, store and atomic checked against the tensors' bounds before it happens
    (common/accesses.py), no input written (an atomic writes, even one that adds 0), every output
-   element written by exactly one program, no output read before the kernel stored it, and each
+   element written by exactly one program, no output read before the kernel stored it (nor read
+   back by the program that stored it, without a tl.debug_barrier() between), and each
    output holding exactly what the kernel's stores and atomics left there: a write by the host,
    before or after the launch, fails. Where programs meet in an output, a GPU runs them at the
    same time in no fixed order: a store beside another program's atomic, or a read of what
@@ -463,6 +464,12 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
     problem = race_in_log(log, outputs)
     if problem:
         return problem
+    if log.read_backs:
+        program, name, element, line = log.read_backs[0]
+        return (f"program {_program(program)} reads {name}[{_index(element, outputs[name].shape)}] back after storing "
+                f"it ({line}), with no tl.debug_barrier() between: a block's lanes are spread over a GPU's threads, "
+                "and a store by one thread and a load of the same address by another are not ordered without a "
+                "barrier. Keep the value in registers, or compute it again from the inputs")
     if log.early_reads:
         program, name, element, line = log.early_reads[0]
         return (f"program {_program(program)} reads {name}[{_index(element, outputs[name].shape)}] before any program "

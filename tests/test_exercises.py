@@ -457,6 +457,7 @@ def test_a_load_of_a_block_only_part_of_which_was_stored_fails():
         first = tl.arange(0, BLOCK_SIZE) < BLOCK_SIZE // 2
         out = a * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
         tl.store(out_ptr + offsets, out, mask=mask & first)
+        tl.debug_barrier()  # (the first half read back after it: a barrier between)
         both = tl.load(out_ptr + offsets, mask=mask)  # the first half stored, the second not yet
         tl.store(out_ptr + offsets, out + 0 * both, mask=mask & ~first)
 
@@ -602,10 +603,33 @@ def test_a_read_through_tl_atomic_cas_is_seen():
     @triton.jit
     def swaps(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr):
         offsets, mask = axpy_block(N, BLOCK_SIZE)
-        y = tl.atomic_cas(y_ptr + offsets, -12345.0, -12345.0)  # swaps nothing in: y, read
+        never = tl.full([BLOCK_SIZE], -12345.0, tl.float32)  # (a block: triton 3.6's interpreter broadcasts no scalar)
+        y = tl.atomic_cas(y_ptr + offsets, never, never)  # swaps nothing in: y, read
         tl.store(out_ptr + offsets, a * tl.load(x_ptr + offsets, mask=mask) + y, mask=mask)
 
     ex = dataclasses.replace(axpy.EXERCISE, launch=lambda axpy_kernel, **kw: axpy.launch(swaps, **kw),
                              cases=axpy.EXERCISE.cases[2:3])  # N = 128, BLOCK_SIZE 128: in bounds
     result = ex.stages("solution")
     assert result.stage == "memory" and "runs an atomic on y, an input" in result.message, result.message
+
+
+@IN_THIS_PROCESS
+def test_a_read_back_of_a_programs_own_store_needs_a_barrier():
+    # the load of the first half is ordered after its store only by tl.debug_barrier(): with it, the kernel passes
+    @triton.jit
+    def reads_back(x_ptr, y_ptr, out_ptr, a, N, BLOCK_SIZE: tl.constexpr, BARRIER: tl.constexpr):
+        offsets, mask = axpy_block(N, BLOCK_SIZE)
+        first = tl.arange(0, BLOCK_SIZE) < BLOCK_SIZE // 2
+        out = a * tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask)
+        tl.store(out_ptr + offsets, out, mask=mask & first)
+        if BARRIER:
+            tl.debug_barrier()
+        half = tl.load(out_ptr + offsets, mask=mask & first, other=0.0)  # read back: the first half, stored
+        tl.store(out_ptr + offsets, out + 0 * tl.sum(half, axis=0), mask=mask & ~first)
+
+    for barrier in (False, True):
+        ex = dataclasses.replace(axpy.EXERCISE, cases=axpy.EXERCISE.cases[:5], launch=lambda axpy_kernel, x, y, out, a,
+                                 BLOCK_SIZE: reads_back[(triton.cdiv(x.numel(), BLOCK_SIZE),)](
+                                     x, y, out, a, x.numel(), BLOCK_SIZE=BLOCK_SIZE, BARRIER=barrier))
+        result = ex.stages("solution")
+        assert result.ok if barrier else "program 0 reads out[0] back after storing it" in result.message, result.message
