@@ -563,8 +563,9 @@ def race_in_log(log: accesses.Log, outputs: dict) -> str | None:
                     "in no fixed order, and an update that lands before the store is wiped out. Let every program "
                     "use the atomic (into an output zeroed first).")
         if len(set(stores)) > 1:
-            return (f"a race: programs {_program(stores[0], axes)} and {_program(next(p for p in stores if p != stores[0]), axes)} "
-                    f"both store {where}: on a GPU they run at the same time, and which store lands last is chance")
+            other = next(p for p in stores if p != stores[0])
+            return (f"a race: programs {_program(stores[0], axes)} and {_program(other, axes)} both store {where}: "
+                    "on a GPU they run at the same time, and which store lands last is chance")
         for t_r, r, kind in seq:
             if kind not in ("load", "scalar"):
                 continue
@@ -572,8 +573,8 @@ def race_in_log(log: accesses.Log, outputs: dict) -> str | None:
                 if w == r or k not in ("store", "atomic"):
                     continue
                 if t_w > t_r:
-                    return (f"a race: program {_program(r, axes)} reads {where}, and program {_program(w, axes)} writes it "
-                            f"(here after the read, as program {_program(r, axes)} ran first): on a GPU programs run at "
+                    return (f"a race: program {_program(r, axes)} reads {where}, and program {_program(w, axes)} writes "
+                            f"it (here after the read, as program {_program(r, axes)} ran first): on a GPU programs run at "
                             "the same time, in no fixed order, so the write may land before the read, or after. A "
                             "program may read back only what it wrote itself; what needs another program's result "
                             "takes a second launch.")
@@ -624,8 +625,8 @@ def interpreter_only(impl: dict, learner_file: str | None) -> str | None:
         except (OSError, TypeError):
             continue
         tree = ast.parse(textwrap.dedent("".join(lines)))
-        docstrings = {id(n.body[0].value) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                      and ast.get_docstring(n) is not None}
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(n) is not None}
         tests = [n.test for n in ast.walk(tree) if isinstance(n, (ast.If, ast.IfExp, ast.While))]
         tests += [c for n in ast.walk(tree) if isinstance(n, ast.comprehension) for c in n.ifs]
         in_tests = {id(n) for t in tests for n in ast.walk(t)}
@@ -633,7 +634,8 @@ def interpreter_only(impl: dict, learner_file: str | None) -> str | None:
             word = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
                     else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str)
                     and id(node) not in docstrings else "")
-            if "interpret" in word.lower() or word in ("environ", "getenv") or (id(node) in in_tests and word in GPU_FLAGS):
+            asks = "interpret" in word.lower() or word in ("environ", "getenv")
+            if asks or (id(node) in in_tests and word in GPU_FLAGS):
                 line = start + node.lineno - 1
                 where = f"{os.path.basename(inspect.getsourcefile(fn)).split('#')[0]} line {line}"
                 return (f"{fn.__name__} asks whether it runs under the interpreter or on a GPU ({where}: "
