@@ -83,7 +83,7 @@ def whole(name: str, value, *, least: int = 1, power_of_two_to: int | None = Non
     whatever `operator.index` takes, never a bool), at least `least`, and, where `power_of_two_to`
     is given, a power of two up to it. Anything else is refused, naming the parameter."""
     if value.__class__ is int and value >= least and (power_of_two_to is None or (
-            value <= power_of_two_to and not value & (value - 1))):
+            0 < value <= power_of_two_to and not value & (value - 1))):
         return value  # the common case, decided in a few comparisons
     wanted = (f"a power of two from {least} to {power_of_two_to}" if power_of_two_to
               else f"a whole number >= {least}")
@@ -93,7 +93,7 @@ def whole(name: str, value, *, least: int = 1, power_of_two_to: int | None = Non
         n = None
     if n is None:
         raise TypeError(f"{name} must be {wanted}, got {value!r}")
-    if n < least or (power_of_two_to and (n > power_of_two_to or n & (n - 1))):
+    if n < least or (power_of_two_to and (n > power_of_two_to or n < 1 or n & (n - 1))):  # (0 is no power of two)
         raise ValueError(f"{name} must be {wanted}, got {value!r}")
     return n
 

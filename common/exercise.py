@@ -16,20 +16,30 @@ The stages, in order:
    written in your file (imported from elsewhere) is refused, and so is a file whose given code
    (cases, reference, launcher, Exercise) is no longer the course's (solutions/<name>.py keeps its
    fingerprint, GIVEN): only the parts are yours;
-2. runs: under Triton's interpreter; an error becomes one sentence naming your line. Then, on a
-   machine without a GPU, each kernel is compiled for one (sm_90, in a child process, once per set
-   of argument types): the interpreter runs code a GPU's compiler refuses, such as a float16
-   accumulator that its first float32 update turns float32;
-3. memory: every load and store checked against the tensors' bounds before it happens
-   (common/accesses.py), no input written, every output element written by exactly one program,
-   no output read before the kernel stored it, and each output holding exactly what the kernel's
-   stores (or its atomics) put there: a write by the host, before or after the launch, fails;
+2. runs: under Triton's interpreter; an error becomes one sentence naming your line. Code that asks
+   whether it runs under the interpreter (or on a GPU) is refused first: a GPU never takes the
+   interpreter's path. Then, on a machine without a GPU, each kernel is compiled for one (sm_90, in
+   a child process, once per set of argument types): the interpreter runs code a GPU's compiler
+   refuses, such as a float16 accumulator that its first float32 update turns float32. A program
+   that never finishes (waiting for another) is stopped and named;
+3. memory: every load, store and atomic checked against the tensors' bounds before it happens
+   (common/accesses.py), no input written (an atomic writes, even one that adds 0), every output
+   element written by exactly one program, no output read before the kernel stored it (nor read
+   back by the program that stored it, without a tl.debug_barrier() between), and each
+   output holding exactly what the kernel's stores and atomics left there: a write by the host,
+   before or after the launch, fails. Where programs meet in an output, a GPU runs them at the
+   same time in no fixed order: a store beside another program's atomic, or a read of what
+   another program writes, is a race;
 4. values: each named case against a float64 reference, within a tolerance from torch's own
    error in that dtype (so a correct tl.exp passes and an all-zero output fails); the wrong
-   elements named, with the programs that wrote them. The masked-off lanes of a load without
-   other= read NaN here, as a GPU's are undefined (the interpreter alone would give 0);
+   elements named, with the programs that wrote them. The interpreter computes here as a GPU
+   does where it would otherwise hide a mistake: the masked-off lanes of a load without other=
+   read NaN (a GPU's are undefined), a tl.dot in TF32 rounds its float32 inputs to TF32, a
+   tl.sum of float16 adds in float16. Where programs meet in an output, the case runs again with
+   the programs in reverse order: a result that changes is a race;
 5. budget, where traffic is the point: every element of a budgeted tensor read, and how many
-   times each tensor was read in all.
+   times each tensor was read in all, by any instruction (a program's first one-element load of
+   a tensor aside: one sector, not a walk).
 A predict exercise's answer lives in solutions/<name>.py, read only when checking.
 On a GPU, stages 2-5 run under the interpreter in a child process (the same messages), then the
 values are checked again with the kernel compiled, and `--bench` times it against the solution.
@@ -111,15 +121,16 @@ class Exercise:
         return f"{self.lesson}.exercises.{self.name}"
 
     def implementation(self, which: str) -> tuple[dict, list]:
-        """(parts, their source files) of "learner" (the exercise file), "solution" or "wrong:<label>"."""
+        """(parts, their source files) of "learner" (the exercise file), "solution", "wrong:<label>" or
+        "variant:<label>" (an honest variation of the solution, which must pass)."""
         if which == "learner":
             module = sys.modules.get("__main__") if _is_main(self) else importlib.import_module(self.module)
             return {p: getattr(module, p) for p in self.parts}, [_file(module)]
         solutions = importlib.import_module(f"{self.lesson}.exercises.solutions.{self.name}")
         if which == "solution":
             return {p: getattr(solutions, p) for p in self.parts}, [_file(solutions)]
-        label = which.split(":", 1)[1]
-        wrong = next(w for w in solutions.WRONG if w.label == label)
+        kind, label = which.split(":", 1)
+        wrong = next(w for w in getattr(solutions, "WRONG" if kind == "wrong" else "VARIANTS") if w.label == label)
         parts = {p: wrong.parts.get(p, getattr(solutions, p)) for p in self.parts}
         return parts, [_file(solutions)] + [f for f in map(_source_file, wrong.parts.values()) if "#patch" in (f or "")]
 
@@ -150,6 +161,9 @@ class Exercise:
                                      f"not started. Edit {self.name}.py; `--hint` gives a first hint.")
         if self.kind == "predict":
             return self._predicted(impl)
+        problem = interpreter_only(impl, files[0] if which == "learner" else None)
+        if problem:
+            return Result("runs", problem, ("started",))
         # no GPU here: compile for one (with a GPU, check() runs the compiled kernel itself after this)
         compile_check = INTERPRET and not compiled and not torch.cuda.is_available() and self.compile_check(which)
         if compile_check:
@@ -163,10 +177,7 @@ class Exercise:
                 if not compiled and accesses.lacks_bf16(error):
                     skipped.append(case.name)  # this Triton's interpreter cannot: the GPU checks it compiled
                     continue
-                oob = _cause(error, accesses.OutOfBounds)  # raised in the kernel, or wrapped by the interpreter
-                if oob is not None:
-                    return Result("memory", f"case '{case.name}': {oob_message(oob)}", tuple(passed))
-                return Result("runs", f"case '{case.name}': {error_message(error, files)}", tuple(passed))
+                return self._failed(case, error, files, passed)
             runs.append((case, inputs, outputs, log))
         if skipped:
             print(f"(not checked here: {', '.join(skipped)}. This Triton's interpreter cannot run bfloat16; "
@@ -190,6 +201,15 @@ class Exercise:
             problem = self._wrong_values(case, inputs, outputs, log)
             if problem:
                 return Result("values", f"case '{case.name}': {problem}", tuple(passed))
+            if log is not None and meetings(log, outputs):  # programs meet in an output: does their order matter?
+                try:
+                    inputs_r, outputs_r, log_r = self._run(case, impl, record=True, reverse=True)
+                except Exception as error:  # noqa: BLE001
+                    return self._failed(case, error, files, passed, " (with the programs run in reverse order)")
+                problem = self._wrong_values(case, inputs_r, outputs_r, log_r)
+                if problem:
+                    return Result("values", f"case '{case.name}': {race_message(outputs, outputs_r, log, log_r)}",
+                                  tuple(passed))
         passed.append("values")
         if (self.budget or self.budget_check) and not compiled and accesses.available():
             for case, inputs, outputs, log in runs:
@@ -201,19 +221,35 @@ class Exercise:
             passed.append("budget")
         return Result("passed", f"all {len(self.cases)} cases pass.", tuple(passed))
 
+    def _failed(self, case: Case, error: Exception, files: list, passed: list, how: str = "") -> Result:
+        """The result for an error raised while running a case: out of bounds, a program that waits
+        for another, or any other error of the learner's code."""
+        oob = _cause(error, accesses.OutOfBounds)  # raised in the kernel, or wrapped by the interpreter
+        if oob is not None:
+            return Result("memory", f"case '{case.name}'{how}: {oob_message(oob)}", tuple(passed))
+        spin = _cause(error, accesses.Spinning)
+        if spin is not None:
+            return Result("runs", f"case '{case.name}'{how}: program {_program(spin.program)} never finishes: it made "
+                                  f"over {accesses.MOST_ACCESSES} loads, stores and atomics, the last at {spin.line}. "
+                                  "Is it waiting for another program (spinning on a flag or a lock)? Programs run in no "
+                                  "fixed order, and nothing makes one wait for another: here they run one at a time, "
+                                  "and on a GPU the one it waits for may not be running at all.", tuple(passed))
+        return Result("runs", f"case '{case.name}'{how}: {error_message(error, files)}", tuple(passed))
+
     def compile_check(self, which: str) -> bool:
-        """Is `which` compiled for a GPU here, after its interpreted runs? The learner's file and the
-        solution always; a wrong solution only where its mistake is one the compiler stops (a
-        Wrong with compiles=False), as each compilation takes a second or two."""
-        if which in ("learner", "solution"):
+        """Is `which` compiled for a GPU here, after its interpreted runs? The learner's file, the
+        solution and its honest variants always; a wrong solution only where its mistake is one
+        the compiler stops (a Wrong with compiles=False), as each compilation takes a second or two."""
+        if which in ("learner", "solution") or which.startswith("variant:"):
             return True
         label = which.split(":", 1)[1]
         solutions = importlib.import_module(f"{self.lesson}.exercises.solutions.{self.name}")
         return not next(w for w in solutions.WRONG if w.label == label).compiles
 
-    def _run(self, case: Case, impl: dict, record: bool, launches: dict | None = None):
+    def _run(self, case: Case, impl: dict, record: bool, launches: dict | None = None, reverse: bool = False):
         """Launch on guarded copies of the case's tensors; returns (inputs, outputs, log). launches: a
-        dict that gets each kernel's first launch (its arguments), for the GPU compile check."""
+        dict that gets each kernel's first launch (its arguments), for the GPU compile check;
+        reverse: each launch runs its programs last to first."""
         inputs = {k: accesses.guarded(v.to(DEVICE), _sentinel(v.dtype)) if isinstance(v, torch.Tensor) else v
                   for k, v in case.inputs.items()}
         like = self.reference or self.outputs  # the outputs' shapes and dtypes: torch's result in the inputs' dtype
@@ -225,9 +261,10 @@ class Exercise:
             kernels = {p: _FirstLaunch(k, p, launches) for p, k in kernels.items()}
         launch = impl["launch"] if "launch" in self.parts else self.launch
         log = accesses.Log([accesses.region(k, v, True) for k, v in inputs.items() if isinstance(v, torch.Tensor)]
-                           + [accesses.region(k, v, False) for k, v in outputs.items()], watch=outputs)
+                           + [accesses.region(k, v, False) for k, v in outputs.items()], watch=outputs,
+                           scalars_apart=True)
         if record and accesses.available():
-            with accesses.recording(log):
+            with accesses.recording(log, reverse=reverse):
                 launch(**kernels, **inputs, **outputs, **case.meta)
         else:
             log = None
@@ -375,7 +412,7 @@ def _learner_line(error: Exception, files: list) -> str | None:
 
 def oob_message(oob: accesses.OutOfBounds) -> str:
     """Which program read or wrote where, past which tensor's end."""
-    verb = {"load": "reads", "store": "writes", "atomic": "adds into"}[oob.kind]
+    verb = {"load": "reads", "store": "writes", "atomic": "updates (an atomic)"}[oob.kind]
     program = _program(oob.program)
     near = oob.near
     if near is None:
@@ -392,10 +429,14 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
     """Inputs written; outputs left unwritten, written twice, or holding what the kernel did not store
     there; outputs read before the kernel stored them."""
     for r in log.regions:
-        if r.is_input and (log.elements("store", r.name) or log.elements("atomic", r.name)):
-            programs = sorted(set(log.elements("store", r.name)) | set(log.elements("atomic", r.name)))
-            return (f"program {_program(programs[0])} writes into {r.name}, an input: a kernel must leave its "
-                    "inputs as they are (check which pointer the tl.store gets)")
+        if r.is_input and log.elements("store", r.name):
+            return (f"program {_program(min(log.elements('store', r.name)))} writes into {r.name}, an input: a kernel "
+                    "must leave its inputs as they are (check which pointer the tl.store gets)")
+        if r.is_input and log.elements("atomic", r.name):
+            return (f"program {_program(min(log.elements('atomic', r.name)))} runs an atomic on {r.name}, an input: an "
+                    "atomic reads and writes (tl.atomic_add(p, 0) and a tl.atomic_cas that finds another value "
+                    "included: the GPU locks the memory and writes it back), and a kernel must leave its inputs "
+                    "as they are: read them with tl.load")
     for name, out in outputs.items():
         stored = log.elements("store", name)
         counts = np.zeros(out.numel(), dtype=np.int64)
@@ -420,6 +461,15 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
         problem = host_write(name, out, log)
         if problem:
             return problem
+    problem = race_in_log(log, outputs)
+    if problem:
+        return problem
+    if log.read_backs:
+        program, name, element, line = log.read_backs[0]
+        return (f"program {_program(program)} reads {name}[{_index(element, outputs[name].shape)}] back after storing "
+                f"it ({line}), with no tl.debug_barrier() between: a block's lanes are spread over a GPU's threads, "
+                "and a store by one thread and a load of the same address by another are not ordered without a "
+                "barrier. Keep the value in registers, or compute it again from the inputs")
     if log.early_reads:
         program, name, element, line = log.early_reads[0]
         return (f"program {_program(program)} reads {name}[{_index(element, outputs[name].shape)}] before any program "
@@ -429,14 +479,14 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
 
 
 def host_write(name: str, out: torch.Tensor, log: accesses.Log) -> str | None:
-    """The values checked must be the kernel's: `out` must hold exactly what its stores (and atomics,
-    replayed in order from what `out` held when the kernel started) left there. A write by the host,
-    before the launch (other than zeroing it, for atomics to add into) or after it, fails."""
+    """The values checked must be the kernel's: `out` must hold exactly what its last store or atomic
+    left in each element (an atomic's result read back after it: an add, a max, an exchange or a
+    compare-and-swap alike). A write by the host, before the launch (other than zeroing it, for
+    atomics to add into) or after it, fails."""
     found = log.found.get(name)
     if found is None:  # (the kernel never touched it: 'left unwritten' said so)
         return None
     sentinel = accesses.raw(torch.full((1,), _sentinel(out.dtype), dtype=out.dtype))[0]
-    atomics = [w for w in log.written if w[0] == "atomic" and w[1] == name]
     touched = np.zeros(out.numel(), dtype=bool)
     for _, n, indices, _, _ in log.written:
         if n == name:
@@ -447,8 +497,6 @@ def host_write(name: str, out: torch.Tensor, log: accesses.Log) -> str | None:
         return (f"{name}[{_index(i, out.shape)}] held a value before the kernel ran: something other than the kernel "
                 f"wrote {name} before the launch. An output starts empty (zeroed, at most, for atomics to add "
                 "into): the checker checks what the kernel computes")
-    if atomics:
-        return _replayed(name, out, log)  # (atomics' order of additions: a tolerance, not bits)
     final, expect = accesses.raw(out), found.copy()
     for kind, n, indices, values, _ in log.written:
         if n == name:
@@ -463,32 +511,141 @@ def host_write(name: str, out: torch.Tensor, log: accesses.Log) -> str | None:
     return None
 
 
-def _replayed(name: str, out: torch.Tensor, log: accesses.Log) -> str | None:
-    """Atomic additions (and stores) replayed in float64 from the zeroed start; `out` within rounding of it."""
-    want = np.zeros(out.numel())
-    scale = np.zeros(out.numel())
-    for kind, n, indices, values, op in log.written:
-        if n != name:
+def meetings(log: accesses.Log, outputs: dict) -> dict:
+    """{(output name, element): [(position in the log, program, kind), ...]} for every output element
+    that two programs touch (a load, a store or an atomic each); {} where programs keep apart. Only
+    there can the order the programs run in change anything: a program that reads inputs alone and
+    writes elements no other program touches computes the same in any order."""
+    met = {}
+    for name in outputs:
+        rows = [(t, program, kind, indices) for t, (kind, program, n, indices) in enumerate(log.accesses) if n == name]
+        if not rows:
             continue
-        v = torch.from_numpy(np.ascontiguousarray(np.asarray(values).reshape(-1))).double().numpy() \
-            if np.asarray(values).dtype != np.uint16 else \
-            torch.from_numpy(np.asarray(values).reshape(-1).view(np.int16).copy()).view(out.dtype).double().numpy()
-        if kind == "store" or op in ("XCHG",):
-            want[indices], scale[indices] = v, np.abs(v)
-        elif op in ("ADD", "FADD"):
-            np.add.at(want, indices, v)
-            np.add.at(scale, indices, np.abs(v))
-        else:
-            return None  # (max, min, logic: the values stage judges those)
-    got = out.detach().double().cpu().reshape(-1).numpy()
-    eps = torch.finfo(out.dtype).eps if out.is_floating_point() else 0
-    bad = np.flatnonzero(np.abs(got - want) > 4 * eps * scale + 1e-30)
-    if bad.size:
-        i = int(bad[0])
-        return (f"{name}[{_index(i, out.shape)}] = {got[i]:.6g} after the launch, but the kernel's atomics add up to "
-                f"{want[i]:.6g} there: something other than the kernel wrote {name} after it ran (the launcher?). The "
-                "checker checks what the kernel computes")
+        order = list(dict.fromkeys(program for _, program, _, _ in rows))
+        number = {p: i for i, p in enumerate(order)}
+        element = np.concatenate([indices for *_, indices in rows])
+        program = np.concatenate([np.full(len(indices), number[p]) for _, p, _, indices in rows])
+        row = np.concatenate([np.full(len(indices), r) for r, (*_, indices) in enumerate(rows)])
+        lowest = np.full(int(element.max()) + 1, np.iinfo(np.int64).max)  # each element's programs, lowest ...
+        highest = np.full(lowest.size, -1)                                  # ... and highest: two, if they differ
+        np.minimum.at(lowest, element, program)
+        np.maximum.at(highest, element, program)
+        shared = (lowest != highest) & (highest >= 0)
+        keep = shared[element]
+        by = np.lexsort((row[keep], element[keep]))  # by element, then in the order the accesses ran
+        for e, r in zip(element[keep][by], row[keep][by]):
+            t, p, kind, _ = rows[r]
+            seq = met.setdefault((name, int(e)), [])
+            if not seq or seq[-1][0] != t:  # (an access with one element twice counts once)
+                seq.append((t, p, kind))
+    return met
+
+
+def race_in_log(log: accesses.Log, outputs: dict) -> str | None:
+    """Programs that meet in an output element in a way whose outcome a GPU leaves to chance, seen in
+    the log of one run: a store and another program's atomic on one element (an add that lands
+    before the store is wiped out); a program that reads (with a load) what another writes, or
+    overwrites what another has read. A read after another program's write passes where the two
+    meet through atomics (the writer's after its write, the reader's before its read: the release
+    and acquire of a ticket counter)."""
+    atomics = {}  # program: positions of its atomics, on any tensor
+    for t, (kind, program, _, _) in enumerate(log.accesses):
+        if kind == "atomic":
+            atomics.setdefault(program, []).append(t)
+    axes = _axes(log.programs())
+    for (name, e), seq in meetings(log, outputs).items():
+        where = f"{name}[{_index(e, outputs[name].shape)}]"
+        stores = [p for _, p, k in seq if k == "store"]
+        updates = [p for _, p, k in seq if k == "atomic" and p not in stores]
+        if stores and updates:
+            return (f"a race: program {_program(stores[0], axes)} stores {where} while program "
+                    f"{_program(updates[0], axes)} updates it with an atomic: on a GPU programs run at the same time, "
+                    "in no fixed order, and an update that lands before the store is wiped out. Let every program "
+                    "use the atomic (into an output zeroed first).")
+        if len(set(stores)) > 1:
+            other = next(p for p in stores if p != stores[0])
+            return (f"a race: programs {_program(stores[0], axes)} and {_program(other, axes)} both store {where}: "
+                    "on a GPU they run at the same time, and which store lands last is chance")
+        for t_r, r, kind in seq:
+            if kind not in ("load", "scalar"):
+                continue
+            for t_w, w, k in seq:
+                if w == r or k not in ("store", "atomic"):
+                    continue
+                if t_w > t_r:
+                    return (f"a race: program {_program(r, axes)} reads {where}, and program {_program(w, axes)} writes "
+                            f"it (here after the read, as program {_program(r, axes)} ran first): on a GPU programs run at "
+                            "the same time, in no fixed order, so the write may land before the read, or after. A "
+                            "program may read back only what it wrote itself; what needs another program's result "
+                            "takes a second launch.")
+                released = [a for a in atomics.get(w, []) if t_w < a < t_r]
+                if not (released and any(released[0] < a < t_r for a in atomics.get(r, []))):
+                    return (f"a race: program {_program(r, axes)} reads {where}, which program {_program(w, axes)} "
+                            f"writes (here before the read, as program {_program(w, axes)} ran first): on a GPU programs "
+                            "run at the same time, in no fixed order, and nothing makes one wait for another, so the "
+                            "read may come first. A program may read back only what it wrote itself; what needs "
+                            "another program's result takes a second launch.")
     return None
+
+
+def race_message(outputs: dict, outputs_r: dict, log, log_r) -> str:
+    """Values right with the programs in order, wrong in reverse (race_in_log found nothing in the
+    order they ran: atomics alone meet there): which element, which programs."""
+    for name, out in outputs.items():
+        a, b = out.detach().double().cpu().reshape(-1), outputs_r[name].detach().double().cpu().reshape(-1)
+        differ = ~((a == b) | (torch.isnan(a) & torch.isnan(b)))
+        if differ.any():
+            break
+    i = int(differ.nonzero()[0, 0])
+    order, axes = log.programs(), _axes(log.programs())
+    named = ", ".join(_program(p, axes) for p in sorted({p for _, p, _ in meetings(log, {name: outputs[name]}).get(
+        (name, i), [])}, key=order.index)[:6])
+    ops = sorted({op for kind, n, idx, _, op in log.written if n == name and kind == "atomic" and np.isin(i, idx)})
+    return (f"a race: {name}[{_index(i, outputs[name].shape)}] = {a[i].item():.6g} with the programs run in order, but "
+            f"{b[i].item():.6g} with them run in reverse order" + (f" (programs {named} meet there" + (
+                f", with atomics: {', '.join(ops)}" if ops else "") + ")" if named else "")
+            + ". On a GPU programs run at the same time, in no fixed order: a result may not depend on which runs "
+            "first (an atomic's returned value, an exchange or a compare-and-swap that one program wins, an output "
+            "read through an atomic while others still add into it all do).")
+
+
+def interpreter_only(impl: dict, learner_file: str | None) -> str | None:
+    """Code that takes another path under the interpreter: it names the interpreter (common.device's
+    INTERPRET, triton's knobs, TRITON_INTERPRET in the environment), or branches on whether a GPU is
+    there. The checker would check what a GPU never runs. Read from the source of the parts and, in
+    the learner's file, of its @triton.jit helpers."""
+    functions = [getattr(obj, "fn", obj) for obj in impl.values() if callable(getattr(obj, "fn", obj))]
+    module = next((m for m in list(sys.modules.values()) if learner_file and _file(m) == learner_file), None)
+    if module is not None:
+        functions += [v.fn for v in vars(module).values() if callable(getattr(v, "fn", None))
+                      and _source_file(v) == learner_file]
+    for fn in dict.fromkeys(functions):
+        try:
+            lines, start = inspect.getsourcelines(fn)
+        except (OSError, TypeError):
+            continue
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and ast.get_docstring(n) is not None}
+        tests = [n.test for n in ast.walk(tree) if isinstance(n, (ast.If, ast.IfExp, ast.While))]
+        tests += [c for n in ast.walk(tree) if isinstance(n, ast.comprehension) for c in n.ifs]
+        in_tests = {id(n) for t in tests for n in ast.walk(t)}
+        for node in ast.walk(tree):
+            word = (node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute)
+                    else node.value if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings else "")
+            asks = "interpret" in word.lower() or word in ("environ", "getenv")
+            if asks or (id(node) in in_tests and word in GPU_FLAGS):
+                line = start + node.lineno - 1
+                where = f"{os.path.basename(inspect.getsourcefile(fn)).split('#')[0]} line {line}"
+                return (f"{fn.__name__} asks whether it runs under the interpreter or on a GPU ({where}: "
+                        f"`{linecache.getline(inspect.getsourcefile(fn), line).strip()}`): a GPU never takes the "
+                        "interpreter's path, so the checker would check code that a GPU does not run. Write one "
+                        "path for both (what the interpreter cannot run here, a GPU checks compiled).")
+    return None
+
+
+GPU_FLAGS = ("is_cuda", "is_available", "ON_GPU", "DEVICE", "GPU_COUNT", "device_count")  # in a condition
 
 
 def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tensor, log) -> str | None:
@@ -507,7 +664,7 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
     scale = want[finite].abs().max().item() if finite.any() else 0.0
     tolerance = 2 * torch_error + 2 * eps * (want.abs() + scale)
     same_special = (~finite) & ((got == want) | (torch.isnan(got) & torch.isnan(want)))
-    bad = ~(((got - want).abs() <= tolerance) | same_special)
+    bad = ~((finite & ((got - want).abs() <= tolerance)) | same_special)  # an inf expected: that inf, no tolerance
     if not bad.any():
         return None
     where = bad.nonzero().reshape(-1).numpy()
@@ -531,6 +688,10 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
         text += (f" A masked load without other= ({line}) reads NaN in its masked-off lanes here, as a GPU reads "
                  "whatever the registers held there: give it an other= that the computation ignores (0 for a sum, "
                  "-inf for a max), or keep those lanes out of it.")
+    if log is not None and log.rounded:
+        what, line = log.rounded[0]
+        text += (f" Rounding to look at: {what}, at {line}: the statement asks float32 arithmetic "
+                 "(input_precision=\"ieee\" for a dot, .to(tl.float32) before a sum).")
     if INTERPRET and out.dtype == torch.bfloat16 and (got - want).abs().nan_to_num(1e38).max() > 1e4 * (want.abs().max() + 1):
         text += (" Values this far off in bfloat16 are the interpreter's: NumPy has no bfloat16, so arithmetic on "
                  "bf16 blocks gives garbage there. Convert each loaded block with .to(tl.float32) before computing "
@@ -539,18 +700,21 @@ def compare(name: str, out: torch.Tensor, exact: torch.Tensor, ours: torch.Tenso
 
 
 def budget_problem(log: accesses.Log, inputs: dict, budget: dict, why: str) -> str | None:
-    """Both ways: every element of a budgeted input read at least once, and no more than the budget in all."""
+    """Both ways: every element of a budgeted input read at least once, and no more than the budget in
+    all. Every instruction that reads counts (a load, an atomic), but a program's first one-element
+    load of a tensor (a "scalar" in the log: one sector, which its walk fetches anyway)."""
     for name, most in budget.items():
         t = inputs[name]
         numel = t.numel()
-        loads = log.count("load", name)
+        loads = log.count("load", name) + log.count("atomic", name)
         # the log's indices count from the first element in memory: a strided view's elements are where
         # its strides put them (gaps between its rows belong to no element)
         span = sum((n - 1) * st for n, st in zip(t.shape, t.stride())) + 1 if numel else 0
         where = torch.arange(span).as_strided(t.shape, t.stride()).reshape(-1).numpy()
         read = np.zeros(span, dtype=bool)
-        for indices in log.elements("load", name).values():
-            read[indices] = True
+        for kind in ("load", "scalar", "atomic"):
+            for indices in log.elements(kind, name).values():
+                read[indices] = True
         unread = np.flatnonzero(~read[where])
         if unread.size:
             return (f"{name}[{_index(int(unread[0]), t.shape)}] is never read ({_count(unread.size, 'element')} of "
@@ -590,16 +754,34 @@ def fingerprint(parts: dict) -> str:
 def given_fingerprint(source: str, parts: tuple) -> str:
     """A short hash of what an exercise file gives the learner: every top-level statement but the parts
     they write, the imports, the @triton.jit helpers they may add and the docstrings (comments and
-    layout ignored). The course keeps its own in solutions/<name>.py as GIVEN: the cases, the
-    reference, the launcher and the Exercise the checker runs are the course's, not an edited copy."""
+    layout ignored). An import or a helper that binds a name the given code binds (a reference, a
+    launcher) is given code changed, and counts. The course keeps its own in solutions/<name>.py as
+    GIVEN: the cases, the reference, the launcher and the Exercise the checker runs are the course's,
+    not an edited copy."""
     tree = ast.parse(source)
+
+    def bound(node) -> set:  # the module's names a top-level statement binds (not a function's own)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            return {(a.asname or a.name).split(".")[0] for a in node.names}
+        names, todo = set(), [node]
+        while todo:
+            n = todo.pop()
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(n.name)  # (and not the names inside it)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                names.add(n.id)
+            elif not isinstance(n, ast.Lambda):
+                todo.extend(ast.iter_child_nodes(n))
+        return names
+
+    def learners(node) -> bool:  # a part, an import or a @triton.jit helper: the learner's to add
+        return (bool(bound(node) & set(parts)) and not isinstance(node, (ast.Import, ast.ImportFrom))) or isinstance(
+            node, (ast.Import, ast.ImportFrom)) or any("jit" in ast.dump(d) for d in getattr(node, "decorator_list", []))
+
+    given = set().union(*(bound(node) for node in tree.body if not learners(node)))
     kept = []
     for node in tree.body:
-        name = getattr(node, "name", None)
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            name = node.targets[0].id
-        jit = any("jit" in ast.dump(d) for d in getattr(node, "decorator_list", []))
-        if name in parts or jit or isinstance(node, (ast.Import, ast.ImportFrom)):
+        if learners(node) and not (bound(node) - set(parts)) & given:
             continue
         if isinstance(node, ast.Expr) and isinstance(getattr(node, "value", None), ast.Constant):
             continue  # the module's docstring: the statement
@@ -687,6 +869,14 @@ class Wrong:
     phrase: str
     parts: dict
     compiles: bool = True  # False: a GPU's compiler refuses it (the checker compiles only those wrongs)
+
+
+@dataclass
+class Variant:
+    """An honest variation of the solution, a way of writing it that learners take (the parts it
+    replaces, patched()): it must pass every stage, as the solution does."""
+    label: str
+    parts: dict
 
 
 def patched(part, *edits: tuple):

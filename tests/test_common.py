@@ -442,3 +442,29 @@ def test_interpreter_patches_triton_language_once_per_launch(monkeypatch):
         counts.append(len(walks))
     assert counts[1] == counts[2] > 0, counts  # six helper calls walk no more than one
     assert tl.load is load  # restored
+
+
+def test_the_gradient_yardstick_is_twice_torchs_error_plus_a_floor_of_1e_5():
+    # grad_ok at its edges: the floor lets a float32 gradient whose yardstick rounds to 0 pass by 1e-5, not more
+    from common.checks import grad_ok
+
+    assert grad_ok(0.9e-5, 0.0) and not grad_ok(1.1e-5, 0.0)
+    assert grad_ok(2e-3 + 0.9e-5, 1e-3) and not grad_ok(2e-3 + 1.1e-5, 1e-3)
+
+
+def test_whole_numbers_at_their_bounds():
+    import numpy as np
+
+    from common.checks import whole
+
+    assert whole("n", 1) == 1 and whole("n", 3, least=3) == 3 and whole("n", np.int64(5)) == 5
+    assert whole("b", 64, power_of_two_to=64) == 64 and whole("b", 1, power_of_two_to=64) == 1
+    assert whole("b", torch.tensor(16), power_of_two_to=64) == 16
+    for value, kwargs in ((0, {}), (2, {"least": 3}), (np.int64(2), {"least": 3}), (128, {"power_of_two_to": 64}),
+                          (np.int64(128), {"power_of_two_to": 64}), (48, {"power_of_two_to": 64}),
+                          (0, {"least": 0, "power_of_two_to": 64})):
+        with pytest.raises(ValueError, match="must be"):
+            whole("n", value, **kwargs)
+    for value in (True, 2.0, "3", None):
+        with pytest.raises(TypeError, match="n must be"):
+            whole("n", value)

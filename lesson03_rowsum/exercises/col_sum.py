@@ -20,7 +20,10 @@ that share of the bandwidth.
 The cases: a single element; 129 x 129 in tiles of 32 x 64 (ragged in both dimensions: five
 row tiles, the last of one row, and three column blocks, the last of one column); 128 x 127 in
 one row tile of 128; a single row of 300 across three programs; 200 x 150 float16 read through a
-slice (stride_xm = 192); 400 x 40 bfloat16 in tiles of 16 x 64 (25 row tiles, one program).
+slice (stride_xm = 192); 512 x 40 float16 whose lower rows nearly cancel the upper ones, so that
+each lane's sum climbs to about 20 and falls back near 0 (a float16 running sum is rounded at every
+step to a 64th there, far more than the result's own rounding: a float32 accumulator passes, a
+float16 one does not); 400 x 40 bfloat16 in tiles of 16 x 64 (25 row tiles, one program).
 
 Run it: python lesson03_rowsum/exercises/col_sum.py   (--hint for a hint, --solution for ours)
 """
@@ -79,12 +82,17 @@ def read_once_and_coalesced(log, x):
     return None
 
 
-def case(M: int, N: int, BLOCK_M: int, BLOCK_N: int, dtype=torch.float32, stride: int | None = None) -> Case:
+def case(M: int, N: int, BLOCK_M: int, BLOCK_N: int, dtype=torch.float32, stride: int | None = None,
+         climb: bool = False) -> Case:
     i = torch.arange(M * N, dtype=torch.float32).reshape(M, N)
     x = ((i * 0.37).sin() + 0.5 * (i * 0.013).cos() + 0.25).to(dtype)  # no symmetry to hide a sign or a transpose
+    if climb:  # the lower half of the rows nearly the negative of the upper: sums climb, then fall back near 0
+        up = x[:M // 2].float() + 1.0
+        x = torch.cat([up, -up + 0.05 * (i[:M // 2] * 0.21).sin()]).to(dtype)
     if stride is not None:  # a slice of a wider tensor: rows `stride` elements apart
         x = torch.cat([x, torch.zeros(M, stride - N, dtype=dtype)], dim=1)[:, :N]
-    name = f"{M} x {N}, BLOCK {BLOCK_M} x {BLOCK_N}, {str(dtype)[6:]}" + (f", rows {stride} apart" if stride else "")
+    name = (f"{M} x {N}, BLOCK {BLOCK_M} x {BLOCK_N}, {str(dtype)[6:]}" + (f", rows {stride} apart" if stride else "")
+            + (", sums that climb and fall back" if climb else ""))
     return Case(name, dict(x=x), dict(BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N))
 
 
@@ -92,7 +100,8 @@ EXERCISE = Exercise(
     lesson="lesson03_rowsum", name="col_sum", kind="write", parts=("col_sum_kernel",), stub="185049d31b79",
     launch=launch, reference=reference, lines=10, budget_check=read_once_and_coalesced,
     cases=[case(1, 1, 32, 64), case(129, 129, 32, 64), case(128, 127, 128, 32), case(1, 300, 32, 128),
-           case(200, 150, 64, 64, torch.float16, stride=192), case(400, 40, 16, 64, torch.bfloat16)],
+           case(200, 150, 64, 64, torch.float16, stride=192), case(512, 40, 16, 64, torch.float16, climb=True),
+           case(400, 40, 16, 64, torch.bfloat16)],
     bench_case=lambda: case(8192, 8192, 64, 128),
     hints=["Turn row_sum_kernel a quarter turn: the program's columns are fixed, cols = pid * BLOCK_N + "
            "tl.arange(0, BLOCK_N), and the loop walks the rows: for start in range(0, M, BLOCK_M), with "

@@ -19,7 +19,9 @@ Row m of x starts at x_ptr + m * stride_xm; columns are contiguous; y is contigu
 
 The cases: a single element (var = 0: y = b); N = 127 and 129 with tiles of 128 (a ragged last
 tile, one padded lane or 127); 1000 columns around an offset of 1000 in tiles of 256; 3000
-float16 columns in tiles of 512; 500 bfloat16 columns read through a slice (stride_xm = 640).
+float16 columns in tiles of 512; 4096 float16 columns around 50 in tiles of 64, whose sum, about
+205000, is past float16's largest number, 65504 (a float16 accumulator overflows to inf, as a GPU's
+does; float32 holds it); 500 bfloat16 columns read through a slice (stride_xm = 640).
 
 Run it: python lesson03_rowsum/exercises/layernorm.py   (--hint for a hint, --solution for ours)
 """
@@ -67,7 +69,8 @@ EXERCISE = Exercise(
     lesson="lesson03_rowsum", name="layernorm", kind="write", parts=("layernorm_kernel",), stub="d04c9696e9eb",
     launch=launch, reference=reference, lines=20, stretch=True,
     cases=[case(1, 1, 128), case(3, 127, 128), case(3, 129, 128), case(2, 1000, 256, offset=1000.0),
-           case(2, 3000, 512, torch.float16), case(3, 500, 128, torch.bfloat16, stride=640)],
+           case(2, 3000, 512, torch.float16), case(1, 4096, 64, torch.float16, offset=50.0),
+           case(3, 500, 128, torch.bfloat16, stride=640)],
     bench_case=lambda: case(4096, 8192, 1024, torch.bfloat16),
     hints=["Three loops over the same tiles, cols = start + tl.arange(0, BLOCK_N), mask = cols < N, x loaded "
            "with other=0.0 and .to(tl.float32): the first adds x into an fp32 accumulator (mean = tl.sum(acc, "

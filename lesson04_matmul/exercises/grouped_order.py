@@ -25,7 +25,10 @@ Two checks, besides the values of C:
   same time, about one per SM), must read fewer distinct tiles of A and B than the same wave reads
   in row-major order. Row-major, a wave covers a strip of C one tile row tall: one tile row of
   A, and `wave` tile columns of B. Grouped, it covers a block about GROUP_M tiles tall: a few
-  more tile rows of A, far fewer tile columns of B (the lesson's tiles_loaded counts the same).
+  more tile rows of A, far fewer tile columns of B (the lesson's tiles_loaded counts the same);
+- and the order itself, from the store log: each program's tile lies in its band of GROUP_M tile
+  rows (the GROUP_M the kernel is given), in the column its number gives. A band of some other
+  height also beats row-major order's wave, but it is not the order asked for.
 
 The cases: 9 x 9 tiles with GROUP_M = 3 and a wave of 9, the lesson's picture (K one tile deep:
 the wave reads 10 tiles row-major, 6 grouped; the lesson's K of 9 tiles makes it 90 and 54);
@@ -95,22 +98,32 @@ def tiles_read(log, name: str, t: torch.Tensor, wave: int, block_rows: int, bloc
 
 
 def budget_check(log, a, b, GROUP_M, wave, BLOCK_M, BLOCK_N, BLOCK_K):
-    """The first wave must read fewer distinct tiles of A and B than row-major order's first wave."""
-    if wave is None:
-        return None
+    """The first wave must read fewer distinct tiles of A and B than row-major order's first wave, and
+    every program's tile must lie in its band (GROUP_M tile rows), in the band's column its number gives."""
     (M, K), N = a.shape, b.shape[1]
-    num_pid_n, k_tiles = cdiv(N, BLOCK_N), cdiv(K, BLOCK_K)
-    first = range(min(wave, cdiv(M, BLOCK_M) * num_pid_n))
-    row_major_a = len({p // num_pid_n for p in first}) * k_tiles  # A tiles (pid_m, k) ...
-    row_major_b = len({p % num_pid_n for p in first}) * k_tiles    # ... and B tiles (k, pid_n)
-    yours_a = tiles_read(log, "a", a, wave, BLOCK_M, BLOCK_K)
-    yours_b = tiles_read(log, "b", b, wave, BLOCK_K, BLOCK_N)
-    if yours_a + yours_b < row_major_a + row_major_b:
-        return None
-    return (f"the first wave, programs 0..{wave - 1}, reads {yours_a + yours_b} distinct tiles of A and B ({yours_a} "
-            f"of A, {yours_b} of B); row-major order reads {row_major_a + row_major_b} ({row_major_a} + "
-            f"{row_major_b}), and grouped order must read fewer: with GROUP_M = {GROUP_M}, consecutive programs go "
-            f"down a band of {GROUP_M} tile rows before they move one column right")
+    num_pid_m, num_pid_n, k_tiles = cdiv(M, BLOCK_M), cdiv(N, BLOCK_N), cdiv(K, BLOCK_K)
+    if wave is not None:
+        first = range(min(wave, num_pid_m * num_pid_n))
+        row_major_a = len({p // num_pid_n for p in first}) * k_tiles  # A tiles (pid_m, k) ...
+        row_major_b = len({p % num_pid_n for p in first}) * k_tiles    # ... and B tiles (k, pid_n)
+        yours_a = tiles_read(log, "a", a, wave, BLOCK_M, BLOCK_K)
+        yours_b = tiles_read(log, "b", b, wave, BLOCK_K, BLOCK_N)
+        if yours_a + yours_b >= row_major_a + row_major_b:
+            return (f"the first wave, programs 0..{wave - 1}, reads {yours_a + yours_b} distinct tiles of A and B "
+                    f"({yours_a} of A, {yours_b} of B); row-major order reads {row_major_a + row_major_b} "
+                    f"({row_major_a} + {row_major_b}), and grouped order must read fewer: with GROUP_M = {GROUP_M}, "
+                    f"consecutive programs go down a band of {GROUP_M} tile rows before they move one column right")
+    for (pid, *_), idx in sorted(log.elements("store", "c").items()):
+        pid_m, pid_n = int(idx[0]) // N // BLOCK_M, int(idx[0]) % N // BLOCK_N  # the tile of its first element
+        band = pid // (GROUP_M * num_pid_n)
+        rows_here = min(num_pid_m - band * GROUP_M, GROUP_M)
+        column = pid % (GROUP_M * num_pid_n) // rows_here
+        if pid_m // GROUP_M != band or pid_n != column:
+            return (f"program {pid} computes tile ({pid_m}, {pid_n}), but in grouped order with GROUP_M = {GROUP_M} "
+                    f"its tile is in band {band} (tile rows {band * GROUP_M}..{band * GROUP_M + rows_here - 1}), "
+                    f"column {column}: the band's {rows_here} programs of each column come one after another. "
+                    "Use the GROUP_M the kernel is given (it is the launcher's choice, not a constant)")
+    return None
 
 
 def case(M: int, N: int, K: int, GROUP_M: int, wave, BLOCK_M=16, BLOCK_N=16, BLOCK_K=16, dtype=torch.float32) -> Case:

@@ -4,7 +4,7 @@ import common.device  # noqa: F401
 import triton
 import triton.language as tl
 
-from common.exercise import Wrong, patched
+from common.exercise import Variant, Wrong, patched
 
 
 GIVEN = "02fddbc8c935"  # common.exercise.given_fingerprint of long_rows.py as the course ships it
@@ -51,3 +51,9 @@ WRONG = [Wrong("three walks", "budget", "loaded 3 times",  # walk 1 finds the ma
          Wrong("last tile missed", "memory", "left unwritten",  # whole tiles only: the ragged last one is left out
                dict(online_softmax_kernel=patched(online_softmax_kernel, ("range(0, N, BLOCK_N)",
                                                                           "range(0, N - BLOCK_N + 1, BLOCK_N)", 2))))]
+
+# Honest variations, each an edit of the solution above: they must pass
+VARIANTS = [Variant("the running max started at x[row, 0], a masked scalar load",  # one element more, no third walk
+                    dict(online_softmax_kernel=patched(online_softmax_kernel,
+                                                       ('m = tl.full([], float("-inf"), tl.float32)',
+                                                        'm = tl.load(x_row, mask=N > 0, other=0.0).to(tl.float32)'))))]

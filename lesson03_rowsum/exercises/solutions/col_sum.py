@@ -6,7 +6,7 @@ import triton.language as tl
 from common.exercise import Wrong, patched
 
 
-GIVEN = "38ac368d5a34"  # common.exercise.given_fingerprint of col_sum.py as the course ships it
+GIVEN = "50fc7981822d"  # common.exercise.given_fingerprint of col_sum.py as the course ships it
 
 
 @triton.jit
@@ -52,5 +52,9 @@ WRONG = [Wrong("a column at a time", "budget", "times the",
          Wrong("range(0, M - BLOCK_M, BLOCK_M)", "values", "are wrong",
                dict(col_sum_kernel=patched(col_sum_kernel,
                                            ("range(0, M, BLOCK_M)", "range(0, M - BLOCK_M, BLOCK_M)")))),
+         # float16 from the loads on: right on short columns, rounded away on long ones
+         Wrong("a float16 accumulator", "values", "sums that climb and fall back",
+               dict(col_sum_kernel=patched(col_sum_kernel, ("dtype=tl.float32)", "dtype=y_ptr.dtype.element_ty)"),
+                                           ("acc += x.to(tl.float32)", "acc += x")))),
          Wrong("N as the row stride", "values", "rows 192 apart",
                dict(col_sum_kernel=patched(col_sum_kernel, ("rows[:, None] * stride_xm", "rows[:, None] * N"))))]

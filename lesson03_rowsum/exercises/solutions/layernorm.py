@@ -7,7 +7,7 @@ import triton.language as tl
 from common.exercise import Wrong, patched
 
 
-GIVEN = "5f6d7896173d"  # common.exercise.given_fingerprint of layernorm.py as the course ships it
+GIVEN = "9c28a14f92c2"  # common.exercise.given_fingerprint of layernorm.py as the course ships it
 
 
 @triton.jit
@@ -60,6 +60,15 @@ WRONG = [Wrong("padded lanes in the variance", "values", "3 x 127, BLOCK_N 128",
          Wrong("variance over N - 1", "values", "are wrong",
                dict(layernorm_kernel=patched(layernorm_kernel, ("tl.sum(acc, axis=0) / N + eps",
                                                                 "tl.sum(acc, axis=0) / (N - 1) + eps")))),
+         # the sums in float16, from the loads on: right on short rows, past float16's range on long ones
+         Wrong("float16 accumulators", "values", "1 x 4096, BLOCK_N 64, float16, offset 50",
+               dict(layernorm_kernel=patched(layernorm_kernel,
+                                             ("acc = tl.zeros([BLOCK_N], dtype=tl.float32)",
+                                              "acc = tl.zeros([BLOCK_N], dtype=x_ptr.dtype.element_ty)", 2),
+                                             (MEAN_LOAD, MEAN_LOAD.replace(".to(tl.float32)", "")),
+                                             ("other=0.0).to(tl.float32)\n        d = tl.where(mask, x - mean, 0.0)",
+                                              "other=0.0)\n"
+                                              "        d = tl.where(mask, x - mean.to(x.dtype), 0.0).to(x.dtype)")))),
          Wrong("w and b loaded unmasked", "memory", "past the end of w",
                dict(layernorm_kernel=patched(layernorm_kernel, ("tl.load(w_ptr + cols, mask=mask, other=0.0)",
                                                                 "tl.load(w_ptr + cols)"),

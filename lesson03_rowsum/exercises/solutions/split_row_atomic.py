@@ -36,6 +36,10 @@ def launch(row_sum_atomic_kernel, x, y, COLS_PER_PROGRAM=1024, BLOCK_N=256):
 ADD = "tl.atomic_add(y_ptr + m, tl.sum(acc, axis=0))"
 SUM_AND_ADD = ("        acc += tl.load(x_ptr + m * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
                "    " + ADD + "  # once per program, into y[m], which the launcher zeroed\n")
+FIRST_STORES = ("if tl.program_id(axis=1) == 0:\n"
+                "        tl.store(y_ptr + m, tl.sum(acc, axis=0))  # the first stretch sets y[m] ...\n"
+                "    else:\n"
+                "        tl.atomic_add(y_ptr + m, tl.sum(acc, axis=0))  # ... and the others add into it")
 AN_ADD_PER_TILE = ("        x = tl.load(x_ptr + m * stride_xm + cols, mask=cols < N, other=0.0).to(tl.float32)\n"
                    "        tl.atomic_add(y_ptr + m, tl.sum(x, axis=0))  # right, but one atomic per tile\n")
 WRONG = [Wrong("tl.store instead of tl.atomic_add", "memory", "is written 2 times",
@@ -48,6 +52,15 @@ WRONG = [Wrong("tl.store instead of tl.atomic_add", "memory", "is written 2 time
          Wrong("every stretch from column 0", "values", "are wrong",
                dict(row_sum_atomic_kernel=patched(row_sum_atomic_kernel,
                                                   ("cols = first + start +", "cols = start +")))),
+         # y not zeroed, as the first stretch's program stores where the others add: right in the order
+         # the interpreter runs the programs, and on a GPU wherever an add lands before the store
+         Wrong("the first stretch stores, the others add", "memory", "stores y[0] while program (0, 1) updates it",
+               dict(row_sum_atomic_kernel=patched(row_sum_atomic_kernel, (ADD, FIRST_STORES)),
+                    launch=patched(launch, ("    y.zero_()  # the programs add into y\n", "")))),
+         # the answer written by the launcher after the kernel, behind an atomic that adds nothing
+         Wrong("the launcher writes y behind tl.atomic_max", "memory", "after it ran",
+               dict(row_sum_atomic_kernel=patched(row_sum_atomic_kernel, (ADD, "tl.atomic_max(y_ptr + m, 0.0)")),
+                    launch=patched(launch, ("BLOCK_N=BLOCK_N)", "BLOCK_N=BLOCK_N)\n    y.copy_(x.float().sum(dim=1))")))),
          Wrong("masked at the stretch's end, not N", "memory", "past the end of x",
                dict(row_sum_atomic_kernel=patched(row_sum_atomic_kernel,
                                                   ("mask=cols < N,", "mask=cols < first + COLS_PER_PROGRAM,"))))]

@@ -6,7 +6,7 @@ import triton.language as tl
 from common.exercise import Wrong, patched
 
 
-GIVEN = "55a296e20b0f"  # common.exercise.given_fingerprint of grouped_order.py as the course ships it
+GIVEN = "e7138691a6d9"  # common.exercise.given_fingerprint of grouped_order.py as the course ships it
 
 
 @triton.jit
@@ -61,6 +61,13 @@ WRONG = [Wrong("row-major order", "budget", "row-major order reads",
          Wrong("two programs on one tile", "memory", "is written 2 times",
                dict(grouped_matmul_kernel=patched(grouped_matmul_kernel,
                                                   ("pid_n = local // rows_here", "pid_n = local // GROUP_M")))),
+         # a band of 2 tile rows whatever GROUP_M says: a wave still reads fewer tiles than row-major order's
+         Wrong("GROUP_M ignored, bands of 2", "budget", "in grouped order with GROUP_M = 3",
+               dict(grouped_matmul_kernel=patched(grouped_matmul_kernel,
+                                                  ("per_band = GROUP_M * num_pid_n", "per_band = 2 * num_pid_n"),
+                                                  ("(pid // per_band) * GROUP_M", "(pid // per_band) * 2"),
+                                                  ("min(num_pid_m - first_pid_m, GROUP_M)",
+                                                   "min(num_pid_m - first_pid_m, 2)")))),
          Wrong("the last band as tall as the others", "memory", "left unwritten",
                dict(grouped_matmul_kernel=patched(grouped_matmul_kernel,
                                                   ("rows_here = min(num_pid_m - first_pid_m, GROUP_M)",

@@ -1,5 +1,5 @@
 """SPOILER: the solution of exercise 4.1 (the K loop), and wrong ones the tests check the checker with."""
-import common.device  # noqa: F401
+import common.device
 import triton
 import triton.language as tl
 
@@ -46,6 +46,13 @@ WRONG = [Wrong("K // BLOCK_K steps", "values", "are wrong",
                dict(matmul_kernel=patched(matmul_kernel, ("dtype=tl.float32)", "dtype=c_ptr.dtype.element_ty)"),
                                           ('acc = tl.dot(a, b, acc, input_precision="ieee")',
                                            'acc += tl.dot(a, b, input_precision="ieee").to(c_ptr.dtype.element_ty)')))),
+         # TF32, a GPU's default for float32: 10 bits of each input kept (the interpreter keeps all 23)
+         Wrong("TF32, the default precision", "values", "in TF32, its default input_precision",
+               dict(matmul_kernel=patched(matmul_kernel, ('input_precision="ieee"', 'input_precision="tf32"')))),
+         # ieee where the checker runs it, TF32 (faster) on a GPU
+         Wrong("ieee under the interpreter only", "runs", "asks whether it runs under the interpreter",
+               dict(matmul_kernel=patched(matmul_kernel, ('input_precision="ieee"',
+                                                          'input_precision="ieee" if common.device.INTERPRET else "tf32"')))),
          Wrong("strides ignored", "values", "transposed views",
                dict(matmul_kernel=patched(matmul_kernel, ("rows[:, None] * stride_am + ks[None, :] * stride_ak",
                                                           "rows[:, None] * K + ks[None, :]"),

@@ -45,8 +45,15 @@ SECOND_LOOP = ("    for step in range(0, tl.cdiv(K, BLOCK_K)):  # ... then the o
                "                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)\n"
                "        w_offsets = ks[:, None] * stride_wk + cols[None, :] * stride_wn\n"
                "        w_mask = (ks[:, None] < K) & (cols[None, :] < N)\n")
+X_LOAD = ("x = tl.load(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk,\n"
+          "                    mask=(rows[:, None] < M) & (ks[None, :] < K), other=0.0)")
+X_ATOMIC = ("x = tl.atomic_add(x_ptr + rows[:, None] * stride_xm + ks[None, :] * stride_xk, 0.0,\n"
+            "                          mask=(rows[:, None] < M) & (ks[None, :] < K))  # a read the loads' count missed")
 WRONG = [Wrong("two K loops", "budget", "x was read",  # the loop ended after x @ W1, a second one for x @ W3
                dict(swiglu_mlp_kernel=patched(swiglu_mlp_kernel, (W3 + DOT1, DOT1 + SECOND_LOOP + W3)))),
+         Wrong("two K loops, the second reading x through tl.atomic_add(x, 0)", "memory", "runs an atomic on x, an input",
+               dict(swiglu_mlp_kernel=patched(swiglu_mlp_kernel,
+                                              (W3 + DOT1, DOT1 + SECOND_LOOP.replace(X_LOAD, X_ATOMIC) + W3)))),
          Wrong("the gate on x @ W3", "values", "are wrong",
                dict(swiglu_mlp_kernel=patched(swiglu_mlp_kernel, ("out = acc1 * tl.sigmoid(acc1) * acc3",
                                                                   "out = acc1 * acc3 * tl.sigmoid(acc3)")))),

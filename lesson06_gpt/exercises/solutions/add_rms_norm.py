@@ -47,6 +47,11 @@ WRONG = [Wrong("the squares of x, not of h", "values", "are wrong",
          Wrong("h stored in both walks", "memory", "is written 2 times",
                dict(add_rms_norm_kernel=patched(add_rms_norm_kernel, (H_IN_WALK_2, H_IN_WALK_2 +
                                                 "        tl.store(h_ptr + row * N + cols, h, mask=mask)\n")))),
+         # right wherever one thread stores and loads an element (the interpreter's one program at a time)
+         Wrong("h loaded back in walk 2", "memory", "back after storing it",
+               dict(add_rms_norm_kernel=patched(add_rms_norm_kernel,
+                                                (H_IN_WALK_2, "        h = tl.load(h_ptr + row * N + cols, mask=mask, "
+                                                              "other=0.0).to(tl.float32)\n")))),
          Wrong("range(0, N - BLOCK_N, BLOCK_N) in both walks", "memory", "left unwritten",
                dict(add_rms_norm_kernel=patched(add_rms_norm_kernel, (WALK, "range(0, N - BLOCK_N, BLOCK_N)", 2)))),
          Wrong("divided by the lanes walked, not N", "values", "1 x 1 in tiles of 128",
