@@ -1,4 +1,4 @@
-"""Lesson 6, second file: AdamW, torch.optim.AdamW's update of every parameter in one launch.
+"""Lesson 6's optimizer: AdamW, torch.optim.AdamW's update of every parameter in one launch.
 
 AdamW keeps two numbers per parameter, m (a running mean of the gradient) and v (of its square),
 and moves each parameter p with gradient g by, at its step t,
@@ -34,6 +34,8 @@ weights and optimizer state under bfloat16 activations), parameters on several d
 runs on one), strided views as parameters (a program walks each tensor's memory as one run), a
 parameter given twice (two programs would update it at once), amsgrad and maximize (not written).
 """
+import common.device  # noqa: F401  (first: it decides how triton is imported)
+
 import torch
 import triton
 import triton.language as tl
