@@ -1,4 +1,4 @@
-"""Lesson 6, section 11: the same training in several processes, one GPU each, under torchrun.
+"""Lesson 6, section 12: the same training in several processes, one GPU each, under torchrun.
 
     torchrun --nproc_per_node=2 lesson06_gpt/ddp.py --steps 50            (two GPUs, NCCL)
     torchrun --nproc_per_node=2 lesson06_gpt/ddp.py --steps 1 --size toy  (no GPU: two CPU processes, gloo)

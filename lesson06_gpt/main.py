@@ -13,8 +13,9 @@ download: the bytes of this repository's own text.
 What to look at: the first loss, ln(256) (section 1); the two op sets agreeing from the same weights
 on the same batches (section 5); the loss falling (section 6); which kernels a training step
 launches, in order (section 7); and on a GPU, the step's time kernel by kernel, tokens per second and
-peak memory against PyTorch eager and torch.compile, and the cross-entropy alone at real
-vocabularies (sections 8-10). Section 11 runs the same training on several GPUs.
+peak memory against PyTorch eager and torch.compile, the cross-entropy alone at real vocabularies,
+and what each op's call costs the host against PyTorch's (sections 8-11). Section 12 runs the same
+training on several GPUs.
 
 Run:   python lesson06_gpt/main.py            (every section)
        python lesson06_gpt/main.py --help     (sections, --data FILE, --steps)
