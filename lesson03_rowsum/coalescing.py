@@ -2,7 +2,7 @@
 
 main.py's last two sections (`python lesson03_rowsum/main.py --sections lines coalescing`): the
 arithmetic of one warp's load, which runs anywhere, and row_sum timed on both layouts, which needs a
-GPU. main.py hands in its row_sum.
+GPU. main.py hands in the op it times, row_sum.py's row_sum.
 """
 import torch
 
@@ -58,7 +58,7 @@ def lines_table(M: int = 4096):
 
 # %%
 def timing(row_sum, M: int = 4096, N: int = 16384):
-    """row_sum (main.py's) and torch.sum of an M x N float32 tensor stored by rows and by columns."""
+    """row_sum (row_sum.py's op) and torch.sum of an M x N float32 tensor stored by rows and by columns."""
     x = torch.randn(M, N, device=DEVICE)
     xt = torch.randn(N, M, device=DEVICE).t()  # the same shape, M x N, stored column by column
     cases = {("rows contiguous (x)", "Triton row_sum"): lambda: row_sum(x),
