@@ -46,8 +46,8 @@ programs, several share a key block's heads, `parts`), two lengths, head dims to
 
 attention.py's Attention (the op's autograd function) runs launch_backward, by default, from what its
 forward kept. The chapter, main.py, hands the timing and tracing functions below what they need of
-the forward (the launcher, the public function, the reference) as arguments: its sections 13-16
-run them.
+the forward as arguments (attention.py's launcher and op, which import this file, and the chapter's
+reference): its sections 13-16 run them.
 """
 import functools
 
@@ -480,7 +480,7 @@ BACKWARD_NOTE = ("'µs': the GPU kernels' own time (profiler timestamps, L2 flus
 
 def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=None) -> list:
     """Forward and backward side by side, one table per (batch, heads, head_dim): impls = {name:
-    fn(q, k, v, causal=...)}, main.py's attention first, then SDPA's backends; kernel_of(q, k, v):
+    fn(q, k, v, causal=...)}, attention.py's attention first, then SDPA's backends; kernel_of(q, k, v):
     the name of the forward kernel the first runs (attention.route), for its rows. GPU only."""
     tables = []
     for B, H, D in shapes:
@@ -521,7 +521,7 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
                   dtype=torch.float16, *, most: int | None = None):
     """Every candidate block size of both designs' kernels, timed side by side (the autotuner's
     job done by hand; its lists for head dims to 128 are NARROW_DKDV, NARROW_DQ and NARROW_FUSED), or
-    the first `most` of each (a quick look). forward(q, k, v, causal, sm_scale): main.py's launcher
+    the first `most` of each (a quick look). forward(q, k, v, causal, sm_scale): attention.py's launch
     with the autotuned kernel, which gives (o, lse). GPU only."""
     rows, left_out = [], set()
     for B, H, D in shapes:

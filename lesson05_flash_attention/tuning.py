@@ -1,7 +1,7 @@
 """Lesson 5, second file: the forward's measurements that most readers skip on a first pass.
 
-main.py imports this file and hands each function what it needs of the chapter (the launcher, the
-kernel, the public function, the reference) as arguments. Every function here needs a CUDA GPU.
+main.py imports this file and hands each function what it times as arguments (attention.py's
+launcher, kernel and op, the chapter's reference). Every function here needs a CUDA GPU.
 
 - peak_memory: section 8, each implementation's peak memory against the sequence length (the
   arithmetic of section 1, measured).
@@ -130,7 +130,7 @@ def visible_pairs(seq_q: int, seq_k: int, causal: bool) -> int:
 
 def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16, *, kernel_of=None):
     """Forward and backward of each implementation in impls = {name: fn(q, k, v, causal=...)}
-    (main.py's attention first, then SDPA's backends, which the comparisons divide by) on each case,
+    (attention.py's attention first, then SDPA's backends, which the comparisons divide by) on each case,
     side by side; kernel_of(q, k, v): the name of the forward kernel the first runs, for its rows. A
     backend that refuses a shape (SDPA's do not take every head dim or mask) is left out of that
     case's rows. GPU only."""
