@@ -63,8 +63,8 @@ def _patch_once() -> None:
     """To run a kernel, the interpreter swaps the functions of the triton.language modules the
     kernel's file names (tl, tl.core) for its own, walking them with inspect.getmembers, and swaps
     them back when the launch ends. It walks them again at every call of a @triton.jit helper from
-    inside the kernel (main.py's attend, a backward's dkdv_blocks: hundreds per check), where they
-    are swapped already: lesson 5's check spent a third of its time there. Here a launch walks
+    inside the kernel (lesson 5's attend, its backward's dkdv_blocks: hundreds per check), where
+    they are swapped already: lesson 5's check spent a third of its time there. Here a launch walks
     each module once: a helper whose file names only modules swapped already skips the walk (one
     that names another, as Triton's own tl.zeros names tl.core, still gets it), and the launch
     swaps everything back at its end. triton 3.6 to 3.9 alike: the launch keeps what _patch_lang

@@ -1,4 +1,4 @@
-"""Training: every public function is a PyTorch operator with a backward. Gradients against
+"""Training: every public function has a backward. Gradients against
 torch's autograd in float64 (the lessons' grad checks, awkward shapes included), the backward
 trace's numbers, each op an autograd function, and torch.compile(fullgraph=True) of a
 small model that calls every op, traced whole (GPU only: the interpreter's kernels cannot be traced)."""
