@@ -149,8 +149,8 @@ def launch_backward(dy, x, w, rstd, dh=None) -> tuple:
                                               BLOCK_N=BLOCK_N, HAS_DH=dh is not None,
                                               INDEX_TYPE=index_type(dy, x, dx, w),
                                               num_warps=max(1, min(16, BLOCK_M * BLOCK_N // 256)))
-    dw = row_sum_launch(partial.t())  # the columns of partial, added: row_sum.py's kernels on the transpose
-    return dx, dw.to(w.dtype)
+    dw = row_sum_launch(partial.t(), dtype=w.dtype)  # the columns of partial, added: row_sum.py's kernels on the transpose
+    return dx, dw
 
 
 class RMSNorm(torch.autograd.Function):

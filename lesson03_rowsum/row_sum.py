@@ -139,12 +139,12 @@ def offset_type(x: torch.Tensor, out: torch.Tensor, cols: int):
 # Every launch passes every argument of its kernel, defaults too (TRACE=False): torch.compile records
 # the launch as it is written, and its check of which tensors a kernel writes needs them all (without
 # them it assumes the kernel writes every input, and copies them).
-def launch(x: torch.Tensor, splits: int | None = None, *, index_type=None) -> torch.Tensor:
+def launch(x: torch.Tensor, splits: int | None = None, *, index_type=None, dtype=None) -> torch.Tensor:
     """The row sums of x (as row_sum checked it), shape (M,): one launch, or two where rows are split.
     splits: programs per row (None: choose_splits); index_type: tl.int32 or tl.int64 for every
-    launch (None: each launch's offset_type)."""
+    launch (None: each launch's offset_type); dtype: the sums' (x's by default), rounded at the store."""
     M, N = x.shape
-    y = x.new_empty(M)
+    y = x.new_empty(M, dtype=dtype)
     if M == 0 or N == 0:
         return y.zero_()
     BLOCK_M, BLOCK_N, num_warps = tile_config(N)

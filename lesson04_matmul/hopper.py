@@ -49,33 +49,76 @@ TMA_FROM = 4096**3  # M * N * K from which this kernel was the faster (lesson 7'
 def matmul_kernel_tma(
     a_ptr, b_ptr, c_ptr,
     M, N, K,
-    stride_am, stride_bk, stride_cm,    # the row strides; each row's elements are adjacent
+    stride_am, stride_bk, stride_cm,    # the row strides of A, B and C as they lie in memory
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr,              # pipeline across tiles (a persistent grid)
     ACTIVATION: tl.constexpr = "",
+    A_T: tl.constexpr = False,          # A lies in memory as A^T, K x M rows (a.t() of a row-major tensor)
+    B_T: tl.constexpr = False,          # B lies in memory as B^T, N x K rows (a linear layer's weight)
+    SPLIT_K: tl.constexpr = 1,          # K in this many parts: c_ptr holds SPLIT_K float32 partial products
 ):
-    # The descriptors: each matrix's base, shape and strides, and the tile a load or store moves.
-    a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
-    b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    # The descriptors: each matrix's base, shape and strides as it lies in memory, and the tile a
+    # load or store moves. TMA reads rows; a transposed operand is read as it lies (the tile of A^T
+    # or B^T) and transposed in shared memory, where the tensor cores read either orientation.
+    if A_T:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[K, M], strides=[stride_am, 1], block_shape=[BLOCK_K, BLOCK_M])
+    else:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K])
+    if B_T:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bk, 1], block_shape=[BLOCK_N, BLOCK_K])
+    else:
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
+    if SPLIT_K == 1:
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    else:  # one M x N float32 slab per part of K
+        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[SPLIT_K, M, N], strides=[M * stride_cm, stride_cm, 1],
+                                           block_shape=[1, BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
-    # A grid of one program per tile runs this loop once; a smaller grid makes it persistent:
-    # program p takes tiles p, p + programs, p + 2 programs, ...
-    for tile_id in tl.range(tl.program_id(0), num_pid_m * num_pid_n, tl.num_programs(0), flatten=FLATTEN):
+    k_steps = tl.cdiv(K, BLOCK_K)
+    steps_per_part = tl.cdiv(k_steps, SPLIT_K)
+    # A grid of one program per tile (and part of K) runs this loop once; a smaller grid makes it
+    # persistent: program p takes work p, p + programs, p + 2 programs, ...
+    for work in tl.range(tl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, tl.num_programs(0), flatten=FLATTEN):
+        tile_id = work // SPLIT_K
+        part = work % SPLIT_K           # (the parts of one tile go to neighbouring programs)
         # matmul.py's grouped order (grouped_pid; main.py, section 3), from Triton's standard library:
         # tl.swizzle2d takes the row-major (row, column) of tile_id and returns the grouped one.
         pid_m, pid_n = tl.swizzle2d(tile_id // num_pid_n, tile_id % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(0, tl.cdiv(K, BLOCK_K)):
-            a = a_desc.load([pid_m * BLOCK_M, step * BLOCK_K])   # the tile A[rows, ks], zero-padded
-            b = b_desc.load([step * BLOCK_K, pid_n * BLOCK_N])   # B[ks, cols]
+        for step in range(part * steps_per_part, tl.minimum((part + 1) * steps_per_part, k_steps)):
+            if A_T:
+                a = a_desc.load([step * BLOCK_K, pid_m * BLOCK_M]).T   # the tile A^T[ks, rows], turned
+            else:
+                a = a_desc.load([pid_m * BLOCK_M, step * BLOCK_K])     # the tile A[rows, ks], zero-padded
+            if B_T:
+                b = b_desc.load([pid_n * BLOCK_N, step * BLOCK_K]).T   # B^T[cols, ks], turned
+            else:
+                b = b_desc.load([step * BLOCK_K, pid_n * BLOCK_N])     # B[ks, cols]
             acc = tl.dot(a, b, acc)
-        if ACTIVATION == "relu":
-            acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        if ACTIVATION == "gelu":
-            acc = gelu_tanh(acc)
-        c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
+        if SPLIT_K == 1:
+            if ACTIVATION == "relu":
+                acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
+            if ACTIVATION == "gelu":
+                acc = gelu_tanh(acc)
+            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
+        else:  # a partial sum, in float32: split_k_sum_kernel adds the parts and applies the activation
+            c_desc.store([part, pid_m * BLOCK_M, pid_n * BLOCK_N], acc[None, :, :])
+
+
+@triton.jit
+def split_k_sum_kernel(p_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, ACTIVATION: tl.constexpr = ""):
+    """C = activation(sum of the SPLIT_K float32 slabs of p), element by element, in C's dtype."""
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offsets < MN
+    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+    for part in tl.static_range(SPLIT_K):
+        acc += tl.load(p_ptr + part * MN + offsets, mask=mask, other=0.0)
+    if ACTIVATION == "relu":
+        acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
+    if ACTIVATION == "gelu":
+        acc = gelu_tanh(acc)
+    tl.store(c_ptr + offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 # %% Autotuning
@@ -108,11 +151,21 @@ matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"], cach
 
 
 # %% Which products take this kernel, and its launcher
+def layout(t) -> tuple[bool, int]:
+    """How TMA reads the 2-D operand t: (False, row stride) where t's rows are contiguous, (True,
+    t^T's row stride) where its columns are (a transposed view: read as it lies, turned on chip)."""
+    return (False, t.stride(0)) if t.stride(1) == 1 or t.shape[1] == 1 else (True, t.stride(1))
+
+
 def tma_ok(a, b, N) -> bool:
-    """Can the TMA engine address A, B and an (M, N) C? Rows contiguous, rows and base 16-byte aligned."""
-    rows_ok = all(t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 and t.data_ptr() % 16 == 0
-                  for t in (a, b))
-    return rows_ok and (N * a.element_size()) % 16 == 0
+    """Can the TMA engine address A, B and an (M, N) C? Each operand's rows, or its columns (a
+    transposed view), contiguous; the other stride and the base 16-byte aligned; C's rows too."""
+    for t in (a, b):
+        if not (t.stride(1) == 1 or t.stride(0) == 1) or t.data_ptr() % 16:
+            return False
+        if (layout(t)[1] * t.element_size()) % 16:
+            return False
+    return (N * a.element_size()) % 16 == 0
 
 
 def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
@@ -125,26 +178,50 @@ def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
         raise TypeError("the TMA kernel takes float16 or bfloat16 inputs, got float32")
     N = b.shape[1]
     if not tma_ok(a, b, N):
-        raise ValueError(f"the TMA kernel needs rows that are contiguous and 16-byte aligned: a.stride() = "
-                         f"{a.stride()}, b.stride() = {b.stride()}, N = {N} (a multiple of 8 for C's rows)")
+        raise ValueError(f"the TMA kernel needs each operand's rows or columns contiguous, its other stride and "
+                         f"its base 16-byte aligned: a.stride() = {a.stride()}, b.stride() = {b.stride()}, N = {N} "
+                         f"(a multiple of 8 for C's rows)")
     if not INTERPRET and not gpu_has_tma:  # (the interpreter imitates TMA: the tests run the kernel on a CPU)
         raise ValueError(f"the TMA kernel needs a GPU of compute capability 9.0 or newer with 160 KB of shared memory "
                          f"per program (H100, H200, B200); this one: {capability() / 10:.1f}, "
                          f"{shared_memory() >> 10} KB")
 
 
-def launch_tma(kernel, a, b, activation=None, programs: int | None = None) -> torch.Tensor:
-    """activation(a @ b) by `kernel` (matmul_kernel_tma_tuned), on `programs` persistent programs
-    (default: one per SM, or one per tile where there are fewer tiles). For inputs check_tma accepted."""
+def config(M: int, N: int, K: int) -> dict:
+    """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
+    autotuner on the way (its choice costs host time at every call, and minutes on a first run).
+    Tiles of 128 x 128, or 128 x 256 where there are tiles enough; where C has too few tiles to give
+    every SM one (a weight's gradient: 768 x 768 is 36 tiles for 132 SMs), K is split into parts
+    that run side by side (SPLIT_K), added up after by split_k_sum_kernel."""
+    if INTERPRET:
+        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
+    BLOCK_N = 256 if cdiv(M, 128) * cdiv(N, 256) >= sm_count() else 128
+    tiles = cdiv(M, 128) * cdiv(N, BLOCK_N)
+    split = max(1, min(sm_count() // tiles, cdiv(K, 4 * 64), 4))  # at least 4 steps of K a part
+    return dict(BLOCK_M=128, BLOCK_N=BLOCK_N, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
+                num_warps=8, num_stages=3 if BLOCK_N == 256 else 4)
+
+
+def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **meta) -> torch.Tensor:
+    """activation(a @ b) by `kernel`: matmul_kernel_tma with a configuration in `meta` (config()'s),
+    or matmul_kernel_tma_tuned, which picks one; on `programs` persistent programs (default: one per
+    SM, or one per tile and part of K where there are fewer). For inputs check_tma accepted."""
     (M, K), N = a.shape, b.shape[1]
     c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
+    (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     triton.set_allocator(scratch)  # the descriptors' memory (common.launch.scratch says why on every call)
+    split = meta.get("SPLIT_K", 1)
 
-    def grid(meta):  # meta: the configuration the autotuner picked
-        tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
-        return (min(programs or sm_count(), tiles),)
+    def grid(meta):  # meta: the configuration in use, given or picked by the autotuner
+        work = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * split
+        return (min(programs or sm_count(), work),)
 
     if M and N and K:
-        kernel[grid](a, b, c, M, N, K, a.stride(0), b.stride(0), c.stride(0), ACTIVATION=activation or "")
+        out = c if split == 1 else torch.empty((split, M, N), dtype=torch.float32, device=c.device)
+        kernel[grid](a, b, out, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t,
+                     **meta)
+        if split > 1:  # the parts added, the activation applied, in C's dtype
+            split_k_sum_kernel[(cdiv(M * N, 1024),)](out, c, M * N, SPLIT_K=split, BLOCK=1024,
+                                                     ACTIVATION=activation or "")
     return c

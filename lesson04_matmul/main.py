@@ -265,7 +265,8 @@ ROUTE_EXAMPLES = [  # (the condition that decides; an example: M, N, K, dtype, A
      False, {}),
     ("else: float32", (4096, 4096, 4096), torch.float32, False, {}),
     ("else: M * N * K < 4096^3", (2048, 4096, 4096), torch.float16, False, {}),
-    ("else: rows TMA cannot address (A = X.t())", (4096, 4096, 4096), torch.float16, True, {}),
+    ("... A transposed (A = X.t()): read as it lies", (4096, 4096, 4096), torch.float16, True, {}),
+    ("else: rows TMA cannot address (K = 4100: rows of 8200 bytes)", (4096, 4096, 4100), torch.float16, False, {}),
     ("else: a GPU without TMA (before Hopper)", (4096, 4096, 4096), torch.float16, False, dict(gpu_has_tma=False)),
 ]
 KERNELS = {"tma": ("matmul_kernel_tma", "hopper.py"), "pointer": ("matmul_kernel", "matmul.py")}  # the route's answers
@@ -284,8 +285,8 @@ def route_table() -> Table:
                      arguments or "-", "{} ({})".format(*KERNELS[kernel])))
     return print_table(rows, ["condition (asked in this order)", "example", "arguments", "kernel"],
                        title="matmul()'s route: choose_kernel",
-                       note="The backward's dA = dC @ B^T and dB = A^T @ dC always take matmul_kernel (transposed "
-                            "views, whose rows TMA cannot read); with gelu, Z is recomputed by the forward's kernel.")
+                       note="The backward asks the route again for dA = dC @ B^T and for dB = A^T @ dC (transposed "
+                            "views, which TMA reads as they lie); with gelu, Z is recomputed by the forward's kernel.")
 
 
 # %%

@@ -159,11 +159,12 @@ def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool = hopper.H
     3. torch.compile is tracing: the pointer kernel (its tensors have no memory whose alignment
        could be checked, and a choice made on them would be baked into the graph).
     4. a GPU with TMA (hopper.HOPPER: Hopper or newer, with the shared memory of its tiles),
-       float16 or bfloat16, M * N * K >= hopper.TMA_FROM (4096^3, where it won), rows the copy engine
-       can address (hopper.tma_ok): the TMA kernel.
+       float16 or bfloat16, M * N * K >= hopper.TMA_FROM (where it won), operands the copy engine
+       can address as they lie, rows or columns contiguous (hopper.tma_ok): the TMA kernel.
     5. anything else: the pointer kernel.
-    The backward's dA and dB always take the pointer kernel (B^T and A^T are transposed views, whose
-    rows TMA cannot read). gpu_has_tma and compiling say what this machine and call are (by default,
+    The backward asks again for each of its products, dA = dC @ B^T and dB = A^T @ dC (transposed
+    views: the TMA kernel reads them as they lie), unless tma=False. gpu_has_tma and compiling say
+    what this machine and call are (by default,
     what they are now); the chapter and the tests pass them to ask what another would choose."""
     if tma is False:
         return "pointer"
@@ -179,22 +180,35 @@ def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool = hopper.H
     return "pointer"
 
 
+def backward_takes_tma(tma: bool | None, x, y) -> bool:
+    """The route for one of the backward's products, x @ y: with tma=False never the TMA kernel,
+    with tma=True wherever it can address x and y, with None where choose_kernel takes it."""
+    if tma is False:
+        return False
+    if tma and (INTERPRET or hopper.HOPPER) and x.dtype != torch.float32 and hopper.tma_ok(x, y, y.shape[1]):
+        return True
+    return choose_kernel(x, y) == "tma"
+
+
 # %% The autograd function and the op
 class Matmul(torch.autograd.Function):
-    """C = act(A @ B). dL/dA = dL/dC @ B^T and dL/dB = A^T @ dL/dC: the pointer kernel again, on B^T
-    and A^T, views with the strides swapped (no copy). With an activation, dL/dZ = dL/dC * act'(Z)
-    for Z = A @ B comes first: relu' is 1 where C > 0, so C itself tells; gelu' needs Z, which the
-    fused kernel never wrote, so the backward recomputes it (one more matmul, by the forward's kernel)
-    rather than keep an M x N tensor from forward to backward, then runs lesson 1's gelu_backward."""
+    """C = act(A @ B). dL/dA = dL/dC @ B^T and dL/dB = A^T @ dL/dC: two more products, on B^T and
+    A^T, views with the strides swapped (no copy), each taking the kernel the route chooses for it
+    (the pointer kernel follows any strides; the TMA kernel reads a transposed operand as it lies).
+    With an activation, dL/dZ = dL/dC * act'(Z) for Z = A @ B comes first: relu' is 1 where C > 0,
+    so C itself tells; gelu' needs Z, which the fused kernel never wrote, so the backward recomputes
+    it (one more matmul, by the forward's kernel) rather than keep an M x N tensor from forward to
+    backward, then runs lesson 1's gelu_backward."""
 
     @staticmethod
-    def forward(ctx, a, b, activation, precision, tma):
+    def forward(ctx, a, b, activation, precision, tma, tma_flag):
         if tma:
-            c = hopper.launch_tma(hopper.matmul_kernel_tma_tuned, a, b, activation)
+            c = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation,
+                                  **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
         else:
             kernel, meta = pointer_kernel()
             c = launch(kernel, a, b, activation, precision, **meta)
-        ctx.activation, ctx.precision, ctx.tma = activation, precision, tma
+        ctx.activation, ctx.precision, ctx.tma, ctx.tma_flag = activation, precision, tma, tma_flag
         if activation == "relu":
             ctx.save_for_backward(a, b, c)  # saved tensors: autograd checks they were not changed in place
         else:
@@ -209,14 +223,23 @@ class Matmul(torch.autograd.Function):
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
         elif ctx.activation == "gelu":  # Z recomputed as the forward computed it (the same kernel)
             if ctx.tma:
-                z = hopper.launch_tma(hopper.matmul_kernel_tma_tuned, a, b)
+                z = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
             else:
                 z = launch(kernel, a, b, None, ctx.precision, **meta)
             dc = gelu_backward(dc, z)
+        da = db = None
         # ctx.needs_input_grad says which inputs want a gradient: a frozen weight's dB is never computed
-        da = launch(kernel, dc, b.t(), None, ctx.precision, **meta) if ctx.needs_input_grad[0] else None
-        db = launch(kernel, a.t(), dc, None, ctx.precision, **meta) if ctx.needs_input_grad[1] else None
-        return da, db, None, None, None  # none for activation, precision, tma
+        if ctx.needs_input_grad[0]:  # dA = dC @ B^T: (M, N) @ (N, K)
+            if backward_takes_tma(ctx.tma_flag, dc, b.t()):
+                da = hopper.launch_tma(hopper.matmul_kernel_tma, dc, b.t(), **hopper.config(*dc.shape, b.shape[0]))
+            else:
+                da = launch(kernel, dc, b.t(), None, ctx.precision, **meta)
+        if ctx.needs_input_grad[1]:  # dB = A^T @ dC: (K, M) @ (M, N), a sum over the M rows
+            if backward_takes_tma(ctx.tma_flag, a.t(), dc):
+                db = hopper.launch_tma(hopper.matmul_kernel_tma, a.t(), dc, **hopper.config(a.shape[1], dc.shape[1], a.shape[0]))
+            else:
+                db = launch(kernel, a.t(), dc, None, ctx.precision, **meta)
+        return da, db, None, None, None, None  # none for activation, precision, tma, tma_flag
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, precision: str = "tf32",
@@ -234,5 +257,5 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, p
         raise ValueError(f"activation must be one of {ACTIVATIONS}, got {activation!r}")
     if precision not in ("tf32", "ieee"):
         raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
-    tma = choose_kernel(a, b, flag("tma", tma, optional=True)) == "tma"
-    return Matmul.apply(a, b, activation, precision, tma)
+    tma = flag("tma", tma, optional=True)
+    return Matmul.apply(a, b, activation, precision, choose_kernel(a, b, tma) == "tma", tma)

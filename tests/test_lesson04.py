@@ -10,6 +10,7 @@ import triton.language as tl
 
 from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, parse_command_line, run_trace
 from common.checks import grad_errors, grad_ok, rel_error
+from lesson04_matmul import hopper
 from lesson04_matmul.hopper import HOPPER, TMA_FROM, launch_tma, matmul_kernel_tma_tuned
 from lesson04_matmul.main import (A4, B4, TINY, TOLERANCE, check, grad_check, matmul_plan, order_demo, reference,
                                   route_table, tile_order, tiles_loaded)
@@ -188,9 +189,27 @@ def test_tma_kernel(shape, dtype):
     assert rel_error(matmul(a, b, tma=True), a.double() @ b.double()) < TOLERANCE[dtype]
 
 
+@pytest.mark.parametrize("a_t, b_t", [(False, True), (True, False), (True, True)])
+@pytest.mark.parametrize("split", [1, 3])
+def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split):
+    # a linear layer's products: x @ W^T (B transposed), dW = X^T @ dY (A transposed), read as they
+    # lie; SPLIT_K parts of K added up by split_k_sum_kernel, the activation applied after the sum
+    if not INTERPRET and not HOPPER:
+        pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
+    M, N, K = 104, 72, 200  # ragged 32-tiles; K in 7 steps of 32: parts of 3, 3 and 1
+    a = torch.randn(K, M, device=DEVICE).t() if a_t else torch.randn(M, K, device=DEVICE)
+    b = torch.randn(N, K, device=DEVICE).t() if b_t else torch.randn(K, N, device=DEVICE)
+    a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
+    tiles = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True)
+    for act in (None, "gelu"):
+        out = launch_tma(hopper.matmul_kernel_tma, a, b, act, programs=5, SPLIT_K=split, **tiles)
+        assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[torch.bfloat16], (act, split)
+
+
 def test_the_tma_path_through_the_autograd_function_and_its_backward():
     # matmul() decides tma on the real tensors and hands Matmul a plain bool; the gelu backward
-    # recomputes Z with the forward's choice, dA and dB take the pointer kernel
+    # recomputes Z with the forward's choice; with tma=True dA and dB take the TMA kernel too, on
+    # the transposed views B^T and A^T as they lie
     if not INTERPRET and not HOPPER:
         pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
     a = torch.randn(64, 32, device=DEVICE, dtype=torch.float16)
@@ -203,7 +222,9 @@ def test_the_tma_path_through_the_autograd_function_and_its_backward():
 def test_tma_refuses_what_it_cannot_address():
     a = torch.randn(64, 40, device=DEVICE, dtype=torch.float16)
     with pytest.raises(ValueError, match="16-byte aligned"):
-        matmul(a.t(), a, tma=True)          # a.t() has column stride 40, not 1
+        matmul(a[:, ::2].t(), a, tma=True)  # neither its rows nor its columns contiguous
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        matmul(torch.randn(64, 36, device=DEVICE, dtype=torch.float16).t(), a, tma=True)  # A^T rows of 36 halves: 72 bytes
     with pytest.raises(ValueError, match="16-byte aligned"):
         matmul(a[:, :36].contiguous(), a.t()[:36].contiguous(), tma=True)  # rows of 36 halves: 72 bytes
     with pytest.raises(TypeError, match="float16 or bfloat16"):
@@ -223,7 +244,8 @@ def test_the_route_table_takes_one_row_per_condition():
     table = route_table()
     assert table.column("kernel") == ["matmul_kernel (matmul.py)", "matmul_kernel_tma (hopper.py)",
                                       "matmul_kernel (matmul.py)", "matmul_kernel_tma (hopper.py)"] + [
-                                         "matmul_kernel (matmul.py)"] * 4
+                                         "matmul_kernel (matmul.py)"] * 2 + ["matmul_kernel_tma (hopper.py)"] + [
+                                         "matmul_kernel (matmul.py)"] * 2
     assert table.column("condition (asked in this order)")[:3] == ["tma=False", "tma=True (raises where the TMA "
                                                                    "kernel cannot run)", "torch.compile tracing"]
 
@@ -236,7 +258,9 @@ def test_the_route_table_takes_one_row_per_condition():
     ((4096, 4096, 4096), torch.bfloat16, False, {}, "tma"),
     ((4096, 4096, 4096), torch.float32, False, {}, "pointer"),                       # 5. else: float32,
     ((4088, 4096, 4096), torch.float16, False, {}, "pointer"),                       # below 4096^3 (by 8 rows),
-    ((4096, 4096, 4096), torch.float16, True, {}, "pointer"),                        # column-major A,
+    ((4096, 4096, 4096), torch.float16, True, {}, "tma"),                            # (column-major A: as it lies)
+    ((4104, 4096, 4096), torch.float16, True, {}, "tma"),
+    ((4100, 4096, 4096), torch.float16, True, {}, "pointer"),                        # A^T's rows 8200 bytes,
     ((4096, 4096, 4100), torch.float16, False, {}, "pointer"),                       # rows of 8200 bytes,
     ((4096, 4096, 4096), torch.float16, False, dict(gpu_has_tma=False), "pointer"),  # no TMA on the GPU
 ])
@@ -253,7 +277,7 @@ def test_the_route_refuses_tma_true_where_the_kernel_cannot_run():
     with pytest.raises(TypeError, match="float16 or bfloat16"):
         choose_kernel(*meta(64, 48, 32, torch.float32), True, gpu_has_tma=True, compiling=False)
     with pytest.raises(ValueError, match="16-byte aligned"):
-        choose_kernel(*meta(64, 48, 32, transposed=True), True, gpu_has_tma=True, compiling=False)
+        choose_kernel(*meta(36, 48, 32, transposed=True), True, gpu_has_tma=True, compiling=False)
     if not INTERPRET:  # (the interpreter imitates TMA on any machine)
         with pytest.raises(ValueError, match="compute capability 9.0 or newer"):
             choose_kernel(a, b, True, gpu_has_tma=False, compiling=False)
@@ -271,7 +295,7 @@ def test_matmul_picks_tma_where_it_can():
     a = torch.randn(4096, 4096, device=DEVICE, dtype=torch.float16)  # TMA_FROM: 4096^3
     names = lambda fn: [name for name, _, _ in kernels_launched(fn)]
     assert names(lambda: matmul(a, a)) == ["matmul_kernel_tma"]
-    assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel"]  # a column-major A: pointer loads
+    assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel_tma"]  # a column-major A: read as it lies
     assert names(lambda: matmul(a[:2048], a[:, :2048])) == ["matmul_kernel"]  # smaller: pointer loads
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOLERANCE[torch.float16]
 
