@@ -114,11 +114,10 @@ def rms_norm_backward_kernel(
     tl.store(dw_ptr + pid.to(INDEX_TYPE) * N + cols, tl.sum(dw, axis=0), mask=cols < N)
 
 
-def launch(x, w, eps: float, residual=None, out_dtype=None) -> tuple:
-    """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w in out_dtype (x's
-    dtype by default), rstd per row."""
+def launch(x, w, eps: float, residual=None) -> tuple:
+    """(h, y, rstd): h = x + residual (None without one), y = rms_norm(h) * w in x's dtype, rstd per row."""
     M, N = x.shape
-    y, rstd = x.new_empty((M, N), dtype=out_dtype), x.new_empty(M, dtype=torch.float32)
+    y, rstd = x.new_empty((M, N)), x.new_empty(M, dtype=torch.float32)
     h = x.new_empty((M, N)) if residual is not None else None
     if M and N:
         BLOCK_M, BLOCK_N, num_warps = tile_config(N)  # lesson 3's tile: short rows packed, 8 per thread
@@ -157,8 +156,8 @@ class RMSNorm(torch.autograd.Function):
     """y = rms_norm(x) * w; the backward from x, w and rstd (the normalised rows recomputed)."""
 
     @staticmethod
-    def forward(ctx, x, w, eps, out_dtype):
-        _, y, rstd = launch(x, w, eps, out_dtype=out_dtype)
+    def forward(ctx, x, w, eps):
+        _, y, rstd = launch(x, w, eps)
         ctx.save_for_backward(x, w, rstd)  # saved tensors: autograd checks they were not changed in place
         return y
 
@@ -166,7 +165,7 @@ class RMSNorm(torch.autograd.Function):
     def backward(ctx, dy):
         x, w, rstd = ctx.saved_tensors
         dx, dw = launch_backward(dy.contiguous(), x, w, rstd)
-        return dx, dw, None, None  # one gradient per input of forward; none for eps and out_dtype
+        return dx, dw, None  # one gradient per input of forward; none for eps
 
 
 class AddRMSNorm(torch.autograd.Function):
@@ -174,8 +173,8 @@ class AddRMSNorm(torch.autograd.Function):
     residual are not kept). h's gradient from the rest of the network (dh) joins dx in one store."""
 
     @staticmethod
-    def forward(ctx, x, residual, w, eps, out_dtype):
-        h, y, rstd = launch(x, w, eps, residual, out_dtype)
+    def forward(ctx, x, residual, w, eps):
+        h, y, rstd = launch(x, w, eps, residual)
         ctx.set_materialize_grads(False)  # a gradient nobody sent arrives as None, not as zeros made for it
         ctx.save_for_backward(h, w, rstd)
         return h, y
@@ -184,9 +183,9 @@ class AddRMSNorm(torch.autograd.Function):
     def backward(ctx, dh, dy):
         h, w, rstd = ctx.saved_tensors
         if dy is None:  # (the normalised rows unused: h's gradient is all there is)
-            return dh, dh, None, None, None
+            return dh, dh, None, None
         dx, dw = launch_backward(dy.contiguous(), h, w, rstd, None if dh is None else dh.contiguous())
-        return dx, dx, dw, None, None  # h = x + residual: both get dL/dh
+        return dx, dx, dw, None  # h = x + residual: both get dL/dh
 
 
 def rows_of(t: torch.Tensor, N: int) -> torch.Tensor:
@@ -201,8 +200,8 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None, *,
     float16 or bfloat16, the arithmetic in float32, rows of up to MAX_N columns). As F.rms_norm: eps
     None is the epsilon of the dtype computed in, float32's for all three (torch's code takes float32's
     for float16 and bfloat16 inputs too, where its docs say x's); the weight may be of another of those
-    dtypes than x and any stride (w[::2], one value expanded); y has x's dtype, but under
-    torch.autocast on a GPU float32 (autocast runs F.rms_norm in float32, as it does layer_norm).
+    dtypes than x and any stride (w[::2], one value expanded); y has x's dtype, under torch.autocast
+    too (autocast leaves F.rms_norm's dtypes as they are: torch 2.11 on an H100).
     With `residual` (x's shape and dtype): returns (h, rms_norm(h)) for h = x + residual, in one launch."""
     tensors = {"x": x} | ({"residual": residual} if residual is not None else {})
     x, *rest = check_tensors(tensors, DTYPES)  # one device and one dtype for the rows
@@ -220,12 +219,11 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float | None = None, *,
     if N > MAX_N:
         raise ValueError(f"rms_norm takes rows of at most {MAX_N} columns (the backward holds a row in one block), "
                          f"got {N}")
-    out_dtype = torch.float32 if x.is_cuda and torch.is_autocast_enabled("cuda") else x.dtype
     eps = torch.finfo(torch.float32).eps if eps is None else real("eps", eps)
     if eps <= 0:
         raise ValueError(f"eps must be > 0 (it keeps a row of zeros finite), got {eps}")
     shape = x.shape
     if residual is not None:
-        h, y = AddRMSNorm.apply(rows_of(x, N), rows_of(residual, N), weight, eps, out_dtype)
+        h, y = AddRMSNorm.apply(rows_of(x, N), rows_of(residual, N), weight, eps)
         return h.view(shape), y.view(shape)
-    return RMSNorm.apply(rows_of(x, N), weight, eps, out_dtype).view(shape)
+    return RMSNorm.apply(rows_of(x, N), weight, eps).view(shape)

@@ -41,7 +41,8 @@ import triton.language as tl
 from common.launch import cdiv, scratch
 from lesson01_vector_add.elementwise import gelu_tanh  # lesson 1's GELU, fused into the epilogue as in matmul.py
 
-TMA_FROM = 4096**3  # M * N * K from which this kernel was the faster (lesson 7's RESULTS.md, "What each step bought")
+TMA_FROM = 16384 * 768 * 768  # M * N * K from which this kernel was the faster: the smallest product of
+                               # lesson 6's step (lesson 4's RESULTS.md; at 2048^3 the pointer kernel won)
 
 
 # %% The kernel: matmul.py's, with descriptor loads and a loop over tiles
@@ -190,12 +191,14 @@ def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
 def config(M: int, N: int, K: int) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
-    Tiles of 128 x 128, or 128 x 256 where there are tiles enough; where C has too few tiles to give
-    every SM one (a weight's gradient: 768 x 768 is 36 tiles for 132 SMs), K is split into parts
-    that run side by side (SPLIT_K), added up after by split_k_sum_kernel."""
+    Rules from a sweep of the training step's products on an H100 (lesson 4's RESULTS.md, "The
+    products a model trains"): tiles of 128 x 256 (3 stages) where they give the SMs at least half
+    a wave each, else 128 x 128 (4 stages); where C has too few tiles to give every SM one (a
+    weight's gradient: 768 x 768 is 36 tiles for 132 SMs), K is split into parts that run side by
+    side (SPLIT_K), added up after by split_k_sum_kernel."""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
-    BLOCK_N = 256 if cdiv(M, 128) * cdiv(N, 256) >= sm_count() else 128
+    BLOCK_N = 256 if 2 * cdiv(M, 128) * cdiv(N, 256) > sm_count() else 128
     tiles = cdiv(M, 128) * cdiv(N, BLOCK_N)
     split = max(1, min(sm_count() // tiles, cdiv(K, 4 * 64), 4))  # at least 4 steps of K a part
     return dict(BLOCK_M=128, BLOCK_N=BLOCK_N, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,

@@ -248,7 +248,8 @@ chapter.run("trace", trace, trace=True)
 # ## 7. The public function: matmul(), and which kernel it runs
 # matmul() (matmul.py) checks the input, then asks one function which kernel runs:
 # choose_kernel, the route. hopper.py's TMA kernel where it can run and pays (a Hopper GPU, float16
-# or bfloat16, rows the copy engine can address, M * N * K from 4096^3; lesson 7 takes it apart),
+# or bfloat16, operands the copy engine can address, M * N * K from 16384 x 768 x 768, the smallest
+# product of lesson 6's training step; lesson 7 takes it apart),
 # the autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
 # starts, so the choice is made there, on the real tensors, before the autograd function of section
 # 9 (Matmul), which is handed a plain True or False. The table: each of the route's conditions, in
@@ -261,10 +262,11 @@ ROUTE_EXAMPLES = [  # (the condition that decides; an example: M, N, K, dtype, A
     ("tma=False", (4096, 4096, 4096), torch.float16, False, dict(tma=False)),
     ("tma=True (raises where the TMA kernel cannot run)", (64, 48, 32), torch.float16, False, dict(tma=True)),
     ("torch.compile tracing", (4096, 4096, 4096), torch.float16, False, dict(compiling=True)),
-    ("a GPU with TMA, 16-bit, M * N * K >= 4096^3, rows TMA can address", (4096, 4096, 4096), torch.bfloat16,
+    ("a GPU with TMA, 16-bit, M * N * K >= 16384 x 768 x 768, rows TMA can address", (4096, 4096, 4096), torch.bfloat16,
      False, {}),
     ("else: float32", (4096, 4096, 4096), torch.float32, False, {}),
-    ("else: M * N * K < 4096^3", (2048, 4096, 4096), torch.float16, False, {}),
+    ("else: M * N * K < 16384 x 768 x 768 (2048^3: the pointer kernel won)", (2048, 2048, 2048), torch.float16,
+     False, {}),
     ("... A transposed (A = X.t()): read as it lies", (4096, 4096, 4096), torch.float16, True, {}),
     ("else: rows TMA cannot address (K = 4100: rows of 8200 bytes)", (4096, 4096, 4100), torch.float16, False, {}),
     ("else: a GPU without TMA (before Hopper)", (4096, 4096, 4096), torch.float16, False, dict(gpu_has_tma=False)),

@@ -168,30 +168,40 @@ chapter.run("schedule", schedule)
 
 
 # %%
-def check(shapes=((100, 72, 40), (64, 96, 200), (8, 8, 8)), programs: int = 3) -> Table:
-    """matmul_kernel_tma (through launch_tma, on `programs` persistent programs) against float64."""
+def check(programs: int = 3) -> Table:
+    """matmul_kernel_tma (through launch_tma, on `programs` persistent programs that loop over the
+    tiles) against float64: each operand as it lies in a linear layer's products (a row-major
+    matrix, or a transposed view read as it lies), K whole or split into parts."""
     if not INTERPRET and not matmul_hopper.HOPPER:
         print("This GPU cannot run the TMA kernel (compute capability 9.0 or newer, and the shared memory of its\n"
               "tiles); Triton's interpreter, on a machine without a GPU, runs it.")
         return None
+    tiles = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=4, FLATTEN=True)  # small: several tiles a program
+    cases = [((104, 72, 40), "A @ B", 1), ((64, 96, 200), "A @ B^T (x @ W^T)", 2),
+             ((136, 48, 304), "A^T @ B (X^T @ dY)", 3), ((8, 8, 8), "A^T @ B^T", 1)]
     rows = []
     for dtype in (torch.float16, torch.bfloat16):
-        for M, N, K in shapes:
-            a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
+        for (M, N, K), layout, split in cases:
+            a = torch.randn(K, M, device=DEVICE, dtype=dtype).t() if "A^T" in layout else \
+                torch.randn(M, K, device=DEVICE, dtype=dtype)
+            b = torch.randn(N, K, device=DEVICE, dtype=dtype).t() if "B^T" in layout else \
+                torch.randn(K, N, device=DEVICE, dtype=dtype)
             for activation in (None, "gelu"):
-                c = matmul_hopper.launch_tma(matmul_hopper.matmul_kernel_tma_tuned, a, b, activation, programs=programs)
+                c = matmul_hopper.launch_tma(matmul_hopper.matmul_kernel_tma, a, b, activation, programs=programs,
+                                             SPLIT_K=split, **tiles)
                 exact = a.double() @ b.double()
                 if activation == "gelu":
                     exact = F.gelu(exact, approximate="tanh")
-                config = matmul_hopper.matmul_kernel_tma_tuned.best_config.kwargs  # (the autotuner's choice)
-                tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
+                count = cdiv(M, tiles["BLOCK_M"]) * cdiv(N, tiles["BLOCK_N"])
                 err = rel_error(c, exact)
-                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", activation or "-", tiles, min(programs, tiles),
-                             err, err < 2 * torch.finfo(dtype).eps))
-    return print_table(rows, ["dtype", "M x N x K", "activation", "tiles", "programs", "relative error", "ok"],
+                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", layout, split, activation or "-", count,
+                             min(programs, count * split), err, err < 2 * torch.finfo(dtype).eps))
+    return print_table(rows, ["dtype", "M x N x K", "as they lie", "parts of K", "activation", "tiles", "programs",
+                              "relative error", "ok"],
                        floatfmt=".1e", title="Check: matmul_kernel_tma against float64",
-                       note="ok: within twice the dtype's rounding step (float16 9.8e-4, bfloat16 7.8e-3). Tiles: "
-                            "of the configuration in use (on a GPU the autotuner's, here the interpreter's one).")
+                       note="ok: within twice the dtype's rounding step (float16 9.8e-4, bfloat16 7.8e-3). Tiles of "
+                            "64 x 64, 64 deep. A^T, B^T: the operand is a transposed view, read as it lies. Parts "
+                            "of K: SPLIT_K, float32 partial products added by split_k_sum_kernel.")
 
 
 # %%

@@ -257,7 +257,7 @@ def test_the_route_table_takes_one_row_per_condition():
     ((4096, 4096, 4096), torch.float16, False, {}, "tma"),                           # 4. where it pays
     ((4096, 4096, 4096), torch.bfloat16, False, {}, "tma"),
     ((4096, 4096, 4096), torch.float32, False, {}, "pointer"),                       # 5. else: float32,
-    ((4088, 4096, 4096), torch.float16, False, {}, "pointer"),                       # below 4096^3 (by 8 rows),
+    ((16376, 768, 768), torch.float16, False, {}, "pointer"),                        # below TMA_FROM (by 8 rows),
     ((4096, 4096, 4096), torch.float16, True, {}, "tma"),                            # (column-major A: as it lies)
     ((4104, 4096, 4096), torch.float16, True, {}, "tma"),
     ((4100, 4096, 4096), torch.float16, True, {}, "pointer"),                        # A^T's rows 8200 bytes,
@@ -267,7 +267,7 @@ def test_the_route_table_takes_one_row_per_condition():
 def test_the_route_decides_each_condition(shape, dtype, transposed, kwargs, kernel):
     a, b = meta(*shape, dtype=dtype, transposed=transposed)
     assert choose_kernel(a, b, **{"gpu_has_tma": True, "compiling": False, **kwargs}) == kernel
-    assert TMA_FROM == 4096**3
+    assert TMA_FROM == 16384 * 768 * 768
 
 
 def test_the_route_refuses_tma_true_where_the_kernel_cannot_run():
@@ -292,12 +292,16 @@ def test_the_route_asks_this_machine_by_default():
 def test_matmul_picks_tma_where_it_can():
     from common.profile import kernels_launched
 
-    a = torch.randn(4096, 4096, device=DEVICE, dtype=torch.float16)  # TMA_FROM: 4096^3
+    a = torch.randn(4096, 4096, device=DEVICE, dtype=torch.float16)
     names = lambda fn: [name for name, _, _ in kernels_launched(fn)]
     assert names(lambda: matmul(a, a)) == ["matmul_kernel_tma"]
     assert names(lambda: matmul(a.t(), a)) == ["matmul_kernel_tma"]  # a column-major A: read as it lies
-    assert names(lambda: matmul(a[:2048], a[:, :2048])) == ["matmul_kernel"]  # smaller: pointer loads
+    assert names(lambda: matmul(a[:2048, :2048], a[:2048, :2048])) == ["matmul_kernel"]  # below TMA_FROM
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOLERANCE[torch.float16]
+    # a weight's gradient, 768 x 768 over 16384 rows: 36 tiles, K split into parts, then their sum
+    x, dy = (torch.randn(16384, 768, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    assert names(lambda: matmul(x.t(), dy)) == ["matmul_kernel_tma", "split_k_sum_kernel"]
+    assert rel_error(matmul(x.t(), dy), reference(x.t().double(), dy.double())) < TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.skipif(INTERPRET or not HOPPER, reason="the TMA kernel's scratch memory: Hopper GPUs only")

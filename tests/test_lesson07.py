@@ -37,8 +37,9 @@ def test_the_tma_check_passes():
     if not INTERPRET and not matmul_hopper.HOPPER:
         pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
     table = check()
-    assert all(table.column("ok")) and len(table.rows) == 12
+    assert all(table.column("ok")) and len(table.rows) == 16
     assert 3 in table.column("programs") and max(table.column("tiles")) > 3  # programs that loop over tiles
+    assert set(table.column("parts of K")) == {1, 2, 3} and len(set(table.column("as they lie"))) == 4
 
 
 def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
