@@ -9,7 +9,7 @@ which tensors a kernel writes needs them all (without them it takes every input 
 """
 import torch
 
-from common.device import INTERPRET, sm_count
+from common.device import INTERPRET, shared_memory, sm_count
 
 
 def cdiv(a: int, b: int) -> int:
@@ -41,3 +41,15 @@ def scratch(size: int, alignment: int, stream) -> torch.Tensor:
     `alignment` Triton asks for. Triton keeps the allocator per thread (a context variable), and
     autograd runs a backward on a thread of its own: set it on every call."""
     return torch.empty(size, dtype=torch.int8, device="cuda" if not INTERPRET else "cpu")
+
+
+def traced_config(configs: list, dtype: torch.dtype) -> dict:
+    """The one configuration of an autotuned kernel's list that a launch takes while torch.compile
+    traces: the tracer (torch 2.11) refuses an autotuner that a traced model launches more than once
+    ("ListVariable ... is already tracked for mutation"), and a model launches each of its kernels
+    once a layer. The list's first, the fastest in the sweeps, for 16-bit inputs on a GPU with an
+    H100's shared memory; its last, which fits every GPU in float32 too, otherwise. As kwargs of
+    `kernel[grid](...)`: the block sizes, num_warps and num_stages."""
+    big = shared_memory() >= 160 << 10 if torch.cuda.is_available() else True  # (no GPU: a trace only, as an H100's)
+    config = configs[0] if dtype != torch.float32 and big else configs[-1]
+    return {**config.kwargs, "num_warps": config.num_warps, "num_stages": config.num_stages}

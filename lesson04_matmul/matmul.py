@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from common.checks import check_tensors, flag, index_type as index_type_of
-from common.launch import cdiv
+from common.launch import cdiv, traced_config
 from common.trace import show
 from lesson01_vector_add.elementwise import gelu_backward, gelu_tanh  # lesson 1's GELU and its derivative
 from lesson04_matmul import hopper  # the TMA kernel, one of the route's two paths
@@ -115,17 +115,12 @@ def small_problems_untuned(configs, named_args, **kwargs):
 # cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it.
 matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"], cache_results=True,
                                       prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel)
-# While torch.compile traces, the products take one configuration, not the autotuner: the tracer
-# (torch 2.11) refuses an autotuner that a traced model launches twice ("ListVariable ... is already
-# tracked for mutation"), and a model's matmuls, and a backward's dA and dB, are several launches.
-# The last configuration: it fits every GPU's shared memory, float32 too.
-TRACED = {**CONFIGS[-1].kwargs, "num_warps": CONFIGS[-1].num_warps, "num_stages": CONFIGS[-1].num_stages}
-
-
-def pointer_kernel() -> tuple:
-    """(kernel, its block sizes) for the pointer path: the autotuned kernel, or one configuration of
-    matmul_kernel while torch.compile traces."""
-    return (matmul_kernel, TRACED) if torch.compiler.is_compiling() else (matmul_kernel_tuned, {})
+def pointer_kernel(dtype: torch.dtype) -> tuple:
+    """(kernel, its block sizes) for the pointer path: the autotuned kernel, or, while torch.compile
+    traces, matmul_kernel with one configuration (common.launch.traced_config says why)."""
+    if torch.compiler.is_compiling():
+        return matmul_kernel, traced_config(CONFIGS, dtype)
+    return matmul_kernel_tuned, {}
 
 
 # %% The launcher
@@ -206,7 +201,7 @@ class Matmul(torch.autograd.Function):
             c = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation,
                                   **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
         else:
-            kernel, meta = pointer_kernel()
+            kernel, meta = pointer_kernel(a.dtype)
             c = launch(kernel, a, b, activation, precision, **meta)
         ctx.activation, ctx.precision, ctx.tma, ctx.tma_flag = activation, precision, tma, tma_flag
         if activation == "relu":
@@ -218,7 +213,7 @@ class Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a, b = ctx.saved_tensors[:2]
-        kernel, meta = pointer_kernel()
+        kernel, meta = pointer_kernel(a.dtype)
         if ctx.activation == "relu":
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
         elif ctx.activation == "gelu":  # Z recomputed as the forward computed it (the same kernel)

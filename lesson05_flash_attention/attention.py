@@ -28,7 +28,7 @@ import triton.language as tl
 
 from common import checks
 from common.checks import check_tensors, flag, real
-from common.launch import cdiv, dot_block
+from common.launch import cdiv, dot_block, traced_config
 from common.trace import show
 from lesson05_flash_attention import backward, decode, hopper  # the lesson's other op files
 
@@ -330,6 +330,9 @@ class Attention(torch.autograd.Function):
             o, lse = decode.launch(q, k, v, causal, sm_scale, split_kernel=attention_kernel_decode)
         elif path == "gluon":
             o, lse = hopper.launch(q, k, v, causal, sm_scale)
+        elif torch.compiler.is_compiling():  # one configuration, no autotuner (common.launch.traced_config)
+            o, lse = launch(attention_kernel, q, k, v, causal, sm_scale,
+                            **traced_config(NARROW if q.shape[-1] <= 128 else WIDE, q.dtype))
         else:
             o, lse = launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
         ctx.causal, ctx.sm_scale = causal, sm_scale
@@ -341,6 +344,9 @@ class Attention(torch.autograd.Function):
         q, k, v, o, lse = ctx.saved_tensors
         if route(q, k, v, "backward") == "gluon":
             dq, dk, dv = hopper.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
+        elif torch.compiler.is_compiling():  # one configuration each, no autotuners (common.launch.traced_config)
+            dq, dk, dv = backward.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale,
+                                                  **backward.traced_kernels(q))
         else:
             dq, dk, dv = backward.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale)
         return dq, dk, dv, None, None, None  # one gradient per input of forward; none for causal, sm_scale, path

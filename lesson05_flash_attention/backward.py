@@ -59,7 +59,7 @@ import triton.language as tl
 
 from common import bench
 from common.checks import dtype_name, flag, index_type
-from common.launch import cdiv, dot_block, scratch, splits_to_fill
+from common.launch import cdiv, dot_block, scratch, splits_to_fill, traced_config
 from common.table import print_table
 from common.trace import show
 
@@ -361,6 +361,15 @@ def tuned(kernel, name: str, key: list, **kwargs):
     interpreted = configs([(32, 32, 4, 1, 1)], dim_split=name != "dq")  # the interpreter: one small configuration
     return triton.autotune(interpreted if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
                            cache_results=True, **kwargs)(kernel)
+
+
+def traced_kernels(q) -> dict:
+    """launch_backward's kernels while torch.compile traces: the plain dK/dV and dQ kernels, each with
+    one configuration of its list (common.launch.traced_config says why)."""
+    wide = dot_block(q.shape[-1]) > 128
+    return dict(dkdv=dkdv_kernel, dq=dq_kernel,
+                dkdv_meta=traced_config(WIDE_DKDV if wide else NARROW_DKDV, q.dtype),
+                dq_meta=traced_config(WIDE_DQ if wide else NARROW_DQ, q.dtype))
 
 
 # The autotuner runs each candidate several times: the atomics' accumulator is zeroed before each run.
