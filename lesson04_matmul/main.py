@@ -342,8 +342,10 @@ chapter.run("check", check)
 # ## 9. Training: the backward pass is two more matmuls
 # For C = A @ B and a loss L: dL/dA = dL/dC @ B^T (M x N times N x K) and dL/dB = A^T @ dL/dC
 # (K x M times M x N). B^T and A^T are views: the same memory with the strides swapped, and the
-# kernel reads any strides (section 4), so the backward runs the same kernel with no copy. (Not
-# hopper.py's TMA kernel: TMA wants rows that are contiguous, and a transposed view's are not.)
+# kernel reads any strides (section 4), so the backward runs the same kernel with no copy. Each of
+# the two products asks the route again (section 7): on Hopper, hopper.py's TMA kernel reads a
+# transposed view as it lies and turns the tile on chip, and for dB, whose output is as small as a
+# weight while its sum runs over every token, it splits K so that every SM has work (lesson 7).
 # With an activation, C = act(Z) for Z = A @ B, and dL/dZ = dL/dC * act'(Z) comes first:
 # - relu' is 1 where Z > 0, and C > 0 exactly there: C itself tells, no Z needed;
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per

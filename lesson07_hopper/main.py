@@ -105,8 +105,9 @@ args = chapter.start()
 #   col]) then asks the copy engine for the tile that starts there. There are no offsets and no
 #   masks: the engine zero-pads reads past the edge and c_desc.store clips writes. The price is
 #   in the rules: the last stride must be 1, the other strides and the base multiples of 16 bytes
-#   (hopper.tma_ok; a transposed view breaks them, so the backward's dA and dB stay with the pointer
-#   kernel). Each program builds its descriptors on the device as it starts, 128 bytes each, in a
+#   (hopper.tma_ok). A transposed view (x @ W^T's B, a weight gradient's X^T) is read as it lies:
+#   A_T / B_T describe the memory's rows, and the tile is turned on chip (.T), where the tensor cores
+#   read either orientation. Each program builds its descriptors on the device as it starts, 128 bytes each, in a
 #   scratch buffer Triton asks common.launch.scratch for; built on the host instead, they would be
 #   encoded at every call, host time a short kernel cannot hide.
 # - The grid is persistent: one program per SM, each looping over tiles p, p + programs, p + 2
@@ -114,6 +115,11 @@ args = chapter.start()
 #   starts and retires per tile, the descriptors are built once per SM instead of once per tile, and
 #   with flatten=True the compiler pipelines across a tile's end: the next tile's first loads are in
 #   flight while this one's epilogue runs.
+# - Split K, for a product whose output has fewer tiles than the GPU has SMs: a weight's gradient,
+#   X^T @ dY, is 768 x 768 (36 tiles of 128 x 128 for 132 SMs) while its sum runs over 16384
+#   tokens. With SPLIT_K parts the work is tiles x parts units, each summing a stretch of K into
+#   its own float32 slab; split_k_sum_kernel then adds the slabs, applies the activation and casts
+#   (hopper.config picks the parts: as many as fill the SMs, at most 4).
 # Section 3 counts what that changes, section 4 checks the kernel, section 5 shows what each kernel
 # compiles to, and section 6 times each change.
 
@@ -530,8 +536,8 @@ def routes() -> Table:
         kernel = choose_kernel(a, b, gpu_has_tma=True, compiling=False)
         rows.append(("matmul()", "forward", f"{M} x {N} x {K} {dtype_name(dtype)}", KERNEL_FILES[kernel],
                      DECIDED_BY.get(kernel, "-")))
-    rows.append(("matmul()", "backward", "dA = dC @ B^T, dB = A^T @ dC: transposed views, whose rows TMA cannot read",
-                 KERNEL_FILES["pointer"], "-"))
+    rows.append(("matmul()", "backward", "dA = dC @ B^T, dB = A^T @ dC: each asks the route again (transposed "
+                 "views read as they lie)", KERNEL_FILES["tma"] + " or " + KERNEL_FILES["pointer"], "-"))
     for direction, path, condition, kernels, _ in ROUTES:
         rows.append(("attention()", direction, f"{path}: {condition}", kernels, DECIDED_BY.get(path, "-")))
     return print_table(rows, ["op", "direction", "inputs", "kernel on an H100 or H200", "decided by"],

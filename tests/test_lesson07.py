@@ -262,11 +262,13 @@ def test_gluon_backward_past_2_31_elements():
 
 def test_the_routes_table_asks_matmuls_route_and_lists_attentions():
     # matmul on an H100: the TMA kernel from TMA_FROM up in 16-bit, the pointer kernel below it and in
-    # float32; its backward the pointer kernel; then attention's ROUTES, each row, in order
+    # float32; its backward either, as the route says for each product; then attention's ROUTES, each
+    # row, in order
     table = routes()
     matmul_rows = [row for row in table.rows if row[0] == "matmul()"]
     assert [row[3].split()[0] for row in matmul_rows] == ["matmul_kernel_tma", "matmul_kernel_tma", "matmul_kernel",
-                                                          "matmul_kernel", "matmul_kernel"]
+                                                          "matmul_kernel", "matmul_kernel_tma"]
+    assert "matmul_kernel (matmul.py)" in matmul_rows[-1][3]
     attention_rows = [row for row in table.rows if row[0] == "attention()"]
     assert [(row[1], row[2].split(":")[0]) for row in attention_rows] == [(r[0], r[1]) for r in ROUTES]
 
