@@ -270,6 +270,21 @@ def test_the_route_decides_each_condition(shape, dtype, transposed, kwargs, kern
     assert TMA_FROM == 16384 * 768 * 768
 
 
+def test_the_backward_asks_the_route_for_each_product():
+    # dA = dC @ B^T and dB = A^T @ dC, transposed views: tma=False never the TMA kernel, tma=True
+    # wherever it can address them (the interpreter imitates TMA), None as choose_kernel says
+    from lesson04_matmul.matmul import backward_takes_tma
+
+    dc, b = torch.empty(64, 48, device=DEVICE, dtype=torch.float16), torch.empty(32, 48, device=DEVICE,
+                                                                               dtype=torch.float16)
+    assert backward_takes_tma(True, dc, b.t()[:48]) is (INTERPRET or HOPPER)
+    assert backward_takes_tma(False, dc, b.t()) is False
+    assert backward_takes_tma(None, dc, b.t()) is (choose_kernel(dc, b.t()) == "tma")
+    assert backward_takes_tma(True, dc.float(), b.t().float()) is False  # float32: the pointer kernel
+    odd = torch.empty(36, 48, device=DEVICE, dtype=torch.float16)  # dA of 36 columns: rows of 72 bytes
+    assert backward_takes_tma(True, dc, odd.t()) is False
+
+
 def test_the_route_refuses_tma_true_where_the_kernel_cannot_run():
     a, b = meta(64, 48, 32)
     with pytest.raises(ValueError, match="under torch.compile leave tma=None"):
