@@ -50,6 +50,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "host": "14. What a call costs the host",
     "library": "15. torch.matmul's kernel for each shape (library.py)",
     "offsets": "16. 64-bit offsets: what they cost the pointer kernel",
+    "layers": "17. The products a model trains: a linear layer's forward and both gradients",
 }
 SIZES = {"quick": [(4096, 4096, 4096)],  # section 10's (M, N, K); the last two of "full": a Llama-7B MLP, up and down
          "full": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
@@ -574,3 +575,42 @@ def bench_offsets(n: int = 4096) -> Table:
 
 # %%
 chapter.run("offsets", bench_offsets, gpu=True)
+
+# %% [markdown]
+# ## 17. The products a model trains: a linear layer's forward and both gradients
+# A linear layer stores its weight as W (out x in) and computes y = x @ W^T: B is a transposed
+# view. Its backward runs two more products: dX = dY @ W, and dW = X^T @ dY, where A is the
+# transposed view and the sum runs over every token of the batch (16384 in lesson 6's step) while
+# the output is only as large as the weight. The three differ in what is hard: the forward and dX
+# have tiles to spare; dW has few tiles and a long K, which split K spreads over the SMs
+# (lesson 7, section 2). Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7)
+# beside torch.matmul (cuBLAS) on the same views.
+
+
+# %%
+LAYERS = [("QKV", 768, 1280), ("attention out", 768, 768), ("MLP up", 768, 3072), ("MLP down", 3072, 768)]  # (in, out)
+
+
+def bench_layers(tokens: int = 16384) -> Table:
+    """Kernel µs of the three products of each of LAYERS in bfloat16, matmul() beside cuBLAS."""
+    rows = []
+    for layer, K, N in LAYERS:
+        x, w, dy = (torch.randn(*shape, device=DEVICE, dtype=torch.bfloat16) for shape in
+                    ((tokens, K), (N, K), (tokens, N)))
+        for product, a, b in (("forward: x @ W^T", x, w.t()), ("dX = dY @ W", dy, w), ("dW = X^T @ dY", x.t(), dy)):
+            ms = bench.side_by_side({"cuBLAS": lambda: a @ b, "course": lambda: matmul(a, b)})
+            kernel = KERNELS[choose_kernel(a, b)][0]
+            if kernel == "matmul_kernel_tma":
+                split = hopper.config(a.shape[0], b.shape[1], a.shape[1])["SPLIT_K"]
+                kernel += f", K in {split} parts" if split > 1 else ""
+            rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
+                         ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
+    return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",
+                              "x cuBLAS"], floatfmt=".1f",
+                       title=f"A linear layer's three products, {tokens} tokens, bfloat16",
+                       note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both kernels). "
+                            "x cuBLAS: speed as a multiple of cuBLAS's (its time / ours). " + bench.SIDE_BY_SIDE_NOTE)
+
+
+# %%
+chapter.run("layers", bench_layers, gpu=True)
