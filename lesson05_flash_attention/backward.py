@@ -67,17 +67,22 @@ LOG2E = tl.constexpr(1.4426950408889634)
 
 
 @triton.jit
-def preprocess_kernel(o_ptr, do_ptr, delta_ptr, seq_q, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                      BLOCK_M: tl.constexpr, INDEX_TYPE: tl.constexpr = tl.int32):
-    """Delta = rowsum(dO * O), one number per query row, in fp32; o and do contiguous (B, H, seq_q, HEAD_DIM)."""
+def preprocess_kernel(o_ptr, do_ptr, delta_ptr, H, seq_q,
+                      stride_ob, stride_oh, stride_on, stride_od,        # o and do (B, H, seq_q, HEAD_DIM), any layout
+                      stride_dob, stride_doh, stride_don, stride_dod,
+                      HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                      INDEX_TYPE: tl.constexpr = tl.int32):
+    """Delta = rowsum(dO * O), one number per query row, in fp32 (contiguous (B, H, seq_q))."""
     num_pid_m = tl.cdiv(seq_q, BLOCK_M)  # one grid axis, as the forward's: blocks of head 0, then head 1, ...
     rows = ((tl.program_id(0) % num_pid_m) * BLOCK_M + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     bh = (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
+    b, h = bh // H, bh % H
     dims = tl.arange(0, BLOCK_D)
     mask = (rows[:, None] < seq_q) & (dims[None, :] < HEAD_DIM)
-    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
-    o = tl.load(o_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    do = tl.load(do_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    o = tl.load(o_ptr + b * stride_ob + h * stride_oh + rows[:, None] * stride_on + dims[None, :] * stride_od,
+                mask=mask, other=0.0).to(tl.float32)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows[:, None] * stride_don + dims[None, :] * stride_dod,
+                 mask=mask, other=0.0).to(tl.float32)
     tl.store(delta_ptr + bh * seq_q + rows, tl.sum(o * do, axis=1), mask=rows < seq_q)
 
 
@@ -93,6 +98,7 @@ def real_dims(lo, WIDTH: tl.constexpr, BLOCK_D: tl.constexpr, HEAD_DIM: tl.const
 
 @triton.jit
 def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, dims, dim_ok, out_dims, out_ok,
+                stride_qn, stride_qd, stride_don, stride_dod,
                 seq_q, diag, sm_scale, qk_scale, lo, hi, BLOCK_M: tl.constexpr, HEAD_DIM: tl.constexpr,
                 SPLIT: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr, ATOMIC_DQ: tl.constexpr,
                 TMA_DQ: tl.constexpr, INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr, TRACE: tl.constexpr):
@@ -107,9 +113,10 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, d
             row_ok = rows < seq_q
         else:
             row_ok = tl.full([BLOCK_M], 1, tl.int1)
-        q = tl.load(q_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
-        do = tl.load(do_ptr + rows[:, None] * HEAD_DIM + dims[None, :], mask=row_ok[:, None] & dim_ok[None, :],
-                     other=0.0)
+        q = tl.load(q_ptr + rows[:, None] * stride_qn + dims[None, :] * stride_qd,
+                    mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
+        do = tl.load(do_ptr + rows[:, None] * stride_don + dims[None, :] * stride_dod,
+                     mask=row_ok[:, None] & dim_ok[None, :], other=0.0)
         lse = tl.load(lse_ptr + rows, mask=row_ok, other=0.0)
         delta = tl.load(delta_ptr + rows, mask=row_ok, other=0.0)
         # P^T, recomputed: [BLOCK_N, BLOCK_M], the forward's probabilities (lse folds in m and l)
@@ -121,9 +128,9 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, d
             pT = tl.where(keep, pT, 0.0)  # (a row that sees no key has lse = -inf: exp2 gives inf, dropped here)
         q_out, do_out = q, do
         if SPLIT:  # this program's columns of q and dO, for dK's and dV's
-            q_out = tl.load(q_ptr + rows[:, None] * HEAD_DIM + out_dims[None, :],
+            q_out = tl.load(q_ptr + rows[:, None] * stride_qn + out_dims[None, :] * stride_qd,
                             mask=row_ok[:, None] & out_ok[None, :], other=0.0)
-            do_out = tl.load(do_ptr + rows[:, None] * HEAD_DIM + out_dims[None, :],
+            do_out = tl.load(do_ptr + rows[:, None] * stride_don + out_dims[None, :] * stride_dod,
                              mask=row_ok[:, None] & out_ok[None, :], other=0.0)
         dv += tl.dot(pT.to(do.dtype), do_out, input_precision=INPUT_PRECISION)        # dV += P^T dO
         dpT = tl.dot(v, tl.trans(do), input_precision=INPUT_PRECISION)                # dP^T = V dO^T
@@ -153,6 +160,10 @@ def dkdv_blocks(dk, dv, k, v, q_ptr, do_ptr, lse_ptr, delta_ptr, dq_sum, keys, d
 @triton.jit
 def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr, dq_sum_ptr, sm_scale,
                 H_KV, GROUP, seq_q, seq_k, parts, part_stride,
+                stride_qb, stride_qh, stride_qn, stride_qd,     # q, k, v, do: any layout, as the forward's
+                stride_kb, stride_kh, stride_kn, stride_kd,
+                stride_vb, stride_vh, stride_vn, stride_vd,
+                stride_dob, stride_doh, stride_don, stride_dod,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 CAUSAL: tl.constexpr, DIM_SPLIT: tl.constexpr = 1, ATOMIC_DQ: tl.constexpr = False,
                 TMA_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
@@ -161,8 +172,9 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     work and one of DIM_SPLIT slices of the head dim: its rows of dK and dV, summed over the GROUP
     query heads that read them (grouped-query attention's gradient: no atomics). With ATOMIC_DQ their
     share of every dQ row too, added into dq_sum_ptr (float32, zeroed) with atomics, with TMA_DQ
-    (Hopper) a tile at a time by TMA's reduce-add. Every tensor is contiguous: q, do (B, H_KV *
-    GROUP, seq_q, HEAD_DIM), k, v (B, H_KV, seq_k, HEAD_DIM). With parts > 1, dk_ptr and dv_ptr are
+    (Hopper) a tile at a time by TMA's reduce-add. q, do (B, H_KV * GROUP, seq_q, HEAD_DIM) and k, v
+    (B, H_KV, seq_k, HEAD_DIM) are read through their strides; what this kernel writes is contiguous,
+    as are lse and Delta. With parts > 1, dk_ptr and dv_ptr are
     float32 buffers of `parts` partial sums, part_stride elements apart, which the launcher adds up."""
     tl.static_assert(not (ATOMIC_DQ and DIM_SPLIT > 1), "a head-dim split would add each dQ share twice")
     # One grid axis, as the forward's (axes 1 and 2 stop at 65535 programs; B x H can pass that)
@@ -175,10 +187,12 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     dims, dim_ok = real_dims(0, BLOCK_D, BLOCK_D, HEAD_DIM)
     # Keys past the end load as 0; their rows of dk, dv are never stored. (Their P^T is not masked
     # when not causal, so with ATOMIC_DQ they add dS^T-rows times k = 0 to dQ: nothing.)
-    kv_offsets = bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + dims[None, :]
+    b, hk = bhk // H_KV, bhk % H_KV
     kv_mask = (keys[:, None] < seq_k) & dim_ok[None, :]
-    k = tl.load(k_ptr + kv_offsets, mask=kv_mask, other=0.0)
-    v = tl.load(v_ptr + kv_offsets, mask=kv_mask, other=0.0)
+    k = tl.load(k_ptr + b * stride_kb + hk * stride_kh + keys[:, None] * stride_kn + dims[None, :] * stride_kd,
+                mask=kv_mask, other=0.0)
+    v = tl.load(v_ptr + b * stride_vb + hk * stride_vh + keys[:, None] * stride_vn + dims[None, :] * stride_vd,
+                mask=kv_mask, other=0.0)
     # The head dim split (head dim 256): S^T and dP^T sum over every dim, so each program computes
     # them whole, but it keeps only its slice of dK's and dV's columns, out_dims: two float32
     # accumulators of BLOCK_N x 256 would not fit in registers (they would spill to memory); half as
@@ -209,12 +223,12 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     # One pass per query head that reads key head hk; with parts > 1 (a multi-query head's few key
     # blocks, too few programs to fill the GPU) this program takes one part of the GROUP heads.
     per_part = tl.cdiv(GROUP, parts)
-    b, hk = bhk // H_KV, bhk % H_KV
     if TRACE:
         show("dK, dV program (key block, batch x head)", (pid_n, bhk), indent=0)
     for g in range(part * per_part, tl.minimum(GROUP, (part + 1) * per_part)):
-        bh = b * (H_KV * GROUP) + hk * GROUP + g        # a query head that reads key head hk
-        q_head, do_head = q_ptr + bh * seq_q * HEAD_DIM, do_ptr + bh * seq_q * HEAD_DIM
+        h = hk * GROUP + g                              # a query head that reads key head hk
+        bh = b * (H_KV * GROUP) + h
+        q_head, do_head = q_ptr + b * stride_qb + h * stride_qh, do_ptr + b * stride_dob + h * stride_doh
         lse_head, delta_head = lse_ptr + bh * seq_q, delta_ptr + bh * seq_q
         dq_head = dq_sum_ptr + bh * seq_q * HEAD_DIM
         if TMA_DQ:  # this head's dQ as a [seq_q, HEAD_DIM] matrix, in tiles of BLOCK_M rows (lesson 4's hopper.py)
@@ -223,17 +237,17 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
         else:
             dq_sum = dq_head
         dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok, out_dims,
-                             out_ok, seq_q, diag, sm_scale, qk_scale, lo, mid, BLOCK_M, HEAD_DIM, DIM_SPLIT > 1, True,
+                             out_ok, stride_qn, stride_qd, stride_don, stride_dod, seq_q, diag, sm_scale, qk_scale, lo, mid, BLOCK_M, HEAD_DIM, DIM_SPLIT > 1, True,
                              CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
         dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok, out_dims,
-                             out_ok, seq_q, diag, sm_scale, qk_scale, mid, full_end, BLOCK_M, HEAD_DIM, DIM_SPLIT > 1,
+                             out_ok, stride_qn, stride_qd, stride_don, stride_dod, seq_q, diag, sm_scale, qk_scale, mid, full_end, BLOCK_M, HEAD_DIM, DIM_SPLIT > 1,
                              False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
         dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok, out_dims,
-                             out_ok, seq_q, diag, sm_scale, qk_scale, tl.maximum(full_end, mid), seq_q, BLOCK_M, HEAD_DIM,
+                             out_ok, stride_qn, stride_qd, stride_don, stride_dod, seq_q, diag, sm_scale, qk_scale, tl.maximum(full_end, mid), seq_q, BLOCK_M, HEAD_DIM,
                              DIM_SPLIT > 1, True, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
         if not CAUSAL:  # the wrap: whole blocks 0 .. lo (none when lo = 0)
             dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok,
-                                 out_dims, out_ok, seq_q, diag, sm_scale, qk_scale, 0, lo, BLOCK_M, HEAD_DIM,
+                                 out_dims, out_ok, stride_qn, stride_qd, stride_don, stride_dod, seq_q, diag, sm_scale, qk_scale, 0, lo, BLOCK_M, HEAD_DIM,
                                  DIM_SPLIT > 1, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
     offsets = part.to(INDEX_TYPE) * part_stride + bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + out_dims[None, :]
     mask = (keys[:, None] < seq_k) & out_ok[None, :]
@@ -242,7 +256,8 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
 
 
 @triton.jit
-def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, dims, dim_ok, seq_k, diag, qk_scale, lo, hi,
+def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, stride_kn, stride_kd, stride_vn, stride_vd, rows, dims, dim_ok,
+              seq_k, diag, qk_scale, lo, hi,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
               INPUT_PRECISION: tl.constexpr, INDEX_TYPE: tl.constexpr):
     """Add key blocks lo..hi of one key head into one query block's dq ([BLOCK_M, BLOCK_D], fp32)."""
@@ -252,8 +267,10 @@ def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, dims, dim_ok, seq_k, di
             key_ok = keys < seq_k
         else:
             key_ok = tl.full([BLOCK_N], 1, tl.int1)
-        k = tl.load(k_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
-        v = tl.load(v_ptr + keys[:, None] * HEAD_DIM + dims[None, :], mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
+        k = tl.load(k_ptr + keys[:, None] * stride_kn + dims[None, :] * stride_kd,
+                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
+        v = tl.load(v_ptr + keys[:, None] * stride_vn + dims[None, :] * stride_vd,
+                    mask=key_ok[:, None] & dim_ok[None, :], other=0.0)
         p = tl.exp2(tl.dot(q, tl.trans(k), input_precision=INPUT_PRECISION) * qk_scale - lse[:, None])
         if MASKED:
             keep = key_ok[None, :]
@@ -268,6 +285,10 @@ def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, rows, dims, dim_ok, seq_k, di
 
 @triton.jit
 def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale, H, GROUP, seq_q, seq_k,
+              stride_qb, stride_qh, stride_qn, stride_qd,       # q, k, v, do: any layout (dkdv_kernel's)
+              stride_kb, stride_kh, stride_kn, stride_kd,
+              stride_vb, stride_vh, stride_vn, stride_vd,
+              stride_dob, stride_doh, stride_don, stride_dod,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
               TRACE: tl.constexpr = False):
@@ -275,14 +296,16 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     stages are the forward's: whole key blocks every row sees (no mask), then the rest, masked."""
     num_pid_m = tl.cdiv(seq_q, BLOCK_M)  # one grid axis, as dkdv_kernel's
     pid_m, bh = tl.program_id(0) % num_pid_m, (tl.program_id(0) // num_pid_m).to(INDEX_TYPE)
-    bhk = (bh // H) * (H // GROUP) + (bh % H) // GROUP   # its (batch, key head)
+    b, h = bh // H, bh % H
+    hk = h // GROUP                                      # its key head
     start_m = pid_m * BLOCK_M
     rows = (start_m + tl.arange(0, BLOCK_M)).to(INDEX_TYPE)
     dims, dim_ok = real_dims(0, BLOCK_D, BLOCK_D, HEAD_DIM)
-    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]
     mask = (rows[:, None] < seq_q) & dim_ok[None, :]
-    q = tl.load(q_ptr + offsets, mask=mask, other=0.0)
-    do = tl.load(do_ptr + offsets, mask=mask, other=0.0)
+    q = tl.load(q_ptr + b * stride_qb + h * stride_qh + rows[:, None] * stride_qn + dims[None, :] * stride_qd,
+                mask=mask, other=0.0)
+    do = tl.load(do_ptr + b * stride_dob + h * stride_doh + rows[:, None] * stride_don + dims[None, :] * stride_dod,
+                 mask=mask, other=0.0)
     lse = tl.load(lse_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
     delta = tl.load(delta_ptr + bh * seq_q + rows, mask=rows < seq_q, other=0.0)
     dq = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
@@ -296,14 +319,16 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
         hi = seq_k
         every_row_sees = seq_k
     full_end = tl.maximum(every_row_sees, 0) // BLOCK_N * BLOCK_N
-    kv = bhk * seq_k * HEAD_DIM
-    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + kv, v_ptr + kv, rows, dims, dim_ok, seq_k, diag, qk_scale, 0,
+    k_head, v_head = k_ptr + b * stride_kb + hk * stride_kh, v_ptr + b * stride_vb + hk * stride_vh
+    strides = (stride_kn, stride_kd, stride_vn, stride_vd)
+    dq = dq_blocks(dq, q, do, lse, delta, k_head, v_head, *strides, rows, dims, dim_ok, seq_k, diag, qk_scale, 0,
                    full_end, BLOCK_N, HEAD_DIM, False, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
-    dq = dq_blocks(dq, q, do, lse, delta, k_ptr + kv, v_ptr + kv, rows, dims, dim_ok, seq_k, diag, qk_scale,
+    dq = dq_blocks(dq, q, do, lse, delta, k_head, v_head, *strides, rows, dims, dim_ok, seq_k, diag, qk_scale,
                    full_end, hi, BLOCK_N, HEAD_DIM, True, CAUSAL, INPUT_PRECISION, INDEX_TYPE)
     if TRACE:
         show("dQ program (query block, batch x head)", (pid_m, bh), indent=0)
         show("dQ", dq * sm_scale)
+    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]  # dq: contiguous
     tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=mask)
 
 
@@ -406,8 +431,9 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     (RESULTS.md).
     dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned for the
     dK/dV pass; the trace and the block-size sweep hand in plain ones, with their block sizes in
-    dkdv_meta, dq_meta). The kernels read contiguous
-    tensors; a view (q from a (B, seq, H, D) layout, say) is copied once here."""
+    dkdv_meta, dq_meta). The kernels read q, k, v, do and o through their strides, as the forward
+    does: a view (q, k and v from one (B, seq, heads, D) projection, say) is read where it lies, not
+    copied; the gradients are written contiguous."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
     if flag("tma_dq", tma_dq) and not flag("atomic_dq", atomic_dq):
@@ -425,14 +451,16 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     dq_out, dk_out, dv_out = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous
     if q.numel() == 0 or k.numel() == 0:  # no query, or no key: nothing flows (every output was 0)
         return dq_out.zero_(), dk_out.zero_(), dv_out.zero_()
-    q, k, v, do, o = (interpretable(t.contiguous()) for t in (q, k, v, do, o))  # (bf16 as fp32 under the interpreter)
+    q, k, v, do, o = (interpretable(t) for t in (q, k, v, do, o))  # any layout (bf16 as fp32 under the interpreter)
     delta = torch.empty_like(lse)
     index = index_type(q, k, v, do, o)
     precision = "ieee" if q.dtype == torch.float32 else "tf32"  # as the forward's launcher says
     # (each launch names every argument of its kernel, TRACE too: attention.launch says why)
     dims = dict(HEAD_DIM=D, BLOCK_D=dot_block(D), INDEX_TYPE=index)
     rows = 64 if D <= 128 else 16
-    preprocess_kernel[(cdiv(seq_q, rows) * B * H,)](o, do, delta, seq_q, BLOCK_M=rows, **dims)
+    preprocess_kernel[(cdiv(seq_q, rows) * B * H,)](o, do, delta, H, seq_q, *o.stride(), *do.stride(), BLOCK_M=rows,
+                                                    **dims)
+    strides = (*q.stride(), *k.stride(), *v.stride(), *do.stride())
     group = H // H_KV
     parts = dkdv_parts(B * H_KV, seq_k, group) if parts is None else parts
     if parts == 1:
@@ -453,7 +481,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         return (cdiv(seq_k, meta["BLOCK_N"]) * meta.get("DIM_SPLIT", 1) * parts * B * H_KV,)
 
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_sums, dv_sums, dq_sum, sm_scale, H_KV, group, seq_q, seq_k, parts,
-                     k.numel(), CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
+                     k.numel(), *strides, CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
                      **{"TRACE": False, **dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
     if parts > 1:
         dk_out.copy_(dk_sums.sum(dim=0))
@@ -461,7 +489,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     if atomic_dq:
         return dq_sum.to(dq_out.dtype), dk_out, dv_out
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
-        q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, CAUSAL=causal, INPUT_PRECISION=precision,
+        q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, *strides, CAUSAL=causal,
+        INPUT_PRECISION=precision,
         **{"TRACE": False, **dims, **(dq_meta or {})})
     return dq_out, dk_out, dv_out
 

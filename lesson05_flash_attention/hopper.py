@@ -702,7 +702,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float) -> tuple
     block_m = bwd_block_m(D)
     do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous()
     delta = torch.empty_like(lse)
-    preprocess_kernel[(seq_len // 64 * B * H,)](o, do, delta, seq_len, HEAD_DIM=D, BLOCK_D=D, BLOCK_M=64,
+    preprocess_kernel[(seq_len // 64 * B * H,)](o, do, delta, H, seq_len, *o.stride(), *do.stride(), HEAD_DIM=D,
+                                                BLOCK_D=D, BLOCK_M=64,
                                                 INDEX_TYPE=index_type(o, do))
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)

@@ -194,17 +194,26 @@ def attention_job(v):  # the forward, plain (attention.launch) or decoding's (de
     return job
 
 
+def UNIT_STRIDES(tensors) -> dict:  # noqa: N802
+    """The head dim's stride of each tensor, 1 as a launch passes it: Triton specializes an integer
+    argument equal to 1 into the compiled kernel (unit-stride loads, vectorized)."""
+    return {f"stride_{t}d": 1 for t in tensors}
+
+
 def backward_job(kernel, outputs, **constexprs):
     def job(v):
         D = v["head_dim"]
         heads = (ints("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride") if kernel == "dkdv_kernel" else
                  ints("H", "GROUP", "seq_q", "seq_k"))
+        heads |= ints(*(f"stride_{t}{d}" for t in ("q", "k", "v", "do") for d in "bhn"))  # (and the head dims' 1s)
         out = dict(module=L5B, kernel=kernel,
                    signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
                               **pointers("fp32", "lse_ptr", "delta_ptr", "dq_sum_ptr"), "sm_scale": "fp32", **heads},
-                   divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr"), **from_config(v["config"]))
+                   divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", *(f"stride_{t}{d}" for t in ("q", "k", "v", "do")
+                                                                          for d in "bhn")),  # (a launch's, head dim 16 and up)
+                   **from_config(v["config"]))
         out["constexprs"].update(HEAD_DIM=D, BLOCK_D=dot_block(D), CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
-                                 INDEX_TYPE=v["index"], **constexprs)
+                                 INDEX_TYPE=v["index"], **UNIT_STRIDES(("q", "k", "v", "do")), **constexprs)
         return out
     return job
 
@@ -212,9 +221,10 @@ def backward_job(kernel, outputs, **constexprs):
 def preprocess_job(v):
     D = v["head_dim"]
     return dict(module=L5B, kernel="preprocess_kernel",
-                signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32", "seq_q": "i32"},
+                signature={**pointers(v["dtype"], "o_ptr", "do_ptr"), "delta_ptr": "*fp32", **ints("H", "seq_q"),
+                           **ints(*(f"stride_{t}{d}" for t in ("o", "do") for d in "bhn"))},
                 constexprs={"HEAD_DIM": D, "BLOCK_D": dot_block(D), "BLOCK_M": 64 if D <= 128 else 16,
-                            "INDEX_TYPE": v["index"]})
+                            "INDEX_TYPE": v["index"], **UNIT_STRIDES(("o", "do"))})
 
 
 def combine_job(v):

@@ -110,9 +110,10 @@ def test_tma_dq_compiles_for_hopper_to_bulk_reduce_adds():
                     signature={"q_ptr": "*fp16", "k_ptr": "*fp16", "v_ptr": "*fp16", "do_ptr": "*fp16",
                                "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dk_ptr": "*fp16", "dv_ptr": "*fp16",
                                "dq_sum_ptr": "*fp32", "sm_scale": "fp32",
-                               **dict.fromkeys(("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride"), "i32")},
+                               **dict.fromkeys(("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride"), "i32"),
+                               **dict.fromkeys((f"stride_{t}{d}" for t in ("q", "k", "v", "do") for d in "bhn"), "i32")},
                     constexprs=dict(HEAD_DIM=64, BLOCK_D=64, BLOCK_M=64, BLOCK_N=128, CAUSAL=True, ATOMIC_DQ=True,
-                                    TMA_DQ=tma),
+                                    TMA_DQ=tma, stride_qd=1, stride_kd=1, stride_vd=1, stride_dod=1),
                     divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dk_ptr", "dv_ptr",
                                      "dq_sum_ptr", "seq_q", "seq_k"), asm=("ptx",))
     tma, plain = (r["ptx"] for r in ptx.compile_kernels([job(True), job(False)], processes=2))
@@ -278,6 +279,23 @@ def test_backward_operators_take_views_of_their_saved_tensors():
     for a, b in zip(backward.launch_backward(do, q, k, v, o_view, lse, False, 0.2),
                     backward.launch_backward(do, q, k, v, o, lse, False, 0.2)):
         torch.testing.assert_close(a, b)
+
+
+def test_attention_backward_reads_a_models_packed_qkv_where_it_lies():
+    # a model's q, k, v: views of one (B, T, H + 2 KV, D) projection, heads transposed; dO and O in
+    # the (B, T, H, D) layout of what reads O. The kernels follow every stride (nothing is copied
+    # to contiguous first): the same gradients, bit for bit, as from contiguous copies
+    B, T, H, KV, D = 2, 40, 4, 2, 16
+    qkv = torch.randn(B, T, H + 2 * KV, D, device=DEVICE)
+    q, k, v = (t.transpose(1, 2) for t in qkv.split([H, KV, KV], dim=2))
+    assert not (q.is_contiguous() or k.is_contiguous() or v.is_contiguous())
+    do = torch.randn(B, T, H, D, device=DEVICE).transpose(1, 2)
+    o, lse = launch(attention_kernel_tuned, q, k, v, True, 0.25)
+    o = o.transpose(1, 2).contiguous().transpose(1, 2)
+    packed = backward.launch_backward(do, q, k, v, o, lse, True, 0.25)
+    dense = backward.launch_backward(*(t.contiguous() for t in (do, q, k, v, o)), lse, True, 0.25)
+    for a, b in zip(packed, dense):
+        assert torch.equal(a, b)
 
 
 def test_lse_is_kept_for_the_backward_not_returned():
