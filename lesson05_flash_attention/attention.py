@@ -234,7 +234,9 @@ def launch(kernel, q, k, v, causal: bool, sm_scale: float, *, index_type=None, *
     index_type: the offsets' integer type, by default the one the tensors need (common.checks)."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
-    o = torch.empty_like(q)  # q's layout (a view of (B, seq, H, D) memory gives o the same strides)
+    # o in (B, seq, H, D) memory, as SDPA's flash kernels give it: what reads O next (a projection of
+    # the heads side by side, o.transpose(1, 2).reshape(B, seq, H * D)) takes it as a view, no copy
+    o = q.new_empty((B, seq_q, H, D)).transpose(1, 2)
     lse = q.new_empty((B, H, seq_q), dtype=torch.float32)
     if q.numel() == 0:
         return o, lse

@@ -292,6 +292,8 @@ def test_attention_backward_reads_a_models_packed_qkv_where_it_lies():
     do = torch.randn(B, T, H, D, device=DEVICE).transpose(1, 2)
     o, lse = launch(attention_kernel_tuned, q, k, v, True, 0.25)
     o = o.transpose(1, 2).contiguous().transpose(1, 2)
+    y = attention(q, k, v, causal=True)  # O in (B, T, H, D) memory: the heads side by side are a view
+    assert y.transpose(1, 2).reshape(B, T, H * D).data_ptr() == y.data_ptr() and y.transpose(1, 2).is_contiguous()
     packed = backward.launch_backward(do, q, k, v, o, lse, True, 0.25)
     dense = backward.launch_backward(*(t.contiguous() for t in (do, q, k, v, o)), lse, True, 0.25)
     for a, b in zip(packed, dense):
