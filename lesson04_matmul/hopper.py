@@ -18,15 +18,23 @@ matmul.py's kernel does not use:
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight
   while this tile's epilogue computes and stores.
+- Operands as they lie: a linear layer's products have a transposed operand (x @ W^T's B, a
+  weight gradient's X^T). TMA reads rows, so the descriptor describes the memory as it is (W,
+  rows of K) and the kernel turns the tile in shared memory (.T), where the tensor cores read
+  either orientation: no copy of the transpose (A_T, B_T).
+- Split K: a weight's gradient sums over every token of the batch into an output as small as the
+  weight (768 x 768: 36 tiles of 128 x 128 for 132 SMs). SPLIT_K parts of K run side by side, each
+  into a float32 slab, and split_k_sum_kernel adds them (with the activation and the cast).
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
-copy from memory to shared memory that each thread starts and does not wait for), so the gains
-here are the last few percent. matmul() runs this kernel where it can and where it pays
-(matmul.choose_kernel, the route: a Hopper GPU, float16 or bfloat16, rows TMA can address, and
-M * N * K >= TMA_FROM). Each program builds its descriptors once: with one program per tile that is
-once per tile, with a persistent grid once per SM. A short kernel pays the descriptors' cost on a
-larger share of its time, and a small problem leaves SMs idle, so below some size the pointer
-kernel is the faster: TMA_FROM is where lesson 7's table ("What each step bought", RESULTS.md)
-and lesson 4's timing table found the crossing.
+copy from memory to shared memory that each thread starts and does not wait for), so on a large
+square product the gains are the last few percent; on the training step's products, with their
+transposed operands and few tiles, they are more (lesson 4, section 17). matmul() runs this
+kernel where it can and where it pays (matmul.choose_kernel, the route: a Hopper GPU, float16 or
+bfloat16, operands TMA can address, and M * N * K >= TMA_FROM), with config()'s configuration, no
+autotuner. Each program builds its descriptors once: with one program per tile that is once per
+tile, with a persistent grid once per SM. A short kernel pays the descriptors' cost on a larger
+share of its time, and a small problem leaves SMs idle, so below some size the pointer kernel is
+the faster: TMA_FROM is where a sweep on an H100 found the crossing (lesson 4, section 17).
 
 This file is an op file: the kernel, its configurations, its preconditions and its launcher.
 matmul.py's route imports it (not the other way round); lesson 7's chapter (lesson07_hopper/main.py)
@@ -41,8 +49,8 @@ import triton.language as tl
 from common.launch import cdiv, scratch
 from lesson01_vector_add.elementwise import gelu_tanh  # lesson 1's GELU, fused into the epilogue as in matmul.py
 
-TMA_FROM = 16384 * 768 * 768  # M * N * K from which this kernel was the faster: the smallest product of
-                               # lesson 6's step (lesson 4's RESULTS.md; at 2048^3 the pointer kernel won)
+TMA_FROM = 16384 * 768 * 768  # M * N * K from which this kernel was the faster on an H100: the smallest
+                               # product of lesson 6's step (at 2048^3 the pointer kernel won)
 
 
 # %% The kernel: matmul.py's, with descriptor loads and a loop over tiles
@@ -191,8 +199,8 @@ def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
 def config(M: int, N: int, K: int) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
-    Rules from a sweep of the training step's products on an H100 (lesson 4's RESULTS.md, "The
-    products a model trains"): tiles of 128 x 256 (3 stages) where they give the SMs at least half
+    Rules from a sweep of the training step's products on an H100 (lesson 4, section 17, times
+    the result against cuBLAS): tiles of 128 x 256 (3 stages) where they give the SMs at least half
     a wave each, else 128 x 128 (4 stages); where C has too few tiles to give every SM one (a
     weight's gradient: 768 x 768 is 36 tiles for 132 SMs), K is split into parts that run side by
     side (SPLIT_K), added up after by split_k_sum_kernel."""
