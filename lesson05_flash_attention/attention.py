@@ -382,3 +382,62 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, attn_mask=None,
     if sm_scale < 0:  # the kernel's fused max needs a scale >= 0: (-c) q.k = c (-q).k
         q, sm_scale = -q, -sm_scale
     return Attention.apply(q, k, v, causal, sm_scale, route(q, k, v))
+
+
+# %% A model's packed projection: attention over the heads of one QKV tensor
+class AttentionQKV(torch.autograd.Function):
+    """attention() for q, k, v that are the heads of one projection, qkv (B, seq, H + 2 H_KV, D), as
+    a transformer computes them in one matmul. Given q, k and v as three views, autograd would join
+    their three gradients into d(qkv) with a copy (torch.cat, split's backward); this function takes
+    qkv itself, so the backward writes dq, dk and dv straight into one d(qkv) buffer, through the
+    views' strides (backward.launch_backward's `out`). The Triton kernels: route() takes them for
+    such views (Gluon's kernels read contiguous heads; decoding's split keys need few queries
+    against many keys, and one projection gives q and k the same length)."""
+
+    @staticmethod
+    def forward(ctx, qkv, heads, causal, sm_scale):
+        q, k, v = split_heads(qkv, heads)
+        if torch.compiler.is_compiling():  # one configuration, no autotuner (common.launch.traced_config)
+            o, lse = launch(attention_kernel, q, k, v, causal, sm_scale,
+                            **traced_config(NARROW if q.shape[-1] <= 128 else WIDE, q.dtype))
+        else:
+            o, lse = launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
+        ctx.heads, ctx.causal, ctx.sm_scale = heads, causal, sm_scale
+        ctx.save_for_backward(qkv, o, lse)
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        qkv, o, lse = ctx.saved_tensors
+        dqkv = torch.empty_like(qkv)  # dq, dk and dv: views of it, written by the kernels in place
+        traced = backward.traced_kernels(qkv) if torch.compiler.is_compiling() else {}
+        backward.launch_backward(do, *split_heads(qkv, ctx.heads), o, lse, ctx.causal, ctx.sm_scale,
+                                 out=split_heads(dqkv, ctx.heads), **traced)
+        return dqkv, None, None, None  # none for heads, causal, sm_scale
+
+
+def split_heads(qkv: torch.Tensor, heads: int) -> tuple:
+    """q (B, heads, seq, D), k and v (B, kv_heads, seq, D): views of qkv (B, seq, heads + 2 kv_heads, D)."""
+    kv_heads = (qkv.shape[2] - heads) // 2
+    return tuple(t.transpose(1, 2) for t in qkv.split([heads, kv_heads, kv_heads], dim=2))
+
+
+def attention_qkv(qkv: torch.Tensor, heads: int, *, causal: bool = False, sm_scale: float | None = None):
+    """attention(q, k, v) for the heads of one projection, qkv of shape (batch, seq, heads +
+    2 * kv_heads, head_dim): q its first `heads` heads, then k's kv_heads, then v's (a transformer's
+    QKV matmul, viewed by head). Returns O (batch, heads, seq, head_dim), as attention() does; its
+    backward writes the gradient of qkv in one buffer (AttentionQKV says why). sm_scale < 0 takes
+    attention() on the three views."""
+    (qkv,) = check_tensors({"qkv": qkv}, DTYPES, ndim=4)
+    whole = isinstance(heads, int) and not isinstance(heads, bool)
+    if not whole or heads < 1 or heads >= qkv.shape[2] or (qkv.shape[2] - heads) % 2:
+        raise ValueError(f"heads must be a whole number from 1 that leaves qkv's other {qkv.shape[2]} - heads heads "
+                         f"in two equal parts (k's and v's): got {heads!r}")
+    q, k, v = split_heads(qkv, heads)
+    check_shapes(q, k, v)
+    causal = flag("causal", causal)
+    D = qkv.shape[-1]
+    sm_scale = (1.0 / math.sqrt(D) if D else 1.0) if sm_scale is None else real("sm_scale", sm_scale)
+    if sm_scale < 0:  # (attention() negates q, a copy: the views' gradients are joined by autograd)
+        return attention(q, k, v, causal=causal, sm_scale=sm_scale)
+    return AttentionQKV.apply(qkv, heads, causal, sm_scale)

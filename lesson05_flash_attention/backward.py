@@ -164,6 +164,7 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
                 stride_kb, stride_kh, stride_kn, stride_kd,
                 stride_vb, stride_vh, stride_vn, stride_vd,
                 stride_dob, stride_doh, stride_don, stride_dod,
+                stride_dkb, stride_dkh, stride_dkn, stride_dkd,  # dk and dv (one layout), or one part of their sums
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 CAUSAL: tl.constexpr, DIM_SPLIT: tl.constexpr = 1, ATOMIC_DQ: tl.constexpr = False,
                 TMA_DQ: tl.constexpr = False, INPUT_PRECISION: tl.constexpr = "tf32",
@@ -173,8 +174,8 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
     query heads that read them (grouped-query attention's gradient: no atomics). With ATOMIC_DQ their
     share of every dQ row too, added into dq_sum_ptr (float32, zeroed) with atomics, with TMA_DQ
     (Hopper) a tile at a time by TMA's reduce-add. q, do (B, H_KV * GROUP, seq_q, HEAD_DIM) and k, v
-    (B, H_KV, seq_k, HEAD_DIM) are read through their strides; what this kernel writes is contiguous,
-    as are lse and Delta. With parts > 1, dk_ptr and dv_ptr are
+    (B, H_KV, seq_k, HEAD_DIM) are read through their strides, dk and dv written through theirs (a
+    model's d(QKV) buffer, say); lse and Delta are contiguous. With parts > 1, dk_ptr and dv_ptr are
     float32 buffers of `parts` partial sums, part_stride elements apart, which the launcher adds up."""
     tl.static_assert(not (ATOMIC_DQ and DIM_SPLIT > 1), "a head-dim split would add each dQ share twice")
     # One grid axis, as the forward's (axes 1 and 2 stop at 65535 programs; B x H can pass that)
@@ -249,7 +250,8 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
             dk, dv = dkdv_blocks(dk, dv, k, v, q_head, do_head, lse_head, delta_head, dq_sum, keys, dims, dim_ok,
                                  out_dims, out_ok, stride_qn, stride_qd, stride_don, stride_dod, seq_q, diag, sm_scale, qk_scale, 0, lo, BLOCK_M, HEAD_DIM,
                                  DIM_SPLIT > 1, False, CAUSAL, ATOMIC_DQ, TMA_DQ, INPUT_PRECISION, INDEX_TYPE, TRACE)
-    offsets = part.to(INDEX_TYPE) * part_stride + bhk * seq_k * HEAD_DIM + keys[:, None] * HEAD_DIM + out_dims[None, :]
+    offsets = (part.to(INDEX_TYPE) * part_stride + b * stride_dkb + hk * stride_dkh + keys[:, None] * stride_dkn
+               + out_dims[None, :] * stride_dkd)
     mask = (keys[:, None] < seq_k) & out_ok[None, :]
     tl.store(dk_ptr + offsets, (dk * sm_scale).to(dk_ptr.dtype.element_ty), mask=mask)
     tl.store(dv_ptr + offsets, dv.to(dv_ptr.dtype.element_ty), mask=mask)
@@ -289,6 +291,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
               stride_kb, stride_kh, stride_kn, stride_kd,
               stride_vb, stride_vh, stride_vn, stride_vd,
               stride_dob, stride_doh, stride_don, stride_dod,
+              stride_dqb, stride_dqh, stride_dqn, stride_dqd,   # dq: any layout too
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
               CAUSAL: tl.constexpr, INPUT_PRECISION: tl.constexpr = "tf32", INDEX_TYPE: tl.constexpr = tl.int32,
               TRACE: tl.constexpr = False):
@@ -328,7 +331,7 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
     if TRACE:
         show("dQ program (query block, batch x head)", (pid_m, bh), indent=0)
         show("dQ", dq * sm_scale)
-    offsets = bh * seq_q * HEAD_DIM + rows[:, None] * HEAD_DIM + dims[None, :]  # dq: contiguous
+    offsets = b * stride_dqb + h * stride_dqh + rows[:, None] * stride_dqn + dims[None, :] * stride_dqd
     tl.store(dq_ptr + offsets, (dq * sm_scale).to(dq_ptr.dtype.element_ty), mask=mask)
 
 
@@ -413,7 +416,7 @@ def dkdv_parts(batch_key_heads: int, seq_k: int, group: int) -> int:
 
 def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomic_dq: bool = False,
                     tma_dq: bool = False, parts: int | None = None, dkdv=None,
-                    dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None) -> tuple:
+                    dq=dq_kernel_tuned, dkdv_meta=None, dq_meta=None, out: tuple | None = None) -> tuple:
     """dq, dk, dv for attention's output o (with its lse) and the gradient do, for every shape the
     forward takes: q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D).
 
@@ -448,7 +451,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
                          f"got {D}")
     atomic_dq = atomic_dq and not torch.are_deterministic_algorithms_enabled()
     tma_dq = tma_dq and atomic_dq
-    dq_out, dk_out, dv_out = q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous
+    # out: where to write (dq, dk, dv), views of one buffer, say (dk and dv of one layout); else new, contiguous
+    dq_out, dk_out, dv_out = out if out is not None else (q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape))
     if q.numel() == 0 or k.numel() == 0:  # no query, or no key: nothing flows (every output was 0)
         return dq_out.zero_(), dk_out.zero_(), dv_out.zero_()
     q, k, v, do, o = (interpretable(t) for t in (q, k, v, do, o))  # any layout (bf16 as fp32 under the interpreter)
@@ -481,15 +485,15 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
         return (cdiv(seq_k, meta["BLOCK_N"]) * meta.get("DIM_SPLIT", 1) * parts * B * H_KV,)
 
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_sums, dv_sums, dq_sum, sm_scale, H_KV, group, seq_q, seq_k, parts,
-                     k.numel(), *strides, CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
+                     k.numel(), *strides, *dk_sums.stride()[-4:], CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
                      **{"TRACE": False, **dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
     if parts > 1:
         dk_out.copy_(dk_sums.sum(dim=0))
         dv_out.copy_(dv_sums.sum(dim=0))
     if atomic_dq:
-        return dq_sum.to(dq_out.dtype), dk_out, dv_out
+        return dq_out.copy_(dq_sum), dk_out, dv_out
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](
-        q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, *strides, CAUSAL=causal,
+        q, k, v, do, lse, delta, dq_out, sm_scale, H, group, seq_q, seq_k, *strides, *dq_out.stride(), CAUSAL=causal,
         INPUT_PRECISION=precision,
         **{"TRACE": False, **dims, **(dq_meta or {})})
     return dq_out, dk_out, dv_out

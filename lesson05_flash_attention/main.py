@@ -750,6 +750,11 @@ chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, a
 # kernel first (dK, dV), then the query blocks' (dQ, in a pass of its own as in Triton's
 # tutorial), with torch's autograd of standard attention beside them. The other design, dQ by
 # atomics (atomic_dq=True), is timed in section 16 and checked in tests/test_training.py.
+# The backward's kernels take strides as the forward's do (section 4, "Any layout"): a model's q, k
+# and v, views of one QKV projection, are read where they lie. And where a model hands attention
+# that projection itself, attention_qkv(qkv, heads) (attention.py), the gradients are written
+# through the same views into one d(qkv) buffer: handed q, k and v as three views, autograd would
+# join their three gradients with a copy (split's backward is a torch.cat). Lesson 6's model calls it.
 
 
 # %%

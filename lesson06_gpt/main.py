@@ -407,8 +407,8 @@ chapter.run("train", training)
 KERNELS = {  # the course's autograd functions and the kernels each one launches
     "Matmul": "matmul_kernel (hopper.py's TMA kernel for large bfloat16 on Hopper)",
     "MatmulBackward": "matmul_kernel twice (dX and dW), gelu_backward_kernel where the GELU was fused",
-    "Attention": "attention_kernel (or the Gluon kernel on Hopper at head_dim 128)",
-    "AttentionBackward": "preprocess_kernel, dkdv_kernel, dq_kernel (or the Gluon backward on Hopper)",
+    "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
+    "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel, dq_kernel, writing d(QKV) in one buffer",
     "RMSNorm": "rms_norm_kernel", "AddRMSNorm": "rms_norm_kernel (HAS_RESIDUAL)",
     "RMSNormBackward": "rms_norm_backward_kernel, then row_sum's kernels for dw",
     "AddRMSNormBackward": "rms_norm_backward_kernel (HAS_DH), then row_sum's kernels for dw",

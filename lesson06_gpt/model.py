@@ -18,7 +18,7 @@ from common.checks import dtype_name, whole
 from lesson02_softmax.cross_entropy import cross_entropy  # lesson 2's online softmax
 from lesson03_rowsum.rmsnorm import rms_norm              # lesson 3's row walk
 from lesson04_matmul.matmul import matmul                 # lesson 4
-from lesson05_flash_attention.attention import attention  # lesson 5
+from lesson05_flash_attention.attention import attention_qkv  # lesson 5
 from lesson06_gpt import adamw                            # the optimizer: one launch for every parameter
 
 
@@ -66,7 +66,9 @@ class TorchOps:
         return F.gelu(y, approximate="tanh") if activation == "gelu" else y
 
     @staticmethod
-    def attention(q, k, v):
+    def attention(qkv, heads):
+        kv_heads = (qkv.shape[2] - heads) // 2
+        q, k, v = (t.transpose(1, 2) for t in qkv.split([heads, kv_heads, kv_heads], dim=2))
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
     @staticmethod
@@ -89,8 +91,8 @@ class CourseOps:
         return matmul(x, w.to(x.dtype).t(), activation=activation)  # lesson 4: x @ W^T, GELU in the epilogue
 
     @staticmethod
-    def attention(q, k, v):
-        return attention(q, k, v, causal=True)  # lesson 5: grouped-query heads by index
+    def attention(qkv, heads):
+        return attention_qkv(qkv, heads, causal=True)  # lesson 5: grouped-query heads by index, d(qkv) in one buffer
 
     @staticmethod
     def norm(h, branch, w, eps):
@@ -153,8 +155,8 @@ class GPT(torch.nn.Module):
         branch = None
         for block in self.blocks:
             h, x = ops.norm(h, branch, block.norm1, 1e-6)
-            q, k, v = ops.linear(x, block.wqkv).view(B, T, H + 2 * KV, D).split([H, KV, KV], dim=2)
-            y = ops.attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))  # (B, H, T, D)
+            qkv = ops.linear(x, block.wqkv).view(B, T, H + 2 * KV, D)  # q's H heads, then k's KV, then v's
+            y = ops.attention(qkv, H)  # (B, H, T, D)
             branch = ops.linear(y.transpose(1, 2).reshape(B * T, H * D), block.wo)
             h, x = ops.norm(h, branch, block.norm2, 1e-6)
             branch = ops.linear(ops.linear(x, block.up, activation="gelu"), block.down)

@@ -205,15 +205,16 @@ def backward_job(kernel, outputs, **constexprs):
         D = v["head_dim"]
         heads = (ints("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride") if kernel == "dkdv_kernel" else
                  ints("H", "GROUP", "seq_q", "seq_k"))
-        heads |= ints(*(f"stride_{t}{d}" for t in ("q", "k", "v", "do") for d in "bhn"))  # (and the head dims' 1s)
+        tensors = ("q", "k", "v", "do", "dk" if kernel == "dkdv_kernel" else "dq")
+        heads |= ints(*(f"stride_{t}{d}" for t in tensors for d in "bhn"))  # (and the head dims' 1s)
         out = dict(module=L5B, kernel=kernel,
                    signature={**pointers(v["dtype"], "q_ptr", "k_ptr", "v_ptr", "do_ptr", *outputs),
                               **pointers("fp32", "lse_ptr", "delta_ptr", "dq_sum_ptr"), "sm_scale": "fp32", **heads},
-                   divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", *(f"stride_{t}{d}" for t in ("q", "k", "v", "do")
+                   divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", *(f"stride_{t}{d}" for t in tensors
                                                                           for d in "bhn")),  # (a launch's, head dim 16 and up)
                    **from_config(v["config"]))
         out["constexprs"].update(HEAD_DIM=D, BLOCK_D=dot_block(D), CAUSAL=v["causal"], INPUT_PRECISION=precision(v),
-                                 INDEX_TYPE=v["index"], **UNIT_STRIDES(("q", "k", "v", "do")), **constexprs)
+                                 INDEX_TYPE=v["index"], **UNIT_STRIDES(tensors), **constexprs)
         return out
     return job
 

@@ -583,11 +583,13 @@ def test_torch_compile_traces_attention_whole_forward_and_backward():
              dict(op=op, shapes=[(1, 4, 9, 16), (1, 2, 40, 16), (1, 2, 40, 16)], dtype="float32",
                   kwargs=dict(causal=True)),
              dict(op=op, shapes=[(1, 2, 256, 128)] * 3, dtype="float16"),
-             dict(op=op, shapes=[(1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)], dtype="float32")]
+             dict(op=op, shapes=[(1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)], dtype="float32"),
+             dict(op="lesson05_flash_attention.attention:attention_qkv", shapes=[(1, 40, 8, 16)], dtype="bfloat16",
+                  kwargs=dict(heads=4, causal=True))]  # a model's packed projection (lesson 6's)
     _, results = child.run("compile_trace:joint_graphs", dict(cases=cases), interpret=False, path=(TESTS,))
     backward_kernels = ["preprocess_kernel", "dkdv_kernel", "dq_kernel"]
     expected = [["attention_kernel", *backward_kernels]] * 3 + [["attention_kernel", "combine_splits_kernel",
-                                                                 *backward_kernels]]
+                                                                 *backward_kernels], ["attention_kernel", *backward_kernels]]
     for case, (error, kernels, warned), wanted in zip(cases, results, expected):
         assert error is None, (case, error)
         assert "Encountered an exception" not in warned, (case, warned[-2000:])

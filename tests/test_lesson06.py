@@ -351,14 +351,15 @@ def test_the_course_model_trains_as_torchs_from_the_same_weights():
 def test_a_step_on_the_course_ops_runs_the_course_kernels_only():
     ops, kept = step_ops("course")
     names = {name for _, name, _ in ops}
-    assert {"Matmul", "Attention", "AddRMSNorm", "CrossEntropy", "MatmulBackward", "AttentionBackward",
+    assert {"Matmul", "AttentionQKV", "AddRMSNorm", "CrossEntropy", "MatmulBackward", "AttentionQKVBackward",
             "AddRMSNormBackward", "CrossEntropyBackward", "adamw_kernel (adamw.py)"} <= names
     # what stays PyTorch's: the token ids' range read back on the CPU (stack, aminmax, item), the embedding
     # and its backward, the casts, the mean's sum over the rows that count (ne, sum, div), the gradients'
-    # accumulation, and the split's backward (a cat)
+    # accumulation. No copy of q, k, v or O and no cat of their gradients: the attention reads the QKV
+    # projection where it lies and writes d(QKV) in one buffer
     allowed = {"aten::stack", "aten::aminmax", "aten::item", "aten::embedding", "aten::add", "aten::to", "aten::sum",
                "aten::ne", "aten::div", "aten::ones_like", "EmbeddingBackward0", "AddBackward0", "SumBackward0",
-               "DivBackward0", "ToCopyBackward0", "SplitWithSizesBackward0"}
+               "DivBackward0", "ToCopyBackward0"}
     assert names - set(KERNELS) - {"adamw_kernel (adamw.py)"} <= allowed
     torch_ops, torch_kept = step_ops("torch")
     assert {"aten::linear", "aten::scaled_dot_product_attention", "aten::rms_norm"} <= {n for _, n, _ in torch_ops}

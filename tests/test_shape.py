@@ -24,7 +24,7 @@ from lesson03_rowsum.rmsnorm import rms_norm
 from lesson03_rowsum.row_sum import row_sum
 from lesson04_matmul.hopper import HOPPER
 from lesson04_matmul.matmul import matmul
-from lesson05_flash_attention.attention import attention
+from lesson05_flash_attention.attention import attention, attention_qkv
 
 LESSONS = sorted(name for name in os.listdir(ROOT) if name.startswith("lesson") and os.path.isdir(os.path.join(ROOT, name)))
 COURSE = {"common", *LESSONS}  # the course's folders
@@ -94,6 +94,8 @@ OPS = {
                                                                   (1, 4, 9, 16), (1, 2, 40, 16), (1, 2, 40, 16)),
     # decode.py's split keys: 4 query heads of one query on 1 key head of 1024 keys, in 2 shares, merged
     "attention, decoding": forward_and_backward(attention, (1, 4, 1, 8), (1, 1, 1024, 8), (1, 1, 1024, 8)),
+    # a model's QKV projection, 4 query heads on 2 key heads, its gradient written in one buffer
+    "attention_qkv, packed heads": forward_and_backward(lambda qkv: attention_qkv(qkv, 4, causal=True), (2, 33, 8, 16)),
 }
 
 

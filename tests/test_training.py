@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from conftest import DEVICE, INTERPRET, TESTS
 from common import child
@@ -111,9 +112,9 @@ def test_tma_dq_compiles_for_hopper_to_bulk_reduce_adds():
                                "lse_ptr": "*fp32", "delta_ptr": "*fp32", "dk_ptr": "*fp16", "dv_ptr": "*fp16",
                                "dq_sum_ptr": "*fp32", "sm_scale": "fp32",
                                **dict.fromkeys(("H_KV", "GROUP", "seq_q", "seq_k", "parts", "part_stride"), "i32"),
-                               **dict.fromkeys((f"stride_{t}{d}" for t in ("q", "k", "v", "do") for d in "bhn"), "i32")},
+                               **dict.fromkeys((f"stride_{t}{d}" for t in ("q", "k", "v", "do", "dk") for d in "bhn"), "i32")},
                     constexprs=dict(HEAD_DIM=64, BLOCK_D=64, BLOCK_M=64, BLOCK_N=128, CAUSAL=True, ATOMIC_DQ=True,
-                                    TMA_DQ=tma, stride_qd=1, stride_kd=1, stride_vd=1, stride_dod=1),
+                                    TMA_DQ=tma, stride_qd=1, stride_kd=1, stride_vd=1, stride_dod=1, stride_dkd=1),
                     divisible_by_16=("q_ptr", "k_ptr", "v_ptr", "do_ptr", "lse_ptr", "delta_ptr", "dk_ptr", "dv_ptr",
                                      "dq_sum_ptr", "seq_q", "seq_k"), asm=("ptx",))
     tma, plain = (r["ptx"] for r in ptx.compile_kernels([job(True), job(False)], processes=2))
@@ -298,6 +299,48 @@ def test_attention_backward_reads_a_models_packed_qkv_where_it_lies():
     dense = backward.launch_backward(*(t.contiguous() for t in (do, q, k, v, o)), lse, True, 0.25)
     for a, b in zip(packed, dense):
         assert torch.equal(a, b)
+
+
+def sdpa_on_packed(qkv, heads, causal=True):
+    kv = (qkv.shape[2] - heads) // 2
+    q, k, v = (t.transpose(1, 2) for t in qkv.split([heads, kv, kv], dim=2))
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_attention_on_a_packed_projection_matches_sdpa_and_writes_one_gradient(dtype):
+    # attention_qkv: q, k, v the heads of one (B, T, H + 2 KV, D) tensor; O and d(qkv) as SDPA's on
+    # the three views, within the dtype's rounding (grad_errors' yardstick); the same bits as
+    # attention() on the views; and the gradient one tensor, no cat
+    from lesson05_flash_attention.attention import attention_qkv
+
+    qkv = torch.randn(2, 33, 4 + 2 * 2, 16, device=DEVICE)
+    errors = grad_errors(lambda t: attention_qkv(t, 4, causal=True), lambda t: sdpa_on_packed(t, 4), [qkv.to(dtype)])
+    assert all(grad_ok(ours, theirs) for ours, theirs in errors), errors
+    leaf = qkv.clone().requires_grad_()
+    out = attention_qkv(leaf, 4, causal=True)
+    assert type(out.grad_fn).__name__ == "AttentionQKVBackward"
+    views = (t.transpose(1, 2) for t in leaf.split([4, 2, 2], dim=2))
+    assert torch.equal(out, attention(*views, causal=True))
+
+
+def test_attention_on_a_packed_projection_refuses_what_splits_no_heads():
+    from lesson05_flash_attention.attention import attention_qkv
+
+    qkv = torch.randn(1, 8, 6, 16, device=DEVICE)
+    for heads in (0, 6, 3, 2.0, True):  # none; all; 3 leaves 3 (odd); not a whole number
+        with pytest.raises(ValueError, match="heads must be a whole number"):
+            attention_qkv(qkv, heads)
+    with pytest.raises(ValueError, match="must be a multiple"):
+        attention_qkv(torch.randn(1, 8, 3 + 2 * 2, 16, device=DEVICE), 3)  # 3 query heads on 2 key heads
+    with pytest.raises(ValueError, match="4-D"):
+        attention_qkv(qkv[0], 2)
+    out = attention_qkv(qkv, 2, sm_scale=-0.5)  # a negative scale: attention() on the views, as SDPA's
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in qkv.split(
+        [2, 2, 2], dim=2)), scale=-0.5))
+    empty = torch.randn(0, 8, 6, 16, device=DEVICE, requires_grad=True)
+    attention_qkv(empty, 2).sum().backward()
+    assert empty.grad.shape == empty.shape
 
 
 def test_lse_is_kept_for_the_backward_not_returned():
