@@ -700,7 +700,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float) -> tuple
     B, H, seq_len, D = q.shape
     H_KV = k.shape[1]
     block_m = bwd_block_m(D)
-    do, o, lse = do.contiguous(), o.contiguous(), lse.contiguous()
+    do, lse = do.contiguous(), lse.contiguous()  # (the descriptors read rows of them; Delta's kernel reads o's strides)
     delta = torch.empty_like(lse)
     preprocess_kernel[(seq_len // 64 * B * H,)](o, do, delta, H, seq_len, *o.stride(), *do.stride(), HEAD_DIM=D,
                                                 BLOCK_D=D, BLOCK_M=64,
