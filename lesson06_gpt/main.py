@@ -142,7 +142,9 @@ chapter.run("data", data_section)
 # The op set is one argument: the model calls ops.linear, ops.attention, ops.norm and ops.loss, and
 # the two sets implement the same four functions. In the course's set every residual add is fused
 # into the norm that follows it (norm(h, branch) returns h + branch and its norm from one launch),
-# so the block never launches an add of its own.
+# so the block never launches an add of its own; and ops.attention takes the QKV projection itself,
+# viewed by head (lesson 5's attention_qkv), so that the backward writes the three gradients into
+# one d(QKV) buffer where autograd would join three with a copy.
 #
 # Mixed precision, the same for both sets: parameters and the optimizer's state are float32;
 # activations are bfloat16 on a GPU, each weight cast to bfloat16 where it is used (what
