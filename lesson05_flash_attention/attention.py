@@ -220,6 +220,14 @@ attention_kernel_tuned = triton.autotune(INTERPRETED if INTERPRET else NARROW + 
                                          key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
                                          prune_configs_by={"early_config_prune": configs_for},
                                          cache_results=True)(attention_kernel)
+def traced(q, causal: bool) -> dict:
+    """The forward's one configuration while torch.compile traces (common.launch.traced_config):
+    the first of the head dim's list, but at head dims to 64 with the causal mask 64 x 64, 4 warps,
+    which section 10's sweep found the fastest there (RESULTS.md; 128 x 64 reached 79% of it)."""
+    configs = NARROW if q.shape[-1] <= 128 else WIDE
+    return traced_config(configs[1:] if causal and q.shape[-1] <= 64 else configs, q.dtype)
+
+
 # decode.py's launch: the same kernel, PACKED, tuned over the key blocks per share (its BLOCK_M is the
 # packed rows)
 attention_kernel_decode = triton.autotune(decode.CONFIGS, key=decode.KEY, prune_configs_by=decode.PRUNE,
@@ -333,8 +341,7 @@ class Attention(torch.autograd.Function):
         elif path == "gluon":
             o, lse = hopper.launch(q, k, v, causal, sm_scale)
         elif torch.compiler.is_compiling():  # one configuration, no autotuner (common.launch.traced_config)
-            o, lse = launch(attention_kernel, q, k, v, causal, sm_scale,
-                            **traced_config(NARROW if q.shape[-1] <= 128 else WIDE, q.dtype))
+            o, lse = launch(attention_kernel, q, k, v, causal, sm_scale, **traced(q, causal))
         else:
             o, lse = launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
         ctx.causal, ctx.sm_scale = causal, sm_scale
@@ -398,8 +405,7 @@ class AttentionQKV(torch.autograd.Function):
     def forward(ctx, qkv, heads, causal, sm_scale):
         q, k, v = split_heads(qkv, heads)
         if torch.compiler.is_compiling():  # one configuration, no autotuner (common.launch.traced_config)
-            o, lse = launch(attention_kernel, q, k, v, causal, sm_scale,
-                            **traced_config(NARROW if q.shape[-1] <= 128 else WIDE, q.dtype))
+            o, lse = launch(attention_kernel, q, k, v, causal, sm_scale, **traced(q, causal))
         else:
             o, lse = launch(attention_kernel_tuned, q, k, v, causal, sm_scale)
         ctx.heads, ctx.causal, ctx.sm_scale = heads, causal, sm_scale

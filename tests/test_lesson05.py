@@ -919,3 +919,21 @@ def test_attention_backward_takes_the_gluon_kernel_where_timed_faster(monkeypatc
         torch.use_deterministic_algorithms(deterministic)
     monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", ())
     assert route(q, k, v, "backward") == "triton"
+
+
+def test_under_torch_compile_each_kernel_takes_one_recorded_configuration():
+    # the tracer refuses an autotuner launched once a layer (common.launch.traced_config): the plain
+    # kernels, with the sweeps' fastest configuration for 16-bit inputs and the list's last (which
+    # fits every GPU) for float32; at head dim 64 with the causal mask 64 x 64 (section 10's winner)
+    from common.launch import traced_config
+    from lesson05_flash_attention import attention as op
+
+    bf16, fp32 = (torch.empty(1, 1, 8, 64, dtype=t) for t in (torch.bfloat16, torch.float32))
+    assert traced_config(op.NARROW, torch.bfloat16)["BLOCK_M"] == op.NARROW[0].kwargs["BLOCK_M"]
+    assert traced_config(op.NARROW, torch.float32) == {**op.NARROW[-1].kwargs, "num_warps": op.NARROW[-1].num_warps,
+                                                       "num_stages": op.NARROW[-1].num_stages}
+    assert (op.traced(bf16, True)["BLOCK_M"], op.traced(bf16, False)["BLOCK_M"]) == (64, 128)
+    assert op.traced(fp32, True) == traced_config(op.NARROW, torch.float32)
+    kernels = backward.traced_kernels(bf16)
+    assert kernels["dkdv"] is backward.dkdv_kernel and kernels["dq"] is backward.dq_kernel
+    assert (kernels["dkdv_meta"]["BLOCK_N"], kernels["dkdv_meta"]["num_warps"]) == (64, 4)
