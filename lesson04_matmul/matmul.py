@@ -243,7 +243,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, p
     fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
     precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
     tma: None lets choose_kernel pick (hopper.py's TMA kernel where it can run and pays, never while
-    torch.compile traces), True insists on it, False never."""
+    torch.compile traces), True insists on it (the backward's products take it too, wherever it can
+    address them), False never."""
     a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
