@@ -218,7 +218,8 @@ class Matmul(torch.autograd.Function):
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
         elif ctx.activation == "gelu":  # Z recomputed as the forward computed it (the same kernel)
             if ctx.tma:
-                z = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
+                z = hopper.launch_tma(hopper.matmul_kernel_tma, a, b,
+                                      **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
             else:
                 z = launch(kernel, a, b, None, ctx.precision, **meta)
             dc = gelu_backward(dc, z)
@@ -231,7 +232,8 @@ class Matmul(torch.autograd.Function):
                 da = launch(kernel, dc, b.t(), None, ctx.precision, **meta)
         if ctx.needs_input_grad[1]:  # dB = A^T @ dC: (K, M) @ (M, N), a sum over the M rows
             if backward_takes_tma(ctx.tma_flag, a.t(), dc):
-                db = hopper.launch_tma(hopper.matmul_kernel_tma, a.t(), dc, **hopper.config(a.shape[1], dc.shape[1], a.shape[0]))
+                db = hopper.launch_tma(hopper.matmul_kernel_tma, a.t(), dc,
+                                       **hopper.config(a.shape[1], dc.shape[1], a.shape[0]))
             else:
                 db = launch(kernel, a.t(), dc, None, ctx.precision, **meta)
         return da, db, None, None, None, None  # none for activation, precision, tma, tma_flag
