@@ -26,6 +26,7 @@ show what an H200 printed (RESULTS.md).
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import argparse
 import math
+import statistics
 import time
 
 from common.device import DEVICE, INTERPRET
@@ -498,9 +499,17 @@ chapter.run("anatomy", anatomy)
 
 
 # %%
-def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0):
-    """A model, its optimizer and step(): one training step on fixed-seed batches."""
+def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0,
+                 nudge: float = 0.0):
+    """A model, its optimizer and step(): one training step on fixed-seed batches. nudge: each weight
+    multiplied by 1 + nudge or 1 - nudge (a fixed random sign), a difference of rounding's size."""
     model = GPT(config, ops, seed=seed)
+    if nudge:
+        g = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            for p in model.parameters():
+                sign = torch.randint(0, 2, p.shape, generator=g).to(p.device, p.dtype) * 2 - 1
+                p.mul_(1 + nudge * sign)
     opt = optimizer(model, lr=lr)
     forward = torch.compile(model) if compiled else model
     train, _ = split(load_bytes(args.data))
@@ -554,21 +563,28 @@ chapter.run("profile", profile_section, gpu=True)
 # at each step. The four curves lie on top of each other for the first steps; then bfloat16's
 # roundings, which differ between any two implementations (eager and torch.compile of the same torch
 # model too), are amplified step by step as in any training run, and the curves part by a few
-# hundredths of a nat or more (RESULTS.md shows by how much): the same training, another trajectory.
+# hundredths of a nat or more: the same training, another trajectory. How far is "a few"? A fifth
+# run measures it: torch eager again, each starting weight nudged by a relative 2^-9 (a quarter of
+# bfloat16's rounding step), nothing else changed. Its gap to eager is what rounding alone does to
+# this training; the table sets each implementation's gap beside it (RESULTS.md has the numbers).
 
 
 # %%
+NUDGED = "torch eager, weights nudged by 2^-9"
+
+
 def bench_training():
     sizes = chapter.sizes(SIZES)
     cfg, B, steps, warmup = sizes["model"], sizes["batch"], sizes["steps"], sizes["warmup"]
-    runs = {"torch eager": ("torch", False), "torch.compile": ("torch", True), "course": ("course", False),
-            "course, torch.compile": ("course", True)}
+    runs = {"torch eager": ("torch", False, 0.0), "torch.compile": ("torch", True, 0.0),
+            "course": ("course", False, 0.0), "course, torch.compile": ("course", True, 0.0),
+            NUDGED: ("torch", False, 2**-9)}  # the yardstick: rounding's size of difference, nothing else
     losses, rows = {}, []
-    for name, (ops, compiled) in runs.items():
+    for name, (ops, compiled, nudge) in runs.items():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        step = train_runner(ops, cfg, B, sizes["lr"], compiled)
+        step = train_runner(ops, cfg, B, sizes["lr"], compiled, nudge=nudge)
         curve = []
         for i in range(steps):
             if i == warmup:
@@ -584,10 +600,13 @@ def bench_training():
     eager, compiled, eager_peak = rows[0][1], rows[1][1], rows[0][2]
     params = sum(p.numel() for p in GPT(cfg, "torch").parameters())
     state = 16 * params / 2**30  # float32 weights, gradients and AdamW's two moments: the same in every run
-    rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, peak - state, loss]
+    last = slice(steps - max(1, steps // 4), steps)  # the last quarter of the steps
+    gap = {name: statistics.mean(abs(a - b) for a, b in zip(losses[name][last], losses["torch eager"][last]))
+           for name in runs}
+    rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, peak - state, loss, gap[name]]
             for name, tps, peak, loss in rows]
     t1 = print_table(rows, ["implementation", "tokens/s", "x eager", "x torch.compile", "peak GiB", "peak x eager",
-                            "of it not weights nor AdamW, GiB", "loss, last step"],
+                            "of it not weights nor AdamW, GiB", "loss, last step", "gap to eager, last quarter"],
                      floatfmt=".3f",
                      title=f"Training: {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads ({cfg.kv_heads} "
                            f"key heads), seq {cfg.seq}, batch {B}, {params / 1e6:.1f} M parameters, {args.dtype}",
@@ -595,7 +614,9 @@ def bench_training():
                           "(wall clock, synchronized). Peak: torch.cuda.max_memory_allocated over the run, above what "
                           f"was allocated before it; of it, {state:.2f} GiB are the float32 weights, their gradients and "
                           "AdamW's two moments (16 bytes a parameter, in every run), the rest activations kept for the "
-                          "backward and the step's temporaries.")
+                          "backward and the step's temporaries. Gap to eager: the mean |loss - eager's loss| over the "
+                          f"last quarter of the steps, in nats; '{NUDGED}' is the yardstick, what a difference of "
+                          "rounding's size does to this training.")
     every = max(1, steps // 20)
     curve_rows = [[i + 1] + [losses[name][i] for name in runs] for i in range(0, steps, every)]
     t2 = print_table(curve_rows, ["step", *runs], floatfmt=".3f", title="Training loss by step (nats)",
