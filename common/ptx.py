@@ -88,12 +88,12 @@ def compile_job(job: dict) -> dict:
     if isinstance(fn, str):
         fn = getattr(importlib.import_module(job["module"]), fn)
     signature, constexprs = {}, {}
-    for param in fn.params:  # constexprs not given take their defaults; a dtype travels as its name
-        name = param.name
-        if param.is_constexpr:
+    for param in fn.params:  # constexprs, and arguments with a default, not given take their defaults
+        name = param.name       # (a dtype travels as its name)
+        if param.is_constexpr or (name not in job["signature"] and param.has_default):
             value = job["constexprs"].get(name, param.default)
             constexprs[name] = getattr(tl, value) if isinstance(param.default, tl.dtype) and isinstance(value, str) else value
-        signature[name] = "constexpr" if param.is_constexpr or name in job["constexprs"] else job["signature"][name]
+        signature[name] = "constexpr" if name in constexprs or name in job["constexprs"] else job["signature"][name]
     constexprs.update((k, v) for k, v in job["constexprs"].items() if k not in constexprs)
     attrs = {(fn.arg_names.index(name),): [["tt.divisibility", 16]] for name in job["divisible_by_16"]}
     if fn.is_gluon():  # a Gluon kernel (@gluon.jit): its own front end, the same pipeline after it

@@ -23,8 +23,10 @@ matmul.py's kernel does not use:
   rows of K) and the kernel turns the tile in shared memory (.T), where the tensor cores read
   either orientation: no copy of the transpose (A_T, B_T).
 - Split K: a weight's gradient sums over every token of the batch into an output as small as the
-  weight (768 x 768: 36 tiles of 128 x 128 for 132 SMs). SPLIT_K parts of K run side by side, each
-  into a float32 slab, and split_k_sum_kernel adds them (with the activation and the cast).
+  weight (768 x 768: 36 tiles of 128 x 128 for 132 SMs; an MLP's, 768 x 3072, is 144 tiles, a
+  wave and 12 more that leave 120 SMs idle). The tiles of the last wave (every tile, where there
+  are fewer than SMs) run as SPLIT_K parts of K side by side, each into a float32 block, and
+  split_k_sum_kernel adds each tile's parts (with the activation and the cast).
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
 copy from memory to shared memory that each thread starts and does not wait for), so on a large
 square product the gains are the last few percent; on the training step's products, with their
@@ -64,7 +66,9 @@ def matmul_kernel_tma(
     ACTIVATION: tl.constexpr = "",
     A_T: tl.constexpr = False,          # A lies in memory as A^T, K x M rows (a.t() of a row-major tensor)
     B_T: tl.constexpr = False,          # B lies in memory as B^T, N x K rows (a linear layer's weight)
-    SPLIT_K: tl.constexpr = 1,          # K in this many parts: c_ptr holds SPLIT_K float32 partial products
+    SPLIT_K: tl.constexpr = 1,          # the tiles from whole_tiles on: K in this many parts,
+    whole_tiles=0,                      # each part's float32 partial sum a block of parts_ptr
+    parts_ptr=None,
 ):
     # The descriptors: each matrix's base, shape and strides as it lies in memory, and the tile a
     # load or store moves. TMA reads rows; a transposed operand is read as it lies (the tile of A^T
@@ -77,25 +81,32 @@ def matmul_kernel_tma(
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bk, 1], block_shape=[BLOCK_N, BLOCK_K])
     else:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
-    if SPLIT_K == 1:
-        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
-    else:  # one M x N float32 slab per part of K
-        c_desc = tl.make_tensor_descriptor(c_ptr, shape=[SPLIT_K, M, N], strides=[M * stride_cm, stride_cm, 1],
-                                           block_shape=[1, BLOCK_M, BLOCK_N])
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
-    steps_per_part = tl.cdiv(k_steps, SPLIT_K)
-    # A grid of one program per tile (and part of K) runs this loop once; a smaller grid makes it
+    work_count = num_pid_m * num_pid_n
+    if SPLIT_K > 1:  # the split tiles' parts: one BLOCK_M x BLOCK_N float32 block each, tile by tile
+        steps_per_part = tl.cdiv(k_steps, SPLIT_K)
+        split_tiles = work_count - whole_tiles
+        work_count = whole_tiles + split_tiles * SPLIT_K
+        parts_desc = tl.make_tensor_descriptor(parts_ptr, shape=[split_tiles * SPLIT_K * BLOCK_M, BLOCK_N],
+                                               strides=[BLOCK_N, 1], block_shape=[BLOCK_M, BLOCK_N])
+    # A grid of one program per unit of work runs this loop once; a smaller grid makes it
     # persistent: program p takes work p, p + programs, p + 2 programs, ...
-    for work in tl.range(tl.program_id(0), num_pid_m * num_pid_n * SPLIT_K, tl.num_programs(0), flatten=FLATTEN):
-        tile_id = work // SPLIT_K
-        part = work % SPLIT_K           # (the parts of one tile go to neighbouring programs)
+    for work in tl.range(tl.program_id(0), work_count, tl.num_programs(0), flatten=FLATTEN):
+        tile_id, first, last, whole = work, 0, k_steps, True  # a whole tile: every step of K
+        if SPLIT_K > 1:  # past whole_tiles, a unit is one part of a tile (its parts on neighbouring programs)
+            whole = work < whole_tiles
+            unit = work - whole_tiles
+            tile_id = tl.where(whole, work, whole_tiles + unit // SPLIT_K)
+            first = tl.where(whole, 0, (unit % SPLIT_K) * steps_per_part)
+            last = tl.where(whole, k_steps, tl.minimum(first + steps_per_part, k_steps))
         # matmul.py's grouped order (grouped_pid; main.py, section 3), from Triton's standard library:
         # tl.swizzle2d takes the row-major (row, column) of tile_id and returns the grouped one.
         pid_m, pid_n = tl.swizzle2d(tile_id // num_pid_n, tile_id % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for step in range(part * steps_per_part, tl.minimum((part + 1) * steps_per_part, k_steps)):
+        for step in range(first, last):
             if A_T:
                 a = a_desc.load([step * BLOCK_K, pid_m * BLOCK_M]).T   # the tile A^T[ks, rows], turned
             else:
@@ -105,29 +116,42 @@ def matmul_kernel_tma(
             else:
                 b = b_desc.load([step * BLOCK_K, pid_n * BLOCK_N])     # B[ks, cols]
             acc = tl.dot(a, b, acc)
-        if SPLIT_K == 1:
+        if SPLIT_K > 1:
+            if not whole:  # a partial sum, in float32: split_k_sum_kernel adds a tile's parts
+                parts_desc.store([unit * BLOCK_M, 0], acc)
+        if whole:
             if ACTIVATION == "relu":
                 acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
             if ACTIVATION == "gelu":
                 acc = gelu_tanh(acc)
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
-        else:  # a partial sum, in float32: split_k_sum_kernel adds the parts and applies the activation
-            c_desc.store([part, pid_m * BLOCK_M, pid_n * BLOCK_N], acc[None, :, :])
 
 
 @triton.jit
-def split_k_sum_kernel(p_ptr, c_ptr, MN, SPLIT_K: tl.constexpr, BLOCK: tl.constexpr, ACTIVATION: tl.constexpr = ""):
-    """C = activation(sum of the SPLIT_K float32 slabs of p), element by element, in C's dtype."""
-    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offsets < MN
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
+def split_k_sum_kernel(parts_ptr, c_ptr, M, N, stride_cm, whole_tiles, SPLIT_K: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr,
+                       ACTIVATION: tl.constexpr = ""):
+    """C's split tiles: each the sum of its SPLIT_K float32 parts, the activation applied, in C's
+    dtype. Program (t, r) takes rows r * ROWS ... of split tile t (tile whole_tiles + t)."""
+    t = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    tile_id = whole_tiles + t
+    pid_m, pid_n = tl.swizzle2d(tile_id // num_pid_n, tile_id % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
+    tile_rows = tl.program_id(1) * ROWS + tl.arange(0, ROWS)
+    tile_cols = tl.arange(0, BLOCK_N)
+    acc = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)
     for part in tl.static_range(SPLIT_K):
-        acc += tl.load(p_ptr + part * MN + offsets, mask=mask, other=0.0)
+        block_rows = (t * SPLIT_K + part) * BLOCK_M + tile_rows
+        acc += tl.load(parts_ptr + block_rows[:, None] * BLOCK_N + tile_cols[None, :])
     if ACTIVATION == "relu":
         acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
     if ACTIVATION == "gelu":
         acc = gelu_tanh(acc)
-    tl.store(c_ptr + offsets, acc.to(c_ptr.dtype.element_ty), mask=mask)
+    rows = (pid_m * BLOCK_M + tile_rows).to(tl.int64)  # (C may pass 2^31 elements)
+    cols = pid_n * BLOCK_N + tile_cols
+    mask = (rows < M)[:, None] & (cols < N)[None, :]
+    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 # %% Autotuning
@@ -200,15 +224,17 @@ def config(M: int, N: int, K: int) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
     Rules from a sweep of the training step's products on an H100 (lesson 4, section 17, times
-    the result against cuBLAS): tiles of 128 x 256 (3 stages) where they give the SMs at least half
-    a wave each, else 128 x 128 (4 stages); where C has too few tiles to give every SM one (a
-    weight's gradient: 768 x 768 is 36 tiles for 132 SMs), K is split into parts that run side by
-    side (SPLIT_K), added up after by split_k_sum_kernel."""
+    the result against cuBLAS): tiles of 128 x 256 (3 stages) where they make at least a wave (a
+    tile for every SM), else 128 x 128 (4 stages). The tiles of the last wave, which leave SMs idle
+    (all of them, where C has fewer tiles than SMs: a weight's gradient, 768 x 768, is 36 tiles
+    of 128 x 128 for 132 SMs), split K into parts that run side by side (SPLIT_K; launch_tma), as
+    many as fill the SMs, each at least 4 steps of K."""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
-    BLOCK_N = 256 if 2 * cdiv(M, 128) * cdiv(N, 256) > sm_count() else 128
-    tiles = cdiv(M, 128) * cdiv(N, BLOCK_N)
-    split = max(1, min(sm_count() // tiles, cdiv(K, 4 * 64), 4))  # at least 4 steps of K a part
+    SMs = sm_count()
+    BLOCK_N = 256 if cdiv(M, 128) * cdiv(N, 256) >= SMs else 128
+    last_wave = cdiv(M, 128) * cdiv(N, BLOCK_N) % SMs
+    split = max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))
     return dict(BLOCK_M=128, BLOCK_N=BLOCK_N, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
                 num_warps=8, num_stages=3 if BLOCK_N == 256 else 4)
 
@@ -216,23 +242,35 @@ def config(M: int, N: int, K: int) -> dict:
 def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel_tma with a configuration in `meta` (config()'s),
     or matmul_kernel_tma_tuned, which picks one; on `programs` persistent programs (default: one per
-    SM, or one per tile and part of K where there are fewer). For inputs check_tma accepted."""
+    SM, or one per unit of work where there are fewer). With SPLIT_K > 1 in meta, the tiles of the
+    last wave (every tile, where there are fewer than programs) split K into SPLIT_K parts; the
+    waves before take their tiles whole. For inputs check_tma accepted."""
     (M, K), N = a.shape, b.shape[1]
     c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     triton.set_allocator(scratch)  # the descriptors' memory (common.launch.scratch says why on every call)
-    split = meta.get("SPLIT_K", 1)
+    programs = programs or sm_count()
+    if not (M and N and K):
+        return c
+    split, whole = meta.get("SPLIT_K", 1), 0
+    if split > 1:
+        tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
+        whole = tiles // programs * programs  # the waves before the last take their tiles whole
+        if whole == tiles:  # (no last wave to split: the tiles fill the programs exactly)
+            split, meta = 1, {**meta, "SPLIT_K": 1}
+    if split == 1:  # every tile whole
+        def grid(meta):  # meta: the configuration in use, given or picked by the autotuner
+            return (min(programs, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)
 
-    def grid(meta):  # meta: the configuration in use, given or picked by the autotuner
-        work = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]) * split
-        return (min(programs or sm_count(), work),)
-
-    if M and N and K:
-        out = c if split == 1 else torch.empty((split, M, N), dtype=torch.float32, device=c.device)
-        kernel[grid](a, b, out, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t,
-                     **meta)
-        if split > 1:  # the parts added, the activation applied, in C's dtype
-            split_k_sum_kernel[(cdiv(M * N, 1024),)](out, c, M * N, SPLIT_K=split, BLOCK=1024,
-                                                     ACTIVATION=activation or "")
+        kernel[grid](a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t, **meta)
+        return c
+    BM, BN = meta["BLOCK_M"], meta["BLOCK_N"]
+    parts = torch.empty(((tiles - whole) * split * BM, BN), dtype=torch.float32, device=c.device)
+    kernel[(min(programs, whole + (tiles - whole) * split),)](
+        a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t,
+        whole_tiles=whole, parts_ptr=parts, **meta)
+    rows = min(BM, 16)  # the split tiles' parts added, the activation applied, in C's dtype
+    split_k_sum_kernel[(tiles - whole, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=split, BLOCK_M=BM, BLOCK_N=BN,
+                                                   GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "")
     return c

@@ -66,6 +66,7 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "bench_backward": "15. Timing the backward against SDPA's backends (backward.py)",
     "configs_backward": "16. The backward's two designs and their block sizes (backward.py)",
     "bench_general": "17. The shapes models pass, timed against SDPA's backends (tuning.py)",
+    "leaderboard": "18. CS336's leaderboard shape, forward and backward (tuning.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
 # 9's sequence lengths; shapes: the (batch, heads, head_dim) of sections 9, 10, 12, 15 and 16; dtypes:
@@ -844,6 +845,19 @@ chapter.run("bench_general", lambda: tuning.bench_general({
     "attention()": attention, "SDPA flash backend": sdpa_flash,
     "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}, chapter.sizes(SIZES)["general"],
     kernel_of=route), gpu=True)
+
+# %% [markdown]
+# ## 18. CS336's leaderboard shape, forward and backward (tuning.py)
+# Stanford's CS336 (assignment 2) ranks FlashAttention-2 implementations in Triton by one number:
+# a forward and its backward, together, at batch 1, 16 heads, seq 16384, head_dim 64, bfloat16,
+# causal. The same two calls here, attention() and its gradient, beside SDPA's two backends: what a
+# course kernel is worth against the libraries at the shape a class competes on.
+
+
+# %%
+chapter.run("leaderboard", lambda: tuning.bench_leaderboard({
+    "attention()": attention, "SDPA flash backend": sdpa_flash,
+    "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}), gpu=True)
 
 # %% [markdown]
 # ### On Hopper: lesson 7

@@ -11,6 +11,7 @@ launcher, kernel and op, the chapter's reference). Every function here needs a C
 - offsets_cases: section 12, the calls of "64-bit offsets: what they cost" (lesson 2).
 - bench_general: section 17, forward and backward on the shapes models pass (BENCH_CASES), against
   SDPA's backends.
+- bench_leaderboard: section 18, forward and backward together on CS336's leaderboard shape.
 """
 import functools
 
@@ -169,3 +170,28 @@ def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16, *, kernel
              "2.5 times that; at head_dim 80 and 96 the kernels compute 128, which is not counted. 'its µs / ours': "
              "above 1, the course's kernels are the faster. SDPA gets k and v with their own heads (enable_gqa) and "
              "the bottom-right mask (causal_lower_right) where the lengths differ.")
+
+
+# CS336's leaderboard shape (Stanford CS336, assignment 2): batch 1, 16 heads, seq 16384, head_dim 64,
+# bfloat16, causal; what counts is one forward and one backward, together (main.py, section 18).
+LEADERBOARD = (1, 16, 16384, 64)
+
+
+def bench_leaderboard(impls: dict, shape=LEADERBOARD, dtype=torch.bfloat16):
+    """Forward + backward, o = fn(q, k, v, causal=True) then the gradient call, of each implementation
+    in impls (attention.py's attention first) on CS336's leaderboard shape, side by side. GPU only."""
+    B, H, seq, D = shape
+    q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype, requires_grad=True) for _ in range(3))
+    do = torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype)
+    steps = {name: functools.partial(lambda fn: torch.autograd.grad(fn(q, k, v, causal=True), (q, k, v), do), fn)
+             for name, fn in impls.items()}
+    ms = bench.side_by_side(steps)
+    ours = next(iter(impls))
+    flops = 3.5 * 4 * B * H * visible_pairs(seq, seq, True) * D  # the forward's, and 2.5 times that backward
+    rows = [(name, ms[name], bench.tflops(flops, ms[name]), ms[name] / ms[ours]) for name in impls]
+    return print_table(rows, ["implementation", "forward + backward ms", "TFLOP/s", "its ms / ours"],
+                       title=f"CS336's leaderboard shape: {B} x {H} x {seq} x {D}, {dtype_name(dtype)}, causal",
+                       floatfmt=".3f",
+                       note="Kernel time of one forward and its gradient call, torch.autograd.grad(o, (q, k, v), dO) "
+                            "(profiler timestamps, L2 flushed between calls). " + bench.SIDE_BY_SIDE_NOTE +
+                            " 'its ms / ours': above 1, the course's kernels are the faster.")

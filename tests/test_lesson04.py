@@ -190,10 +190,11 @@ def test_tma_kernel(shape, dtype):
 
 
 @pytest.mark.parametrize("a_t, b_t", [(False, True), (True, False), (True, True)])
-@pytest.mark.parametrize("split", [1, 3])
-def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split):
+@pytest.mark.parametrize("split, programs", [(1, 5), (3, 5), (3, 16)])
+def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, programs):
     # a linear layer's products: x @ W^T (B transposed), dW = X^T @ dY (A transposed), read as they
-    # lie; SPLIT_K parts of K added up by split_k_sum_kernel, the activation applied after the sum
+    # lie; SPLIT_K parts of K added up by split_k_sum_kernel, the activation applied after the sum:
+    # on 5 programs the 12 tiles' first 10 whole and the last 2 split, on 16 every tile split
     if not INTERPRET and not HOPPER:
         pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
     M, N, K = 104, 72, 200  # ragged 32-tiles; K in 7 steps of 32: parts of 3, 3 and 1
@@ -202,7 +203,7 @@ def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split):
     a, b = a.to(torch.bfloat16), b.to(torch.bfloat16)
     tiles = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True)
     for act in (None, "gelu"):
-        out = launch_tma(hopper.matmul_kernel_tma, a, b, act, programs=5, SPLIT_K=split, **tiles)
+        out = launch_tma(hopper.matmul_kernel_tma, a, b, act, programs=programs, SPLIT_K=split, **tiles)
         assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[torch.bfloat16], (act, split)
 
 
@@ -314,6 +315,10 @@ def test_matmul_picks_tma_where_it_can():
     assert rel_error(matmul(a, a), reference(a.double(), a.double())) < TOLERANCE[torch.float16]
     # a weight's gradient, 768 x 768 over 16384 rows: 36 tiles, K split into parts, then their sum
     x, dy = (torch.randn(16384, 768, device=DEVICE, dtype=torch.bfloat16) for _ in range(2))
+    assert names(lambda: matmul(x.t(), dy)) == ["matmul_kernel_tma", "split_k_sum_kernel"]
+    assert rel_error(matmul(x.t(), dy), reference(x.t().double(), dy.double())) < TOLERANCE[torch.bfloat16]
+    # an MLP weight's gradient, 768 x 3072: 144 tiles, a wave whole on 132 SMs, the last wave's split
+    dy = torch.randn(16384, 3072, device=DEVICE, dtype=torch.bfloat16)
     assert names(lambda: matmul(x.t(), dy)) == ["matmul_kernel_tma", "split_k_sum_kernel"]
     assert rel_error(matmul(x.t(), dy), reference(x.t().double(), dy.double())) < TOLERANCE[torch.bfloat16]
 

@@ -40,6 +40,8 @@ def test_the_tma_check_passes():
     assert all(table.column("ok")) and len(table.rows) == 16
     assert 3 in table.column("programs") and max(table.column("tiles")) > 3  # programs that loop over tiles
     assert set(table.column("parts of K")) == {1, 2, 3} and len(set(table.column("as they lie"))) == 4
+    split = list(zip(table.column("tiles"), table.column("tiles split")))
+    assert any(0 < s < t for t, s in split) and any(0 < s == t for t, s in split)  # the last wave's, and all
 
 
 def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
