@@ -583,7 +583,7 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # transposed view and the sum runs over every token of the batch (16384 in lesson 6's step) while
 # the output is only as large as the weight. The three differ in what is hard: the forward and dX
 # have tiles to spare; dW has few tiles and a long K, which split K spreads over the SMs
-# (lesson 7, section 2). Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7)
+# (lesson 7, section 2): every tile where there are fewer than SMs, the last wave's otherwise. Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7)
 # beside torch.matmul (cuBLAS) on the same views.
 
 
@@ -601,8 +601,13 @@ def bench_layers(tokens: int = 16384) -> Table:
             ms = bench.side_by_side({"cuBLAS": lambda: a @ b, "course": lambda: matmul(a, b)})
             kernel = KERNELS[choose_kernel(a, b)][0]
             if kernel == "matmul_kernel_tma":
-                split = hopper.config(a.shape[0], b.shape[1], a.shape[1])["SPLIT_K"]
-                kernel += f", K in {split} parts" if split > 1 else ""
+                (M, K), N = a.shape, b.shape[1]
+                config = hopper.config(M, N, K)
+                tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
+                split_tiles = tiles % sm_count() if tiles > sm_count() else tiles  # (launch_tma's rule)
+                kernel += f" {config['BLOCK_M']} x {config['BLOCK_N']}"
+                if config["SPLIT_K"] > 1:
+                    kernel += f", {split_tiles} of {tiles} tiles: K in {config['SPLIT_K']} parts"
             rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
                          ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
     return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",
