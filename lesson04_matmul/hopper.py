@@ -235,6 +235,8 @@ def config(M: int, N: int, K: int) -> dict:
     BLOCK_N = 256 if cdiv(M, 128) * cdiv(N, 256) >= SMs else 128
     last_wave = cdiv(M, 128) * cdiv(N, BLOCK_N) % SMs
     split = max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))
+    if BLOCK_N == 256:  # (a 128 x 256 float32 tile of parts beside the stages would pass the 227 KB of shared memory)
+        split = 1
     return dict(BLOCK_M=128, BLOCK_N=BLOCK_N, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
                 num_warps=8, num_stages=3 if BLOCK_N == 256 else 4)
 
