@@ -399,3 +399,19 @@ def test_script_and_its_command_line():
     assert "Sections: tiles: 2. Why tiles" in parse_command_line("lesson04_matmul", "--help")[1]
     code, _, err = parse_command_line("lesson04_matmul", "--sections", "bench", "--sizes", "-5")
     assert code == 2 and "must be at least 1" in err
+
+
+@pytest.mark.parametrize("M, N, K, block_n, split", [
+    (16384, 1280, 768, 256, 1),   # a forward, x @ W^T: 640 tiles of 128 x 256, waves to spare
+    (768, 768, 16384, 128, 3),    # a weight's gradient: 36 tiles for 132 SMs, every tile's K in 3 parts
+    (768, 3072, 16384, 128, 11),  # an MLP weight's: 144 tiles, a wave whole, the last 12 tiles' K in 11 parts
+    (768, 3072, 512, 128, 2),     # ... with a short K: no part under 4 steps of 64
+])
+def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, K, block_n, split):
+    # config()'s rules on a GPU of 132 SMs (H100, H200), asked on any machine
+    monkeypatch.setattr(hopper, "INTERPRET", False)
+    monkeypatch.setattr(hopper, "sm_count", lambda: 132)
+    config = hopper.config(M, N, K)
+    assert (config["BLOCK_N"], config["SPLIT_K"]) == (block_n, split)
+    # 128 x 256 tiles never split: their float32 parts beside the stages would not fit shared memory
+    assert config["BLOCK_N"] == 128 or config["SPLIT_K"] == 1
