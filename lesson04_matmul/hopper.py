@@ -8,9 +8,9 @@ matmul.py's kernel does not use:
   hardware computes every address, fills what falls outside the shape with zeros (no masks), and
   lands the tile in shared memory already in the swizzled layout the tensor cores read;
   desc.store clips at the edges. The rules: the last stride is 1, the other strides and the base
-  are multiples of 16 bytes. Each program builds its three descriptors as it starts
-  (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that Triton asks the
-  allocator, common.launch.scratch, for at every launch). The host could build them instead
+  are multiples of 16 bytes. Each program builds its three descriptors (a fourth with split K,
+  below) as it starts (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that
+  Triton asks the allocator, common.launch.scratch, for at every launch). The host could build them instead
   (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes all three on
   the host at every call, time a small product's kernel cannot hide, while building them on the
   device costs kernel time instead: each program pays it once, as it starts.
@@ -66,9 +66,9 @@ def matmul_kernel_tma(
     ACTIVATION: tl.constexpr = "",
     A_T: tl.constexpr = False,          # A lies in memory as A^T, K x M rows (a.t() of a row-major tensor)
     B_T: tl.constexpr = False,          # B lies in memory as B^T, N x K rows (a linear layer's weight)
-    SPLIT_K: tl.constexpr = 1,          # the tiles from whole_tiles on: K in this many parts,
-    whole_tiles=0,                      # each part's float32 partial sum a block of parts_ptr
-    parts_ptr=None,
+    SPLIT_K: tl.constexpr = 1,          # > 1: each tile from whole_tiles on runs as SPLIT_K parts of K
+    whole_tiles=0,                      # tiles 0 ... whole_tiles - 1 (the full waves) run whole
+    parts_ptr=None,                     # float32: one BLOCK_M x BLOCK_N block per part of a split tile
 ):
     # The descriptors: each matrix's base, shape and strides as it lies in memory, and the tile a
     # load or store moves. TMA reads rows; a transposed operand is read as it lies (the tile of A^T
@@ -85,9 +85,12 @@ def matmul_kernel_tma(
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
+    # The loop counts units of work: a whole tile is one unit, a split tile SPLIT_K units. 144 tiles
+    # on 132 programs, SPLIT_K 11: work 0-131 are tiles 0-131, work 132-142 tile 132's parts 0-10,
+    # work 143-153 tile 133's, and so on. The full waves keep every SM busy as they are; splitting
+    # them would only add a float32 write, its read and a second kernel.
     work_count = num_pid_m * num_pid_n
     if SPLIT_K > 1:  # the split tiles' parts: one BLOCK_M x BLOCK_N float32 block each, tile by tile
-        steps_per_part = tl.cdiv(k_steps, SPLIT_K)
         split_tiles = work_count - whole_tiles
         work_count = whole_tiles + split_tiles * SPLIT_K
         parts_desc = tl.make_tensor_descriptor(parts_ptr, shape=[split_tiles * SPLIT_K * BLOCK_M, BLOCK_N],
@@ -95,13 +98,14 @@ def matmul_kernel_tma(
     # A grid of one program per unit of work runs this loop once; a smaller grid makes it
     # persistent: program p takes work p, p + programs, p + 2 programs, ...
     for work in tl.range(tl.program_id(0), work_count, tl.num_programs(0), flatten=FLATTEN):
-        tile_id, first, last, whole = work, 0, k_steps, True  # a whole tile: every step of K
+        tile_id, first, last, is_whole = work, 0, k_steps, True  # a whole tile: every step of K
         if SPLIT_K > 1:  # past whole_tiles, a unit is one part of a tile (its parts on neighbouring programs)
-            whole = work < whole_tiles
-            unit = work - whole_tiles
-            tile_id = tl.where(whole, work, whole_tiles + unit // SPLIT_K)
-            first = tl.where(whole, 0, (unit % SPLIT_K) * steps_per_part)
-            last = tl.where(whole, k_steps, tl.minimum(first + steps_per_part, k_steps))
+            is_whole = work < whole_tiles
+            unit = work - whole_tiles  # (negative for a whole tile: tl.where keeps work's values there)
+            part = unit % SPLIT_K
+            tile_id = tl.where(is_whole, work, whole_tiles + unit // SPLIT_K)
+            first = tl.where(is_whole, 0, part * k_steps // SPLIT_K)  # parts of K as even as steps allow
+            last = tl.where(is_whole, k_steps, (part + 1) * k_steps // SPLIT_K)
         # matmul.py's grouped order (grouped_pid; main.py, section 3), from Triton's standard library:
         # tl.swizzle2d takes the row-major (row, column) of tile_id and returns the grouped one.
         pid_m, pid_n = tl.swizzle2d(tile_id // num_pid_n, tile_id % num_pid_n, num_pid_m, num_pid_n, GROUP_M)
@@ -116,10 +120,14 @@ def matmul_kernel_tma(
             else:
                 b = b_desc.load([step * BLOCK_K, pid_n * BLOCK_N])     # B[ks, cols]
             acc = tl.dot(a, b, acc)
+        # Two ifs, not an if/else: with SPLIT_K = 1 there is no parts descriptor and is_whole is the
+        # constant True, so the compiler keeps only the epilogue.
         if SPLIT_K > 1:
-            if not whole:  # a partial sum, in float32: split_k_sum_kernel adds a tile's parts
+            if not is_whole:  # a partial sum, kept in float32 (bfloat16 would round each part), in
+                # block `unit` (tile by tile, part by part: split_k_sum_kernel reads the same order).
+                # The activation waits for the sum: gelu(p0 + p1) is not gelu(p0) + gelu(p1).
                 parts_desc.store([unit * BLOCK_M, 0], acc)
-        if whole:
+        if is_whole:
             if ACTIVATION == "relu":
                 acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
             if ACTIVATION == "gelu":
@@ -132,7 +140,9 @@ def split_k_sum_kernel(parts_ptr, c_ptr, M, N, stride_cm, whole_tiles, SPLIT_K: 
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr,
                        ACTIVATION: tl.constexpr = ""):
     """C's split tiles: each the sum of its SPLIT_K float32 parts, the activation applied, in C's
-    dtype. Program (t, r) takes rows r * ROWS ... of split tile t (tile whole_tiles + t)."""
+    dtype. Program (t, r) takes rows r * ROWS ... of split tile t (tile whole_tiles + t). It must
+    place tiles as matmul_kernel_tma does: the same tile ids, swizzle2d and GROUP_M, and part p of
+    split tile t in block t * SPLIT_K + p."""
     t = tl.program_id(0)
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
@@ -225,28 +235,32 @@ def config(M: int, N: int, K: int) -> dict:
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
     Rules from a sweep of the training step's products on an H100 (lesson 4, section 17, times
     the result against cuBLAS): tiles of 128 x 256 (3 stages) where they make at least a wave (a
-    tile for every SM), else 128 x 128 (4 stages). The tiles of the last wave, which leave SMs idle
-    (all of them, where C has fewer tiles than SMs: a weight's gradient, 768 x 768, is 36 tiles
-    of 128 x 128 for 132 SMs), split K into parts that run side by side (SPLIT_K; launch_tma), as
-    many as fill the SMs, each at least 4 steps of K."""
+    tile for every SM), else 128 x 128 (4 stages). With 128 x 128 tiles, the tiles of the last
+    wave, which leave SMs idle (all of them, where C has fewer tiles than SMs: a weight's gradient,
+    768 x 768, is 36 tiles for 132 SMs), split K into parts that run side by side (SPLIT_K;
+    launch_tma), as many as fit the SMs, each at least 4 steps of K."""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
     SMs = sm_count()
-    BLOCK_N = 256 if cdiv(M, 128) * cdiv(N, 256) >= SMs else 128
-    last_wave = cdiv(M, 128) * cdiv(N, BLOCK_N) % SMs
-    split = max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))
-    if BLOCK_N == 256:  # (a 128 x 256 float32 tile of parts beside the stages would pass the 227 KB of shared memory)
-        split = 1
-    return dict(BLOCK_M=128, BLOCK_N=BLOCK_N, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
-                num_warps=8, num_stages=3 if BLOCK_N == 256 else 4)
+    if cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, at least a wave of them: no split (a
+        # 128 x 256 float32 block of parts beside the stages would pass the 227 KB of shared memory)
+        return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1,
+                    num_warps=8, num_stages=3)
+    tiles = cdiv(M, 128) * cdiv(N, 128)
+    split_tiles = tiles % SMs  # the last wave's (every tile's, where there are fewer than SMs)
+    split = max(1, min(SMs // split_tiles if split_tiles else 1, cdiv(K, 64) // 4))  # parts of >= 4 steps
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
+                num_warps=8, num_stages=4)
 
 
 def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel_tma with a configuration in `meta` (config()'s),
     or matmul_kernel_tma_tuned, which picks one; on `programs` persistent programs (default: one per
-    SM, or one per unit of work where there are fewer). With SPLIT_K > 1 in meta, the tiles of the
-    last wave (every tile, where there are fewer than programs) split K into SPLIT_K parts; the
-    waves before take their tiles whole. For inputs check_tma accepted."""
+    SM, or one per unit of work where there are fewer). With SPLIT_K > 1 in meta (a given
+    configuration: the autotuner's have none), the tiles of the last wave (every tile, where there
+    are fewer than programs) split K into SPLIT_K parts; the waves before take their tiles whole.
+    whole_tiles is a multiple of the programs, so the last wave's units start on program 0. For
+    inputs check_tma accepted."""
     (M, K), N = a.shape, b.shape[1]
     c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)

@@ -582,8 +582,9 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # view. Its backward runs two more products: dX = dY @ W, and dW = X^T @ dY, where A is the
 # transposed view and the sum runs over every token of the batch (16384 in lesson 6's step) while
 # the output is only as large as the weight. The three differ in what is hard: the forward and dX
-# have tiles to spare; dW has few tiles and a long K, which split K spreads over the SMs
-# (lesson 7, section 2): every tile where there are fewer than SMs, the last wave's otherwise. Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7)
+# have tiles to spare; dW has few tiles and a long K. Split K spreads that K over the idle SMs
+# (lesson 7, section 2): where C has fewer tiles than SMs, every tile splits; otherwise only the
+# last wave's tiles do. Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7)
 # beside torch.matmul (cuBLAS) on the same views.
 
 
@@ -604,7 +605,7 @@ def bench_layers(tokens: int = 16384) -> Table:
                 (M, K), N = a.shape, b.shape[1]
                 config = hopper.config(M, N, K)
                 tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
-                split_tiles = tiles % sm_count() if tiles > sm_count() else tiles  # (launch_tma's rule)
+                split_tiles = tiles % sm_count()  # the last wave's (launch_tma's rule)
                 kernel += f" {config['BLOCK_M']} x {config['BLOCK_N']}"
                 if config["SPLIT_K"] > 1:
                     kernel += f", {split_tiles} of {tiles} tiles: K in {config['SPLIT_K']} parts"

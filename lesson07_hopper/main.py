@@ -99,7 +99,7 @@ args = chapter.start()
 # %% [markdown]
 # ## 2. TMA descriptors and a persistent grid: lesson 4's matmul_kernel_tma
 # Open lesson04_matmul/hopper.py beside this chapter at matmul_kernel_tma. It is lesson 4's kernel,
-# the same tiles and K loop, with two changes:
+# the same tiles and K loop, with three changes:
 # - The loads and the store go through descriptors. tl.make_tensor_descriptor(a_ptr, shape=[M, K],
 #   strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]) describes A once; a_desc.load([row,
 #   col]) then asks the copy engine for the tile that starts there. There are no offsets and no
@@ -107,11 +107,12 @@ args = chapter.start()
 #   in the rules: the last stride must be 1, the other strides and the base multiples of 16 bytes
 #   (hopper.tma_ok). A transposed view (x @ W^T's B, a weight gradient's X^T) is read as it lies:
 #   A_T / B_T describe the memory's rows, and the tile is turned on chip (.T), where the tensor cores
-#   read either orientation. Each program builds its descriptors on the device as it starts, 128 bytes each, in a
-#   scratch buffer Triton asks common.launch.scratch for; built on the host instead, they would be
-#   encoded at every call, host time a short kernel cannot hide.
+#   read either orientation. Each program builds its descriptors on the device as it starts,
+#   128 bytes each, in a scratch buffer Triton asks common.launch.scratch for; built on the host
+#   instead, they would be encoded at every call, host time a short kernel cannot hide.
 # - The grid is persistent: one program per SM, each looping over tiles p, p + programs, p + 2
-#   programs, ... (tl.range over tile ids, in lesson 4's grouped order by tl.swizzle2d). No program
+#   programs, ... (tl.range over units of work: a tile, or below a part of one; tiles in lesson
+#   4's grouped order by tl.swizzle2d). No program
 #   starts and retires per tile, the descriptors are built once per SM instead of once per tile, and
 #   with flatten=True the compiler pipelines across a tile's end: the next tile's first loads are in
 #   flight while this one's epilogue runs.
@@ -119,11 +120,13 @@ args = chapter.start()
 #   (36 tiles of 128 x 128 for 132 SMs) while its sum runs over 16384 tokens, and an MLP weight's,
 #   768 x 3072, is 144 tiles: a full wave of 132, then 12 tiles on 12 SMs while 120 wait, the
 #   product's time nearly doubled by its last 8% (a wave's quantization). So the waves before the
-#   last take their tiles whole (whole_tiles), and each tile of the last splits K into SPLIT_K
-#   parts, one unit of work each, summing a stretch of K into a float32 block of its own;
-#   split_k_sum_kernel then adds each tile's parts, applies the activation and casts. With fewer
-#   tiles than SMs every tile splits. hopper.config picks the parts: as many as fill the SMs, each
-#   at least 4 steps of K (a split tile's time is the whole tile's over SPLIT_K, plus its sum).
+#   last take their tiles whole (whole_tiles): they keep every SM busy as they are. Each tile of
+#   the last wave splits K into SPLIT_K parts, one unit of work each, summing a stretch of K into a
+#   float32 block of its own; split_k_sum_kernel then adds each tile's parts, applies the
+#   activation (which needs the whole sum) and casts. With fewer tiles than SMs every tile splits.
+#   hopper.config picks the parts, with 128 x 128 tiles only (a 128 x 256 float32 block beside the
+#   stages would not fit in shared memory): as many as fit the SMs, each at least 4 steps of K (a
+#   split tile's time is about the whole tile's over SPLIT_K, plus its sum).
 # Section 3 counts what that changes, section 4 checks the kernel, section 5 shows what each kernel
 # compiles to, and section 6 times each change.
 
@@ -172,7 +175,9 @@ chapter.run("schedule", schedule)
 # ## 4. Correctness: descriptors pad and clip, persistent programs loop
 # Triton's interpreter imitates TMA, so the kernel runs here on any machine: on products whose
 # sides are not multiples of the tile (the descriptors must pad the loads and clip the stores),
-# with 3 persistent programs looping over every tile, through hopper.py's own launcher. The
+# with 3 persistent programs looping over every tile, through hopper.py's own launcher, and with
+# split K: 64 x 96 has 2 tiles for 3 programs, so every tile splits; 200 x 48 has 4, 3 of them
+# whole and the last in 3 parts of 1, 2 and 2 steps of K (parts as even as the steps allow). The
 # error is relative, over the whole of C, against float64, and a float16 or bfloat16 output is as
 # good as its rounding: within two of its rounding steps (torch.finfo(dtype).eps).
 
@@ -213,7 +218,7 @@ def check(programs: int = 3) -> Table:
                        floatfmt=".1e", title="Check: matmul_kernel_tma against float64",
                        note="ok: within twice the dtype's rounding step (float16 9.8e-4, bfloat16 7.8e-3). Tiles of "
                             "64 x 64, 64 deep. A^T, B^T: the operand is a transposed view, read as it lies. Parts "
-                            "of K: SPLIT_K, float32 partial products added by split_k_sum_kernel, for the tiles past the last "
+                            "of K: SPLIT_K, float32 partial sums added by split_k_sum_kernel, for the tiles past the last "
                             "full wave of programs (all of them where there are fewer tiles than programs).")
 
 
