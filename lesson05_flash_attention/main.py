@@ -18,7 +18,7 @@ section 5 traces it. Section 6: the op's route, which kernel runs; section 7 che
 shape. A first reading can stop there. Sections 8-12 measure the forward on a GPU (memory, time
 against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets: tuning.py holds most of their
 code); sections 13-16 are the backward pass, for training (backward.py); section 17 times the
-shapes models pass. On an H100 or H200 attention() runs, where they were timed faster, a forward
+shapes models pass, and section 18 a forward and backward together at CS336's leaderboard shape. On an H100 or H200 attention() runs, where they were timed faster, a forward
 and backward written for Hopper in Gluon (hopper.py): lesson 7 (lesson07_hopper/main.py) takes
 them apart.
 
