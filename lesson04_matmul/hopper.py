@@ -270,6 +270,9 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **met
     if not (M and N and K):
         return c
     split, whole = meta.get("SPLIT_K", 1), 0
+    if split > 1 and "BLOCK_M" not in meta:
+        raise ValueError("SPLIT_K > 1 needs the whole configuration (BLOCK_M, BLOCK_N, GROUP_M: config()'s); "
+                         "the autotuned kernel takes no SPLIT_K")
     if split > 1:
         tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
         whole = tiles // programs * programs  # the waves before the last take their tiles whole

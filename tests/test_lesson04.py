@@ -415,3 +415,9 @@ def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, 
     assert (config["BLOCK_N"], config["SPLIT_K"]) == (block_n, split)
     # 128 x 256 tiles never split: their float32 parts beside the stages would not fit shared memory
     assert config["BLOCK_N"] == 128 or config["SPLIT_K"] == 1
+
+
+def test_split_k_without_its_tiles_is_refused_by_name():
+    a = torch.randn(64, 64, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(ValueError, match="SPLIT_K > 1 needs the whole configuration"):
+        launch_tma(matmul_kernel_tma_tuned, a, a, SPLIT_K=2)
