@@ -10,8 +10,8 @@ matmul.py's kernel does not use:
   desc.store clips at the edges. The rules: the last stride is 1, the other strides and the base
   are multiples of 16 bytes. Each program builds its three descriptors (a fourth with split K,
   below) as it starts (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that
-  Triton asks the allocator, common.launch.scratch, for at every launch). The host could build them instead
-  (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes all three on
+  Triton asks the allocator, common.launch.scratch, for at every launch). The host could build
+  them instead (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes all three on
   the host at every call, time a small product's kernel cannot hide, while building them on the
   device costs kernel time instead: each program pays it once, as it starts.
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
@@ -230,6 +230,12 @@ def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
                          f"{shared_memory() >> 10} KB")
 
 
+def split_tiles(tiles: int, programs: int) -> int:
+    """How many of `tiles` split K (given SPLIT_K > 1) on `programs` persistent programs: the last
+    wave's, which would leave programs idle; every tile, where there are fewer than programs."""
+    return tiles % programs
+
+
 def config(M: int, N: int, K: int) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
@@ -246,9 +252,8 @@ def config(M: int, N: int, K: int) -> dict:
         # 128 x 256 float32 block of parts beside the stages would pass the 227 KB of shared memory)
         return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1,
                     num_warps=8, num_stages=3)
-    tiles = cdiv(M, 128) * cdiv(N, 128)
-    split_tiles = tiles % SMs  # the last wave's (every tile's, where there are fewer than SMs)
-    split = max(1, min(SMs // split_tiles if split_tiles else 1, cdiv(K, 64) // 4))  # parts of >= 4 steps
+    last_wave = split_tiles(cdiv(M, 128) * cdiv(N, 128), SMs)
+    split = max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))  # parts of >= 4 steps
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
                 num_warps=8, num_stages=4)
 
@@ -269,14 +274,14 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **met
     programs = programs or sm_count()
     if not (M and N and K):
         return c
-    split, whole = meta.get("SPLIT_K", 1), 0
-    if split > 1 and "BLOCK_M" not in meta:
-        raise ValueError("SPLIT_K > 1 needs the whole configuration (BLOCK_M, BLOCK_N, GROUP_M: config()'s); "
-                         "the autotuned kernel takes no SPLIT_K")
+    split, split_count = meta.get("SPLIT_K", 1), 0
     if split > 1:
+        if "BLOCK_M" not in meta:
+            raise ValueError("SPLIT_K > 1 needs the whole configuration (BLOCK_M, BLOCK_N, GROUP_M: config()'s); "
+                             "the autotuned kernel takes no SPLIT_K")
         tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
-        whole = tiles // programs * programs  # the waves before the last take their tiles whole
-        if whole == tiles:  # (no last wave to split: the tiles fill the programs exactly)
+        split_count = split_tiles(tiles, programs)  # the waves before the last take their tiles whole
+        if not split_count:  # (no last wave to split: the tiles fill the programs exactly)
             split, meta = 1, {**meta, "SPLIT_K": 1}
     if split == 1:  # every tile whole
         def grid(meta):  # meta: the configuration in use, given or picked by the autotuner
@@ -285,11 +290,12 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **met
         kernel[grid](a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t, **meta)
         return c
     BM, BN = meta["BLOCK_M"], meta["BLOCK_N"]
-    parts = torch.empty(((tiles - whole) * split * BM, BN), dtype=torch.float32, device=c.device)
-    kernel[(min(programs, whole + (tiles - whole) * split),)](
+    whole = tiles - split_count
+    parts = torch.empty((split_count * split * BM, BN), dtype=torch.float32, device=c.device)
+    kernel[(min(programs, whole + split_count * split),)](
         a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t,
         whole_tiles=whole, parts_ptr=parts, **meta)
     rows = min(BM, 16)  # the split tiles' parts added, the activation applied, in C's dtype
-    split_k_sum_kernel[(tiles - whole, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=split, BLOCK_M=BM, BLOCK_N=BN,
-                                                   GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "")
+    split_k_sum_kernel[(split_count, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=split, BLOCK_M=BM, BLOCK_N=BN,
+                                                 GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "")
     return c

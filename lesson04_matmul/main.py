@@ -605,10 +605,10 @@ def bench_layers(tokens: int = 16384) -> Table:
                 (M, K), N = a.shape, b.shape[1]
                 config = hopper.config(M, N, K)
                 tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
-                split_tiles = tiles % sm_count()  # the last wave's (launch_tma's rule)
                 kernel += f" {config['BLOCK_M']} x {config['BLOCK_N']}"
                 if config["SPLIT_K"] > 1:
-                    kernel += f", {split_tiles} of {tiles} tiles: K in {config['SPLIT_K']} parts"
+                    split = hopper.split_tiles(tiles, sm_count())
+                    kernel += f", {split} of {tiles} tiles: K in {config['SPLIT_K']} parts"
             rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
                          ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
     return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",

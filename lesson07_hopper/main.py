@@ -209,9 +209,9 @@ def check(programs: int = 3) -> Table:
                     exact = F.gelu(exact, approximate="tanh")
                 count = cdiv(M, tiles["BLOCK_M"]) * cdiv(N, tiles["BLOCK_N"])
                 err = rel_error(c, exact)
-                whole = count // programs * programs if split > 1 else count  # (launch_tma's rule)
+                split_count = matmul_hopper.split_tiles(count, programs) if split > 1 else 0
                 rows.append((dtype_name(dtype), f"{M} x {N} x {K}", layout, split, activation or "-", count,
-                             count - whole, min(programs, whole + (count - whole) * split), err,
+                             split_count, min(programs, count + split_count * (split - 1)), err,
                              err < 2 * torch.finfo(dtype).eps))
     return print_table(rows, ["dtype", "M x N x K", "as they lie", "parts of K", "activation", "tiles",
                               "tiles split", "programs", "relative error", "ok"],
