@@ -21,6 +21,7 @@ from torch._higher_order_ops.triton_kernel_wrap import kernel_side_table
 
 import common.checks
 import common.launch
+import lesson04_matmul.hopper
 from analysis import H200  # the target the tracer compiles kernels for, to read which tensors they write
 
 
@@ -29,13 +30,14 @@ class Stop(Exception):
 
 
 def joint_graphs(cases: list) -> list:
-    """For each case {"op": "module:function", "shapes": [...], "dtype": "float16", "kwargs": {...}}:
+    """For each case {"op": "module:function", "shapes": [...], "dtype": "float16", "kwargs": {...},
+    "hopper": True (matmul's route as on an H100 or H200: lesson04_matmul.hopper.HOPPER)}:
     (the error torch.compile raised, or None; the kernels in the joint graph, in order; what the
     tracer warned of: "Encountered an exception" is its fallback, every input taken as written)."""
     triton.runtime.driver.set_active(H200())
     torch.utils._triton.has_triton = lambda: True  # (it looks for a GPU: without, Dynamo traces into Triton's launcher)
     common.checks.ON_GPU = False  # the inputs are CPU tensors
-    common.device.sm_count = common.launch.sm_count = lambda: 132  # an H200's, as under the interpreter
+    common.device.sm_count = common.launch.sm_count = lesson04_matmul.hopper.sm_count = lambda: 132  # an H200's, as under the interpreter
 
     warned = io.StringIO()
     logging.getLogger("torch._dynamo").addHandler(logging.StreamHandler(warned))  # (the tracer's warnings)
@@ -57,6 +59,7 @@ def joint_graphs(cases: list) -> list:
         backend = aot_autograd(fw_compiler=stop, bw_compiler=stop, partition_fn=partition)
         leaves = [torch.randn(shape, dtype=getattr(torch, case["dtype"]), requires_grad=True) for shape in case["shapes"]]
         kwargs = case.get("kwargs", {})
+        lesson04_matmul.hopper.HOPPER = case.get("hopper", False)
         torch._dynamo.reset()
         warned.seek(0)
         warned.truncate()
