@@ -281,7 +281,8 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **met
     c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
-    triton.set_allocator(scratch)  # the descriptors' memory (common.launch.scratch says why on every call)
+    if not torch.compiler.is_compiling():  # (torch.compile's code sets its own, and refuses it in a graph)
+        triton.set_allocator(scratch)  # the descriptors' memory (common.launch.scratch says why on every call)
     programs = programs or sm_count()
     if not (M and N and K):
         return c
