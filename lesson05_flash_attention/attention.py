@@ -415,10 +415,15 @@ class AttentionQKV(torch.autograd.Function):
     @staticmethod
     def backward(ctx, do):
         qkv, o, lse = ctx.saved_tensors
+        q, k, v = split_heads(qkv, ctx.heads)
+        if torch.compiler.is_compiling():  # one configuration each, no autotuners (common.launch.traced_config);
+            # and gradients written contiguous, then joined: inductor gives a kernel that writes into a
+            # strided view a copy of it laid out compact, reading past its end (pytorch/pytorch#161115)
+            grads = backward.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale,
+                                             **backward.traced_kernels(qkv))
+            return torch.cat([g.transpose(1, 2) for g in grads], dim=2), None, None, None
         dqkv = torch.empty_like(qkv)  # dq, dk and dv: views of it, written by the kernels in place
-        traced = backward.traced_kernels(qkv) if torch.compiler.is_compiling() else {}
-        backward.launch_backward(do, *split_heads(qkv, ctx.heads), o, lse, ctx.causal, ctx.sm_scale,
-                                 out=split_heads(dqkv, ctx.heads), **traced)
+        backward.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, out=split_heads(dqkv, ctx.heads))
         return dqkv, None, None, None  # none for heads, causal, sm_scale
 
 
