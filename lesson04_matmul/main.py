@@ -613,8 +613,9 @@ def bench_layers(tokens: int = 16384) -> Table:
                 if config["SPLIT_K"] > 1:
                     split = hopper.split_tiles(tiles, sm_count())
                     kernel += f", {split} of {tiles} tiles: K in {config['SPLIT_K']} parts"
+            speed = f"{ms['cuBLAS'] / ms['course']:.2f}"  # (two decimals: the gaps are a few percent)
             rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
-                         ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
+                         ms["course"] * 1e3, speed))
     return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",
                               "x cuBLAS"], floatfmt=".1f",
                        title=f"A linear layer's three products, {tokens} tokens, bfloat16",
