@@ -200,24 +200,11 @@ def layout(t) -> tuple[bool, int]:
     return (False, t.stride(0)) if t.stride(1) == 1 or t.shape[1] == 1 else (True, t.stride(1))
 
 
-@torch.compiler.assume_constant_result
-def storage_start(t) -> int:
-    """Bytes from the start of t's storage to its first element. torch.compile's tracer cannot put
-    this number in a graph: it asks once, while tracing, and keeps the answer (a view made inside
-    the graph is where the trace put it; a graph input that lands less aligned than the trace saw,
-    inductor copies to aligned memory before the call)."""
-    return t.storage_offset() * t.element_size()
-
-
-def tma_ok(a, b, N, *, compiling: bool = False) -> bool:
+def tma_ok(a, b, N) -> bool:
     """Can the TMA engine address A, B and an (M, N) C? Each operand's rows, or its columns (a
-    transposed view), contiguous; the other stride and the base 16-byte aligned; C's rows too.
-    compiling: torch.compile is tracing, and its tensors have no memory: the base's alignment is
-    read from where the view starts in its storage (PyTorch's allocator starts every storage
-    512-byte aligned)."""
+    transposed view), contiguous; the other stride and the base 16-byte aligned; C's rows too."""
     for t in (a, b):
-        start = storage_start(t) if compiling else t.data_ptr()
-        if not (t.stride(1) == 1 or t.stride(0) == 1) or start % 16:
+        if not (t.stride(1) == 1 or t.stride(0) == 1) or t.data_ptr() % 16:
             return False
         if (layout(t)[1] * t.element_size()) % 16:
             return False
@@ -226,12 +213,14 @@ def tma_ok(a, b, N, *, compiling: bool = False) -> bool:
 
 def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
     """Raise, with the reason, where this kernel cannot compute a @ b (matmul.choose_kernel asks,
-    for tma=True). gpu_has_tma: does this GPU run it (HOPPER)? compiling: is torch.compile
-    tracing?"""
+    for tma=True, with real tensors). gpu_has_tma: does this GPU run it (HOPPER)?"""
+    if compiling:
+        raise ValueError("tma=True: the TMA kernel needs the inputs' memory to check its alignment, which "
+                         "torch.compile's tensors do not have; under torch.compile leave tma=None")
     if a.dtype == torch.float32:
         raise TypeError("the TMA kernel takes float16 or bfloat16 inputs, got float32")
     N = b.shape[1]
-    if not tma_ok(a, b, N, compiling=compiling):
+    if not tma_ok(a, b, N):
         raise ValueError(f"the TMA kernel needs each operand's rows or columns contiguous, its other stride and "
                          f"its base 16-byte aligned: a.stride() = {a.stride()}, b.stride() = {b.stride()}, N = {N} "
                          f"(a multiple of 8 for C's rows)")

@@ -253,10 +253,7 @@ chapter.run("trace", trace, trace=True)
 # product of lesson 6's training step; lesson 7 takes it apart),
 # the autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
 # starts, so the choice is made there, on the real tensors, before the autograd function of section
-# 9 (Matmul), which is handed a plain True or False. While torch.compile traces, a tensor has a
-# shape, strides and an offset into its storage but no memory: the route reads the alignment from
-# the offset (every storage PyTorch allocates starts 512-byte aligned, and the compiled code copies
-# an input whose memory is not aligned as the trace assumed). The table: each of the route's conditions, in
+# 9 (Matmul), which is handed a plain True or False. The table: each of the route's conditions, in
 # the order it asks them, with an example it decides (a meta tensor: a shape and strides, no
 # memory), and the kernel it picks.
 
@@ -265,11 +262,10 @@ chapter.run("trace", trace, trace=True)
 ROUTE_EXAMPLES = [  # (the condition that decides; an example: M, N, K, dtype, A transposed?; choose_kernel's arguments)
     ("tma=False", (4096, 4096, 4096), torch.float16, False, dict(tma=False)),
     ("tma=True (raises where the TMA kernel cannot run)", (64, 48, 32), torch.float16, False, dict(tma=True)),
+    ("torch.compile tracing", (4096, 4096, 4096), torch.float16, False, dict(compiling=True)),
     ("a GPU with TMA, 16-bit, M * N * K >= 16384 x 768 x 768, operands TMA can address", (4096, 4096, 4096),
      torch.bfloat16, False, {}),
     ("... one of them transposed (A = X.t()): read as it lies", (4096, 4096, 4096), torch.float16, True, {}),
-    ("... while torch.compile traces (alignment read from the storage offsets)", (4096, 4096, 4096), torch.float16,
-     False, dict(compiling=True)),
     ("else: float32", (4096, 4096, 4096), torch.float32, False, {}),
     ("else: M * N * K < 16384 x 768 x 768 (2048^3: the pointer kernel won)", (2048, 2048, 2048), torch.float16,
      False, {}),

@@ -151,12 +151,12 @@ def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool | None = N
     in this order (main.py prints it as a table, an example of each):
     1. tma=False: the pointer kernel.
     2. tma=True: the TMA kernel, where it can run (hopper.check_tma raises, with the reason, where not).
-    3. a GPU with TMA (hopper.HOPPER: Hopper or newer, with the shared memory of its tiles),
+    3. torch.compile is tracing: the pointer kernel (its tensors have no memory whose alignment
+       could be checked, and a choice made on them would be baked into the graph).
+    4. a GPU with TMA (hopper.HOPPER: Hopper or newer, with the shared memory of its tiles),
        float16 or bfloat16, M * N * K >= hopper.TMA_FROM (where it won), operands the copy engine
-       can address as they lie, rows or columns contiguous (hopper.tma_ok): the TMA kernel. While
-       torch.compile traces, the tensors have no memory: their alignment is read from their
-       storage offsets, and the choice is baked into the compiled graph.
-    4. anything else: the pointer kernel.
+       can address as they lie, rows or columns contiguous (hopper.tma_ok): the TMA kernel.
+    5. anything else: the pointer kernel.
     The backward asks again for each of its products, dA = dC @ B^T and dB = A^T @ dC (transposed
     views: the TMA kernel reads them as they lie), unless tma=False. gpu_has_tma and compiling say
     what this machine and call are (by default,
@@ -168,9 +168,10 @@ def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool | None = N
     if tma:
         hopper.check_tma(a, b, gpu_has_tma=gpu_has_tma, compiling=compiling)
         return "tma"
+    if compiling:
+        return "pointer"
     (M, K), N = a.shape, b.shape[1]
-    if (gpu_has_tma and a.dtype != torch.float32 and M * N * K >= hopper.TMA_FROM
-            and hopper.tma_ok(a, b, N, compiling=compiling)):
+    if gpu_has_tma and a.dtype != torch.float32 and M * N * K >= hopper.TMA_FROM and hopper.tma_ok(a, b, N):
         return "tma"
     return "pointer"
 
@@ -180,8 +181,7 @@ def backward_takes_tma(tma: bool | None, x, y) -> bool:
     with tma=True wherever it can address x and y, with None where choose_kernel takes it."""
     if tma is False:
         return False
-    if (tma and (INTERPRET or hopper.HOPPER) and x.dtype != torch.float32
-            and hopper.tma_ok(x, y, y.shape[1], compiling=torch.compiler.is_compiling())):
+    if tma and (INTERPRET or hopper.HOPPER) and x.dtype != torch.float32 and hopper.tma_ok(x, y, y.shape[1]):
         return True
     return choose_kernel(x, y) == "tma"
 

@@ -525,10 +525,9 @@ chapter.run("bench_gluon_backward", lambda: bench_backward(**chapter.sizes(SIZES
 # A kernel written for Hopper runs where its lesson's route sends it, and the route follows the
 # measurements: matmul.choose_kernel takes the TMA kernel from hopper.TMA_FROM up (section 6),
 # attention's route takes the Gluon forward at hopper.FASTER_HEAD_DIMS (section 10) and the Gluon
-# backward at hopper.FASTER_BACKWARD_HEAD_DIMS (section 14). While torch.compile traces, the TMA
-# matmul still runs (its tensors have no memory yet: the route reads their alignment from where
-# they start in their storage), the Gluon kernels do not (Dynamo records a @triton.jit kernel's
-# launch, not a Gluon one). The table asks matmul's route on examples as an
+# backward at hopper.FASTER_BACKWARD_HEAD_DIMS (section 14), and neither runs while torch.compile
+# traces (Dynamo records a @triton.jit kernel's launch; a Gluon launch, or a TMA alignment check
+# on tensors that have no memory yet, it cannot). The table asks matmul's route on examples as an
 # H100 would (gpu_has_tma=True) and lists attention's routes, attention.py's ROUTES, in the order
 # route() tries them.
 
