@@ -756,6 +756,8 @@ chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, a
 # that projection itself, attention_qkv(qkv, heads) (attention.py), the gradients are written
 # through the same views into one d(qkv) buffer: handed q, k and v as three views, autograd would
 # join their three gradients with a copy (split's backward is a torch.cat). Lesson 6's model calls it.
+# (Under torch.compile it writes them contiguous and joins them: inductor mishandles a kernel that
+# writes into a strided view, as AttentionQKV says.)
 
 
 # %%
