@@ -37,7 +37,8 @@ def joint_graphs(cases: list) -> list:
     triton.runtime.driver.set_active(H200())
     torch.utils._triton.has_triton = lambda: True  # (it looks for a GPU: without, Dynamo traces into Triton's launcher)
     common.checks.ON_GPU = False  # the inputs are CPU tensors
-    common.device.sm_count = common.launch.sm_count = lesson04_matmul.hopper.sm_count = lambda: 132  # an H200's, as under the interpreter
+    # an H200's SMs, as under the interpreter
+    common.device.sm_count = common.launch.sm_count = lesson04_matmul.hopper.sm_count = lambda: 132
 
     warned = io.StringIO()
     logging.getLogger("torch._dynamo").addHandler(logging.StreamHandler(warned))  # (the tracer's warnings)
