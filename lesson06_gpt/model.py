@@ -18,7 +18,7 @@ from common.checks import dtype_name, whole
 from lesson02_softmax.cross_entropy import cross_entropy  # lesson 2's online softmax
 from lesson03_rowsum.rmsnorm import rms_norm              # lesson 3's row walk
 from lesson04_matmul.matmul import matmul                 # lesson 4
-from lesson05_flash_attention.attention import attention_qkv  # lesson 5
+from lesson05_flash_attention.attention import attention_qkv, split_heads  # lesson 5
 from lesson06_gpt import adamw                            # the optimizer: one launch for every parameter
 
 
@@ -67,8 +67,7 @@ class TorchOps:
 
     @staticmethod
     def attention(qkv, heads):
-        kv_heads = (qkv.shape[2] - heads) // 2
-        q, k, v = (t.transpose(1, 2) for t in qkv.split([heads, kv_heads, kv_heads], dim=2))
+        q, k, v = split_heads(qkv, heads)  # (the three views of the packed projection, as lesson 5 takes them)
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
 
     @staticmethod
