@@ -6,7 +6,7 @@
 
 Each lesson runs in a child process of its own (common/child.py: a crash in one, even a CUDA
 error, cannot take the others down); a failure is reported at the end and the other lessons still get written. The child
-runs the lesson's own command line with `--full --skip trace`, so a results page holds exactly the
+runs the lesson's own command line with `--full --skip trace` (`--full` alone where it has no trace), so a results page holds exactly the
 tables a learner can print with --full, section by section under the chapter's own headings: a
 stamp (GPU, driver, CUDA, torch, triton, date, the two measured ceilings), then each section's
 tables with their notes, and a plot where a table asks for one (with matplotlib installed). With
@@ -201,11 +201,19 @@ def read_tables(block: str) -> list:
     return tables
 
 
+def lesson_argv(name: str, sections: list | None = None) -> list:
+    """The command line run_lesson gives the lesson: --full, and its `sections` or every section
+    but the trace (where it has one: lesson 7's CPU sections show what they trace)."""
+    main = os.path.join(ROOT, name, "main.py")
+    with open(main) as f:
+        has_trace = re.search(r'^chapter\.run\("trace"', f.read(), flags=re.M) is not None
+    return [main, "--full", *(["--sections", *sections] if sections else ["--skip", "trace"] if has_trace else [])]
+
+
 def run_lesson(name: str, sections: list | None = None) -> None:
     """In the child process: the lesson's full run (every section but the trace), then its page; or
     just `sections`, which then replace their namesakes on the page."""
-    sys.argv = [os.path.join(ROOT, name, "main.py"), "--full", *(["--sections", *sections] if sections else
-                                                                   ["--skip", "trace"])]
+    sys.argv = lesson_argv(name, sections)
     chapter = runpy.run_module(f"{name}.main", run_name="__main__")["chapter"]
     done = chapter.results()
     folder = os.path.join(ROOT, name)

@@ -324,6 +324,19 @@ def test_results_usage_errors(capsys):
     assert "lessons first" in capsys.readouterr().out
 
 
+def test_each_lessons_page_runs_a_command_line_its_chapter_accepts():
+    # a page skips the trace where the lesson has one; lesson 7 has none (--skip trace would be refused)
+    for name in results.LESSONS:
+        argv = results.lesson_argv(name)
+        with open(argv[0]) as f:
+            source = f.read()
+        skipped = argv[argv.index("--skip") + 1:] if "--skip" in argv else []
+        assert all(f'chapter.run("{section}"' in source for section in skipped), (name, argv)
+    assert "--skip" not in results.lesson_argv("lesson07_hopper")
+    assert results.lesson_argv("lesson02_softmax")[1:] == ["--full", "--skip", "trace"]
+    assert results.lesson_argv("lesson02_softmax", ["bench"])[1:] == ["--full", "--sections", "bench"]
+
+
 def test_trace_formatting():
     assert fmt(torch.tensor([1.0, 2.5])) == "[1. , 2.5]"
     assert fmt(0.123456789) == "0.1235"
