@@ -19,16 +19,22 @@ TITLE = "Which kernel runs, by shape"
 
 
 def described(config) -> str:
-    """A triton.Config in a few words: its tile, warps and pipeline stages."""
-    kw = config.kwargs
-    return f"{kw['BLOCK_M']} x {kw['BLOCK_N']} x {kw['BLOCK_K']}, {config.num_warps} warps, {config.num_stages} stages"
+    """A configuration in a few words: its tile, warps and pipeline stages (and K's parts, where
+    split). config: a triton.Config (an autotuner's) or a dict of the same keys (hopper.config's)."""
+    if isinstance(config, dict):
+        kw, warps, stages = config, config["num_warps"], config["num_stages"]
+    else:
+        kw, warps, stages = config.kwargs, config.num_warps, config.num_stages
+    split = f", K in {kw['SPLIT_K']} parts" if kw.get("SPLIT_K", 1) > 1 else ""
+    return f"{kw['BLOCK_M']} x {kw['BLOCK_N']} x {kw['BLOCK_K']}, {warps} warps, {stages} stages{split}"
 
 
-def kernels_by_shape(matmul, autotuners: dict, sizes=(127, 128, 129, 1024, 4095, 4096),
+def kernels_by_shape(matmul, configurations: dict, sizes=(127, 128, 129, 1024, 4095, 4096),
                      dtype=torch.float16) -> Table:
     """For each n: the kernels torch.matmul and matmul() launch for an n x n x n product (profiler).
-    autotuners: {kernel name: the triton.autotune object that launches it}. After a call, an
-    autotuner's best_config is the configuration that call ran: the one it chose for that shape."""
+    configurations: {kernel name: a function of n, called after the call, that returns the
+    configuration that kernel ran for an n x n x n product} (an autotuner's best_config, or the
+    rule matmul() launches it with)."""
     rows = []
     with torch.no_grad():
         for n in sizes:
@@ -39,8 +45,8 @@ def kernels_by_shape(matmul, autotuners: dict, sizes=(127, 128, 129, 1024, 4095,
                     if who == "torch.matmul":
                         config = "(cuBLAS' heuristic)"
                     else:
-                        tuned = autotuners.get(kernel)
-                        config = described(tuned.best_config) if tuned is not None else "-"
+                        chosen = configurations.get(kernel)
+                        config = described(chosen(n)) if chosen is not None else "-"
                     rows.append((f"{n}^3", who, kernel, config, us / calls))
     return print_table(rows, ["M = N = K", "who", "kernel", "configuration", "µs per launch"], title=TITLE,
                        note=f"{dtype_name(dtype)}. Kernel names and times from torch.profiler "
