@@ -5,14 +5,15 @@
     python -m common.results lesson02_softmax --sections host  # refresh these sections (lessons first)
 
 Each lesson runs in a child process of its own (common/child.py: a crash in one, even a CUDA
-error, cannot take the others down); a failure is reported at the end and the other lessons still get written. The child
-runs the lesson's own command line with `--full --skip trace` (`--full` alone where it has no trace), so a results page holds exactly the
-tables a learner can print with --full, section by section under the chapter's own headings: a
-stamp (GPU, driver, CUDA, torch, triton, date, the two measured ceilings), then each section's
-tables with their notes, and a plot where a table asks for one (with matplotlib installed). With
---sections, the child runs just those sections and they replace their namesakes on the page (one
-the page lacks goes in by its number), each saying when and on what it was refreshed (the page's
-stamp must match the machine's GPU, driver, CUDA, torch and triton). Then roofline.png: every lesson's "Roofline points" under the ceilings.
+error, cannot take the others down); a failure is reported at the end and the other lessons still
+get written. The child runs the lesson's own command line with `--full --skip trace` (`--full` alone
+where it has no trace), so a results page holds exactly the tables a learner can print with --full,
+section by section under the chapter's own headings: a stamp (GPU, driver, CUDA, torch, triton,
+date, the two measured ceilings), then each section's tables with their notes, and a plot where a
+table asks for one (with matplotlib installed). With --sections, the child runs just those sections
+and they replace their namesakes on the page (one the page lacks goes in by its number), each saying
+when and on what it was refreshed (the page's stamp must match the machine's GPU, driver, CUDA,
+torch and triton). Then roofline.png: every lesson's "Roofline points" under the ceilings.
 
 Without a GPU, a lesson's sections that need one print their part of the page instead
 (common/chapter.py, through read_page).
