@@ -15,7 +15,7 @@ class Table:
     rows: list
     title: str = ""
     note: str = ""
-    floatfmt: str = ".1f"
+    floatfmt: str | tuple = ".1f"  # tabulate's: one format, or one per column
     plot: dict | None = None  # common.results.plot's keyword arguments, for a picture on RESULTS.md
 
     def markdown(self) -> str:
@@ -26,7 +26,7 @@ class Table:
         return [row[i] for row in self.rows]
 
 
-def print_table(rows: list, headers: list, title: str = "", note: str = "", floatfmt: str = ".1f",
+def print_table(rows: list, headers: list, title: str = "", note: str = "", floatfmt: str | tuple = ".1f",
                 plot: dict | None = None) -> Table:
     """Print a table (its title above, its note below) and return it."""
     table = Table(headers, [list(r) for r in rows], title, note, floatfmt, plot)

@@ -611,11 +611,10 @@ def bench_layers(tokens: int = 16384) -> Table:
                 if config["SPLIT_K"] > 1:
                     split = hopper.split_tiles(tiles, sm_count())
                     kernel += f", {split} of {tiles} tiles: K in {config['SPLIT_K']} parts"
-            speed = f"{ms['cuBLAS'] / ms['course']:.2f}"  # (two decimals: the gaps are a few percent)
             rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
-                         ms["course"] * 1e3, speed))
+                         ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
     return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",
-                              "x cuBLAS"], floatfmt=".1f",
+                              "x cuBLAS"], floatfmt=(".1f",) * 6 + (".2f",),  # (x cuBLAS: the gaps are a few percent)
                        title=f"A linear layer's three products, {tokens} tokens, bfloat16",
                        note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both kernels). "
                             "x cuBLAS: speed as a multiple of cuBLAS's (its time / ours). " + bench.SIDE_BY_SIDE_NOTE)
