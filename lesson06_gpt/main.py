@@ -572,9 +572,9 @@ chapter.run("profile", profile_section, gpu=True)
 # bfloat16's rounding step), nothing else changed. Its gap to eager is what rounding alone does to
 # this training; the table sets each implementation's gap beside it (RESULTS.md has the numbers).
 #
-# Where do the curves part? Look for a step where the loss jumps in every run at once: a batch
-# that the weights of that moment predict badly (this short run has no learning-rate warm-up and
-# no gradient clipping, which a long run would have), followed by a large update. Runs that agreed to a
+# Where do the curves part? Look for a step where the loss jumps in every run at once: a batch that
+# the weights of that moment predict badly (this short run has no learning-rate warm-up and no
+# gradient clipping, which a long run would have), followed by a large update. Runs that agreed to a
 # hundredth of a nat the step before land far apart on that batch, and from there each follows its
 # own trajectory; how far apart depends on the trajectory, so one nudged run is one sample of the
 # spread, not its bound. To tell an op that is wrong from one that rounds differently, swap the
