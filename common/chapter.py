@@ -23,7 +23,7 @@ writes them to RESULTS.md). Three kinds of section are run differently:
   process with TRITON_INTERPRET=1 (one for all the run's traces), and its output is printed here.
 - gpu=True: the section times kernels or asks the profiler which kernels ran, which means nothing
   under the interpreter. Without a GPU, the runner prints the section as RESULTS.md recorded it on
-  the H200 instead, with that machine's stamp once per run; stand_in names the recorded tables
+  a GPU instead, with that machine's stamp once per run; stand_in names the recorded tables
   that stand in for it (by words of their titles: a sweep of many rows can stay on the page).
 - fresh=True: the section times what a call costs the host, which a process that has run the
   profiler or torch.compile pays more for: it runs in a fresh process.
@@ -50,7 +50,7 @@ def banner() -> str:
     if INTERPRET:
         why = "TRITON_INTERPRET=1" if torch.cuda.is_available() else "no CUDA GPU"
         return (f"Mode: {why} -> Triton's interpreter on CPU tensors ({versions}). The kernels give exact results and "
-                "print their traces; the sections that need a GPU show the tables an H200 recorded.")
+                "print their traces; the sections that need a GPU show the tables a GPU recorded (RESULTS.md).")
     return f"Mode: {gpu_name()} -> compiled Triton kernels ({versions}). Timings are this GPU's."
 
 

@@ -35,8 +35,9 @@ def kernels_launched(fn, repeat: int = 1, between=None) -> list[tuple[str, int, 
     with _quiet_stderr():
         prof.stop()
     calls, micros = collections.Counter(), collections.Counter()
-    for e in prof.key_averages():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
+    for e in prof.key_averages():  # (a record_function range, such as an optimizer's step, also shows on the
+        # GPU's timeline, around its kernels: not a kernel, and counted twice if summed with them)
+        if e.device_type == torch.autograd.DeviceType.CUDA and not getattr(e, "is_user_annotation", False):
             calls[e.key] += e.count
             micros[e.key] += e.self_device_time_total
     return sorted(((k, calls[k], micros[k]) for k in calls), key=lambda r: -r[2])

@@ -11,7 +11,7 @@ compiler makes of the kernel, and the timings themselves. A first reading can st
 Run:   python lesson01_vector_add/main.py            (every section)
        python lesson01_vector_add/main.py --help     (sections, sizes, dtype)
 Without a CUDA GPU the kernels run under Triton's interpreter on the CPU: the same kernels, exact
-results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
+results, the traces; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import math

@@ -14,7 +14,7 @@ is built on. A first reading can skip section 6 (the reduction tree's PTX) and s
 Run:   python lesson02_softmax/main.py            (every section)
        python lesson02_softmax/main.py --help     (sections, sizes, dtype)
 Without a CUDA GPU the kernels run under Triton's interpreter on the CPU: the same kernels, exact
-results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
+results, the traces; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import math

@@ -16,7 +16,7 @@ the timings, what 64-bit offsets and a call cost, and coalescing (in coalescing.
 Run:   python lesson03_rowsum/main.py            (every section)
        python lesson03_rowsum/main.py --help     (sections, shapes, dtype)
 Without a CUDA GPU the kernels run under Triton's interpreter on the CPU: the same kernels, exact
-results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
+results, the traces; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 from common.device import DEVICE, sm_count

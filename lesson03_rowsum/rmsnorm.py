@@ -63,7 +63,10 @@ def rms_norm_kernel(
         acc += x * x
     rstd = 1 / tl.sqrt(tl.sum(acc, axis=1) / N + eps)  # the mean over the N real columns, per row
     if TRACE:
-        show("sum of x^2", tl.sum(acc, axis=1))
+        if HAS_RESIDUAL:
+            show("sum of h^2 (h = x + residual)", tl.sum(acc, axis=1))
+        else:
+            show("sum of x^2", tl.sum(acc, axis=1))
         show("rstd", rstd)
     tl.store(rstd_ptr + rows, rstd, mask=rows < M)
     for start in range(0, N, BLOCK_N):          # walk 2: normalise, weigh, store

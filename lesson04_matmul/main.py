@@ -16,7 +16,7 @@ kernel, which the route takes on Hopper: lesson 7, lesson07_hopper/main.py, take
 Run:   python lesson04_matmul/main.py            (every section)
        python lesson04_matmul/main.py --help     (sections, sizes)
 Without a CUDA GPU the kernels run under Triton's interpreter on small matrices: exact results,
-the traces, the PTX; the sections that need a GPU show what an H200 printed (RESULTS.md).
+the traces, the PTX; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 from common.device import DEVICE, sm_count

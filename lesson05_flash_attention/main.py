@@ -25,7 +25,7 @@ them apart.
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
 Without a CUDA GPU the kernels run under Triton's interpreter on the CPU, on small problems: exact
-results, the traces; the sections that need a GPU show what an H200 printed (RESULTS.md).
+results, the traces; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import functools

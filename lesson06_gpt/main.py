@@ -10,7 +10,7 @@ residual add fused into it; the loss is a cross-entropy by lesson 2's online sof
 parameter in one element-wise launch (adamw.py, lesson 1's kind of kernel). The data needs no
 download: the bytes of this repository's own text.
 
-What to look at: the first loss, ln(256) (section 1); the two op sets agreeing from the same weights
+What to look at: the first loss, ln(256) (section 2); the two op sets agreeing from the same weights
 on the same batches (section 5); the loss falling (section 6); which kernels a training step
 launches, in order (section 7); and on a GPU, the step's time kernel by kernel, tokens per second and
 peak memory against PyTorch eager and torch.compile, the cross-entropy alone at real vocabularies,
@@ -21,7 +21,7 @@ Run:   python lesson06_gpt/main.py            (every section)
        python lesson06_gpt/main.py --help     (sections, --data FILE, --steps)
 Without a CUDA GPU the kernels run under Triton's interpreter on the CPU, on a toy model (2 layers,
 d_model 64, seq 64) in float32: exact kernels, a few training steps; the sections that need a GPU
-show what an H200 printed (RESULTS.md).
+show what a GPU printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import argparse
@@ -89,7 +89,8 @@ chapter.parser.add_argument("--data", metavar="FILE", type=data_file,
 chapter.parser.add_argument("--steps", type=positive_int, default=None,
                             help="section 6's training steps (default: 5 on the CPU, 200 on a GPU)")
 chapter.parser.add_argument("--dtype", default=DTYPE, choices=["float32", "bfloat16"],
-                            help=f"the activations' dtype (default {DTYPE}); parameters stay float32")
+                            help=f"the activations' dtype (default here {DTYPE}: float32 on the CPU, bfloat16 on a GPU); "
+                                 "parameters stay float32")
 args = chapter.start()
 
 # %% [markdown]
@@ -171,8 +172,9 @@ def model_section():
     return print_table(rows, ["predictor", "loss (nats)", "bits per byte"], floatfmt=".3f",
                        title="The first loss, and what beats it",
                        note="A fresh model's logits are near 0, its softmax near uniform: the loss starts at ln(256), "
-                            "a few hundredths below it, as the tied head gives the input byte a slightly higher logit "
-                            "and a tenth of this text's bytes repeat the one before. "
+                            "within a few hundredths of it either way (the logits' small random spread raises it; the "
+                            "tied head, which gives the input byte a slightly higher logit where a tenth of this "
+                            "text's bytes repeat the one before, lowers it). "
                             "The unigram line is what knowing only how often each byte occurs reaches; training "
                             "(section 6) must go below it.")
 
@@ -193,14 +195,15 @@ def trace() -> None:
     t = torch.tensor([3], device=DEVICE)
     loss, lse = x.new_empty(1), x.new_empty(1)
     print("cross_entropy_kernel: one row of 10 logits, target 3, BLOCK_V = 4: three tiles, the last padded with -inf")
-    cross_entropy_kernel[(1,)](x, t, loss, lse, 1, 10, x.stride(0), x.stride(1), t.stride(0), -100, BLOCK_M=1, BLOCK_V=4,
-                               TRACE=True)
+    cross_entropy_kernel[(1,)](x, t, loss, lse, M=1, V=10, stride_xm=x.stride(0), stride_xv=x.stride(1),
+                               stride_t=t.stride(0), ignore_index=-100,  # (F.cross_entropy's: no target is -100)
+                               BLOCK_M=1, BLOCK_V=4, TRACE=True)
     print(f"loss = {loss.item():.4f} (F.cross_entropy: {F.cross_entropy(x, t).item():.4f})\n")
     row, residual = torch.tensor([[3.0, 4.0]], device=DEVICE), torch.tensor([[1.0, 0.0]], device=DEVICE)
     w, h, y, rstd = torch.tensor([0.5, 2.0], device=DEVICE), torch.empty_like(row), torch.empty_like(row), x.new_empty(1)
     print("rms_norm_kernel: the row [3, 4] plus the residual [1, 0], weights [0.5, 2], BLOCK_N = 2")
-    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, 1, 2, 2, 2, 2, 2, 1, 1e-6, BLOCK_M=1, BLOCK_N=2,
-                          HAS_RESIDUAL=True, TRACE=True)
+    rms_norm_kernel[(1,)](row, residual, h, w, y, rstd, M=1, N=2, stride_x=2, stride_r=2, stride_h=2, stride_y=2,
+                          stride_w=1, eps=1e-6, BLOCK_M=1, BLOCK_N=2, HAS_RESIDUAL=True, TRACE=True)
     print(f"h = {h.tolist()[0]}, y = h * rstd * w = {y.tolist()[0]} "
           f"(F.rms_norm: {F.rms_norm(row + residual, (2,), w, 1e-6).tolist()[0]})")
 
@@ -212,7 +215,7 @@ chapter.run("trace", trace, trace=True)
 # ## 4. Correctness: each new kernel against PyTorch
 # The cross-entropy and RMSNorm (plain and with the residual fused) against torch's autograd in
 # float64, their forward and every gradient, at awkward sizes: a vocabulary of 1, one that is not a
-# tile's multiple, one of several tiles; rows of 1 and 1000 columns. The error of the same
+# tile's multiple, one of several tiles; rows of 5 and 1000 columns. The error of the same
 # computation by torch in the same dtype is the yardstick (as in every lesson's gradient check).
 # AdamW against torch.optim.AdamW over 5 steps.
 
@@ -269,8 +272,9 @@ def check():
     return print_table(table, ["kernel", "dtype", "shape", "output", "relative error", "torch's, same dtype", "ok"],
                        floatfmt=".1e", title="Check: the new kernels against torch in float64",
                        note="Relative error against torch's autograd in float64 from the same inputs; beside it, "
-                            "torch's own in the same dtype. ok: within twice torch's, plus 1e-5. AdamW: after 5 steps "
-                            "of both optimizers on the same gradients, against torch.optim.AdamW in float64.")
+                            "torch's own in the same dtype. ok: within twice torch's, plus 1e-5 (AdamW: plus 1e-6). AdamW: "
+                            "after 5 steps of both optimizers on the same gradients, against torch.optim.AdamW in "
+                            "float64.")
 
 
 def adamw_check(steps: int = 5) -> list:
@@ -300,7 +304,7 @@ chapter.run("check", check)
 # ## 5. The whole model: the course's losses and gradients against torch's
 # The two models start from the same weights (one seed) and see the same batches. If every kernel is
 # right, their losses agree to the dtype's rounding at every step, and so does every parameter's
-# gradient after the first. The yardstick is again torch: the torch model in float64 is the exact
+# gradient of the first step. The yardstick is again torch: the torch model in float64 is the exact
 # answer, and the torch model in the run's dtype shows how far rounding alone takes it.
 
 
@@ -341,7 +345,8 @@ def agree(steps: int = 3):
     ok = all(a <= 2 * b + 1e-5 for a, b in ratios.values())
     t2 = print_table([(n, *ratios[n], ratios[n][0] <= 2 * ratios[n][1] + 1e-5) for n in shown],
                      ["parameter", "course: relative error", "torch's, same dtype", "ok"], floatfmt=".1e",
-                     title=f"Gradients of the first step: {len(ratios)} parameters, the first four and the worst",
+                     title=f"Gradients of the first step: {len(ratios)} parameters, the first four and the worst"
+                           + (" (one of them)" if worst in list(ratios)[:4] else ""),
                      note=f"All {len(ratios)} within twice torch's error plus 1e-5: {ok}. Errors against the torch "
                           "model in float64 from the same weights and batch.")
     return [t1, t2]
@@ -393,7 +398,10 @@ def training():
                        ["", "loss (nats)", "bits per byte"], floatfmt=".3f",
                        title=f"Training the toy model ({TOY.layers} layers, d_model {TOY.d_model}) on the course ops",
                        note=f"{steps} steps of {windows} x {TOY.seq} bytes, lr {LR}, in {seconds:.1f} s"
-                            f"{' under the interpreter' if INTERPRET else ''}. The validation loss after them is {where}.")
+                            f"{' under the interpreter' if INTERPRET else ''}. Each step's loss is on its own few "
+                            "windows, so from one step to the next it can rise while the model improves; the "
+                            f"validation loss, on the same held-out windows before and after, is the measure: after "
+                            f"them it is {where}.")
 
 
 # %%
@@ -407,12 +415,17 @@ chapter.run("train", training)
 # which) and, in the backward, as those functions' backward nodes; PyTorch's own as aten::* ops and
 # their backward nodes. Views and allocations, which launch nothing, are left out. Beside it, the
 # activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees every
-# tensor saved).
+# tensor saved). Three kinds of rows to expect: aten::to, the weights cast to the activations' dtype
+# (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing) and ToCopyBackward0, their
+# gradients cast back; HAS_RESIDUAL and HAS_DH, the flags of lesson 3's fused norm (the residual add
+# in the forward, the residual stream's own gradient joined to dx in the backward); and on the CPU
+# only, the model's check of the token ids (aten::stack, aminmax, item: model.check_tokens), and
+# torch's RMSNorm backward in its pieces (CPU PyTorch has no fused kernel for it).
 
 
 # %%
 KERNELS = {  # the course's autograd functions and the kernels each one launches
-    "Matmul": "matmul_kernel (hopper.py's TMA kernel for large bfloat16 on Hopper)",
+    "Matmul": "matmul_kernel (or, for large bfloat16 products on Hopper, hopper.py's TMA kernel)",
     "MatmulBackward": "matmul_kernel twice (dX and dW), gelu_backward_kernel where the GELU was fused",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
     "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel, dq_kernel, writing d(QKV) in one buffer",
@@ -496,10 +509,11 @@ chapter.run("anatomy", anatomy)
 
 # %% [markdown]
 # ## 8. The step on a GPU, kernel by kernel
-# torch.profiler over training steps of section 9's model: each kernel's share of the GPU time of a
-# step, for the torch model (eager) and the course's, side by side. Where the course's step is slower,
-# this table says which kernel is to blame. Then the step's wall clock against the sum of its kernels:
-# where the wall clock is longer, the GPU waited for the host (section 11 says which op costs it).
+# torch.profiler over training steps of GPT-2 small's shape (12 layers, d_model 768: section 9 trains
+# it): each kernel's share of the GPU time of a step, for the torch model (eager) and the course's,
+# side by side: where the course's kernels take longer, which of them. Then the step's wall clock
+# against the sum of its kernels: where the wall clock is longer, the GPU waited for the host, and
+# faster kernels would not shorten the step (section 11 says which op's call costs the host most).
 
 
 # %%
@@ -645,7 +659,8 @@ chapter.run("bench", bench_training, gpu=True)
 # ## 10. The cross-entropy alone, at the vocabularies models use
 # A language model's logits are rows x vocabulary: 4096 rows of Llama-3's 128,256 are 1 GB in
 # bfloat16, and F.cross_entropy in eager mode keeps its log_softmax, as large again, for the
-# backward. The course's kernel keeps two float32 numbers per row. Forward and backward together,
+# backward, which then writes the gradient, as large again, beside it. The course's kernel keeps two
+# float32 numbers per row and writes only the gradient. Forward and backward together,
 # kernel time and peak memory, against F.cross_entropy and torch.compile of it.
 
 
@@ -679,9 +694,11 @@ def bench_loss():
     table = print_table(rows, ["logits", "implementation", "kernel µs", "GB/s", "x F.cross_entropy",
                                "peak MiB above the logits"], floatfmt=".1f",
                        title="Cross-entropy, forward and backward, bfloat16 logits",
-                       note=f"{bench.TIMING_NOTE} Bytes: the logits read twice and their gradient written once. "
-                            f"{bench.SIDE_BY_SIDE_NOTE} Peak: one forward and backward, above what was allocated "
-                            "before it (the gradient itself included).")
+                       note="'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). "
+                            "GB/s: the bytes a forward and backward must move, the logits read twice (forward, "
+                            "backward) and their gradient written once, over that time. x F.cross_entropy: its time "
+                            f"over this one's. {bench.SIDE_BY_SIDE_NOTE} Peak: one forward and backward, above what "
+                            "was allocated before it (the gradient itself included).")
     print()
     M, V = sizes["rows"], sizes["vocabs"][-1]  # the roofline (README): about 7 operations per logit, fwd + bwd
     logits = torch.randn(M, V, device=DEVICE, dtype=torch.bfloat16).requires_grad_()
@@ -702,8 +719,8 @@ chapter.run("bench_loss", bench_loss, gpu=True)
 # ## 11. What a call costs, forward and backward: every op against PyTorch's
 # A model calls each op as ops.norm(...) and then loss.backward(): the host enqueues the forward's
 # kernels and later the backward's, and the GPU runs them. Where the host takes longer than the
-# kernels, the GPU waits for it. For every op of the course beside PyTorch's own, at the shapes
-# GPT-2 small trains at: the host's time to enqueue one forward and its backward with the GPU idle
+# kernels, the GPU waits for it. For every op of the course beside PyTorch's own, at shapes of
+# GPT-2 small's scale: the host's time to enqueue one forward and its backward with the GPU idle
 # (bench.enqueue_time_ms), and the GPU time of the kernels that call launched (bench.kernel_time_ms).
 # Each course op goes op -> autograd function -> launcher -> kernel[grid] (lesson 1, section 5).
 
@@ -748,7 +765,9 @@ def call_costs():
                             "GPU idle before the call (synchronize, time, synchronize; median of 50: "
                             "bench.enqueue_time_ms), in a fresh process before any profiling. kernels µs: the GPU time "
                             "of every kernel the call launched (profiler timestamps, L2 flushed between calls: "
-                            "bench.kernel_time_ms). The attention: 12 query heads on 4 key heads, as the model's.")
+                            "bench.kernel_time_ms). The attention: 12 query heads on 4 key heads, as the model's. Torch's "
+                            "cross-entropy takes the logits cast to float32, as the torch model's loss does "
+                            "(autocast's way): the cast and its backward are part of its time.")
 
 
 # %%

@@ -395,6 +395,8 @@ def test_profiler_counts_the_kernels_of_each_implementation():
     assert "add" in one[0][0].lower()
     many = profile.kernels_launched(lambda: (x * 2 + 1).tanh() * x)
     assert sum(calls for _, calls, _ in many) == 4
+    with_range = profile.kernels_launched(lambda: torch.profiler.record_function("a range")(lambda: x + x)())
+    assert [name for name, _, _ in with_range] == [one[0][0]]  # a range around a kernel is not a kernel
 
 
 def test_launch_helpers_match_triton():
