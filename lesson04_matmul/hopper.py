@@ -29,14 +29,14 @@ matmul.py's kernel does not use:
   split_k_sum_kernel adds each tile's parts (with the activation and the cast).
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
 copy from memory to shared memory that each thread starts and does not wait for), so on a large
-square product the gains are the last few percent; on the training step's products, with their
-transposed operands and few tiles, they are more (lesson 4, section 17). matmul() runs this
-kernel where it can and where it pays (matmul.choose_kernel, the route: a Hopper GPU, float16 or
-bfloat16, operands TMA can address, and M * N * K >= TMA_FROM), with config()'s configuration, no
-autotuner. Each program builds its descriptors once: with one program per tile that is once per
-tile, with a persistent grid once per SM. A short kernel pays the descriptors' cost on a larger
-share of its time, and a small problem leaves SMs idle, so below some size the pointer kernel is
-the faster: TMA_FROM is where a sweep on an H100 found the crossing (lesson 4, section 17).
+square product the gains are the last few percent (lesson 4, section 10, times both kernels).
+matmul() runs this kernel where it can and where it pays (matmul.choose_kernel, the route: a
+Hopper GPU, float16 or bfloat16, operands TMA can address, and M * N * K >= TMA_FROM), with
+config()'s configuration, no autotuner. Each program builds its descriptors once: with one program
+per tile that is once per tile, with a persistent grid once per SM. A short kernel pays the
+descriptors' cost on a larger share of its time, and a small problem leaves SMs idle, so below
+some size the pointer kernel is the faster: on an H100 at 2048^3 it was, at 4096^3 this kernel
+was (lesson 4, section 10); TMA_FROM, the smallest product of lesson 6's step, lies between.
 
 This file is an op file: the kernel, its configurations, its preconditions and its launcher.
 matmul.py's route imports it (not the other way round); lesson 7's chapter (lesson07_hopper/main.py)
@@ -239,8 +239,8 @@ def split_tiles(tiles: int, programs: int) -> int:
 def config(M: int, N: int, K: int) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
-    Rules from a sweep of the training step's products on an H100 (lesson 4, section 17, times
-    the result against cuBLAS): tiles of 128 x 256 (3 stages) where they make at least a wave (a
+    Rules measured on the training step's products on an H100 (lesson 4, section 17, times what
+    they give against cuBLAS): tiles of 128 x 256 (3 stages) where they make at least a wave (a
     tile for every SM), else 128 x 128 (4 stages). With 128 x 128 tiles, the tiles of the last
     wave, which leave SMs idle (all of them, where C has fewer tiles than SMs: a weight's gradient,
     768 x 768, is 36 tiles for 132 SMs), split K into parts that run side by side (SPLIT_K;

@@ -8,17 +8,20 @@ tensor cores (the units that multiply small matrix tiles in one instruction: sec
 accumulator collects the steps; an activation can be applied to it before the store, for free (a
 fused epilogue). The order in which programs run decides how much of A and B the L2 cache can
 share (grouped order), and the best block sizes depend on the shape and the GPU (autotuning). A
-first reading can stop after section 9 (training); sections 10-16 time the kernel against
+first reading can stop after section 9 (training); sections 10-17 time the kernel against
 cuBLAS. The kernels, their launchers, the route between them and the op live in op files, what a
 model imports: matmul.py (the pointer kernel, matmul() and its backward) and hopper.py (the TMA
 kernel, which the route takes on Hopper: lesson 7, lesson07_hopper/main.py, takes it apart).
 
 Run:   python lesson04_matmul/main.py            (every section)
        python lesson04_matmul/main.py --help     (sections, sizes)
-Without a CUDA GPU the kernels run under Triton's interpreter on small matrices: exact results,
-the traces, the PTX; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
+Without a CUDA GPU the kernels run under Triton's interpreter on small matrices: the traces, and
+results exact to the output dtype's rounding; the sections that need a GPU show what a GPU
+printed (RESULTS.md, which names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
+import math
+
 from common.device import DEVICE, sm_count
 
 import torch
@@ -115,8 +118,8 @@ def reuse_table(shapes=((1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 819
         rows.append((f"{M} x {N} x {K}", naive * 2 / 1e9, *(naive / T * 2 / 1e9 for T in (16, 128))))
     return print_table(rows, ["M x N x K", "GB read, no reuse", "16 x 16 tiles", "128 x 128 tiles"], floatfmt=".2f",
                        title="Reads of A and B (fp16), without reuse and with tiles",
-                       note="No reuse: 2MNK elements (the worked example counts about MKN, one operand's share; "
-                            "each output reads a row of A and a column of B). T x T tiles: 2MNK / T.")
+                       note="No reuse: 2MNK elements (each output reads a row of A and a column of B). T x T tiles: "
+                            "2MNK / T.")
 
 
 # %%
@@ -189,9 +192,13 @@ chapter.run("grouped", order_demo)
 
 
 # %% [markdown]
-# ## 5. The trace: the 4 x 4 worked by hand, then the 70 x 45 @ 45 x 50 masks
+# ## 5. The trace: matmul_kernel, program by program, round by round
 # Under Triton's interpreter the programs run one after another, in order, so what each one holds
-# can be printed from inside the kernel (the `if TRACE:` lines; a compiled kernel drops them).
+# can be printed from inside the kernel (the `if TRACE:` lines; a compiled kernel drops them). First
+# the source documents' small examples: a 2 x 2 product by hand, and the programs and rounds that
+# their three tilings take (tile_counts, section 1); then section 1's plan on a 4 x 4 product in
+# 2 x 2 tiles, the kernel on the same 4 x 4, and a 70 x 45 @ 45 x 50 product whose edge tiles need
+# the masks.
 
 
 # %%
@@ -223,8 +230,10 @@ def trace() -> None:
     a, b = torch.randn(70, 45, device=DEVICE, dtype=torch.float16), torch.randn(45, 50, device=DEVICE, dtype=torch.float16)
     c = launch(matmul_kernel, a, b, BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=1, TRACE=True)
     err = (c.float() - a.float() @ b.float()).abs().max().item()
+    half_ulp = torch.finfo(torch.float16).eps * 2.0 ** math.floor(math.log2(c.float().abs().max().item())) / 2
     print(f"The last tile row keeps rows 64..69 (6 of 32), the last tile column cols 32..49 (18 of 32),\n"
-          f"the second round ks 32..44 (13 of 32). Max error against fp32: {err:.1e}")
+          f"the second round ks 32..44 (13 of 32). Max error against fp32: {err:.1e}, the float16 output's own "
+          f"rounding\n(half a unit in the last place of its largest values: {half_ulp:.1e}); the sums are float32.")
 
 
 # %%
@@ -407,7 +416,7 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
                      "Triton, tl.dot tiles (matmul_kernel, autotuned)": lambda: matmul(a, b, tma=False)}
             if hopper.HOPPER:
                 cases["Triton, TMA + persistent (matmul_kernel_tma, hopper.py)"] = lambda: matmul(a, b, tma=True)
-            if max(M, N, K) <= 4096:  # (at 8192^3 they take a tenth of a second per call)
+            if max(M, N, K) <= 4096:  # (at 8192^3 each call takes tens of milliseconds)
                 cases["Triton, 16 x 16 tiles (matmul_kernel)"] = lambda: launch(matmul_kernel, a, b, **TINY)
             times = bench.side_by_side(cases)
             for name, ms in times.items():
@@ -417,8 +426,9 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
     note = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls); TFLOP/s = 2MNK / "
             f"kernel time; '% of ceiling': of the measured matmul rate (cuBLAS, bf16, 8192^3: {ceiling:.0f} TFLOP/s). "
             f"{bench.SIDE_BY_SIDE_NOTE} Each Triton row names the kernel it timed: tma=False and tma=True force "
-            "one or the other; matmul() left to choose runs the TMA kernel from 4096^3 up on Hopper (choose_kernel, "
-            "section 7). A small product's caller pays its host cost instead, where that is larger: 'Host cost per "
+            "one or the other; matmul() left to choose runs the TMA kernel on Hopper from M * N * K = 16384 x 768 x 768 "
+            "(hopper.TMA_FROM) up (choose_kernel, section 7). '% of ceiling' can pass 100 by a little: the ceiling is "
+            "one measurement of its own. A small product's caller pays its host cost instead, where that is larger: 'Host cost per "
             "call'.")
     return print_table(rows, ["dtype", "M x N x K", "implementation", "kernel µs", "TFLOP/s", "% of torch",
                               "% of ceiling"], title="Timing against torch.matmul", note=note,
@@ -539,7 +549,12 @@ chapter.run("host", lambda: bench.host_cost_table("lesson04_matmul.main:host_cas
 # %% [markdown]
 # ## 15. torch.matmul's kernel for each shape (library.py)
 # cuBLAS picks one of many kernels for each call by a heuristic; the autotuner picks matmul()'s
-# configuration by measuring. The profiler names both, shape by shape.
+# configuration by measuring (below 512^3 the smallest runs untimed, section 6; on Hopper the TMA
+# kernel takes hopper.config()'s rule, no autotuner). The profiler names both, shape by shape. An
+# odd size costs both libraries: rows of 4095 half-precision numbers do not start on 16-byte
+# boundaries, which the fast kernels' vector loads and TMA need, so cuBLAS falls back to a general
+# kernel and matmul() to the pointer kernel with narrower loads. A Memset row is cuBLAS clearing
+# memory its kernel uses.
 
 
 # %%
@@ -550,7 +565,8 @@ chapter.run("library", lambda: library.kernels_by_shape(matmul, {
 
 # %% [markdown]
 # ### On Hopper: lesson 7
-# From 4096^3 up on an H100 or H200, matmul() runs hopper.py's kernel (section 7's route): the same
+# From M * N * K = 16384 x 768 x 768 up (hopper.TMA_FROM, about 2131^3) on an H100 or H200, matmul()
+# runs hopper.py's kernel (section 7's route): the same
 # tiles and K loop, its tiles brought by TMA, Hopper's copy engine, through tensor descriptors, on a
 # persistent grid of one program per SM. Lesson 7 (lesson07_hopper/main.py) takes it apart: the
 # descriptors, the persistent loop, the instructions each kernel compiles to for an H100 (no GPU
@@ -592,6 +608,7 @@ chapter.run("offsets", bench_offsets, gpu=True)
 
 # %%
 LAYERS = [("QKV", 768, 1280), ("attention out", 768, 768), ("MLP up", 768, 3072), ("MLP down", 3072, 768)]  # (in, out)
+# (QKV: 12 query heads and 4 key and 4 value heads of 64, lesson 6's grouped-query model: 20 x 64 = 1280)
 
 
 def bench_layers(tokens: int = 16384) -> Table:
@@ -614,7 +631,7 @@ def bench_layers(tokens: int = 16384) -> Table:
             rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
                          ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
     return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",
-                              "x cuBLAS"], floatfmt=(".1f",) * 6 + (".2f",),  # (x cuBLAS: the gaps are a few percent)
+                              "x cuBLAS"], floatfmt=(".1f",) * 6 + (".2f",),  # (x cuBLAS in hundredths: tenths hide its gaps)
                        title=f"A linear layer's three products, {tokens} tokens, bfloat16",
                        note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both kernels). "
                             "x cuBLAS: speed as a multiple of cuBLAS's (its time / ours). " + bench.SIDE_BY_SIDE_NOTE)
