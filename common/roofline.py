@@ -50,7 +50,8 @@ def points(cases: dict) -> Table:
                        note=f"FLOPs and bytes are the algorithm's (each input read once, each output written once), "
                             f"except where the name says otherwise. Roofline: min({peak:.0f} TFLOP/s, {bandwidth:.0f} "
                             f"GB/s x FLOP/byte), both measured (bf16 matmul, device copy); a memory-bound kernel's '% of "
-                            "roofline' is its share of the copy's rate, which it can pass a little, as '% of copy' can. "
+                            "roofline' is its share of the copy's rate, which it can pass a little (a kernel that reads more than it "
+                            "writes streams faster than a copy, which does both equally). "
                             f"{bench.SIDE_BY_SIDE_NOTE}")
 
 

@@ -223,7 +223,7 @@ attention_kernel_tuned = triton.autotune(INTERPRETED if INTERPRET else NARROW + 
 def traced(q, causal: bool) -> dict:
     """The forward's one configuration while torch.compile traces (common.launch.traced_config):
     the first of the head dim's list, but at head dims to 64 with the causal mask 64 x 64, 4 warps,
-    which section 10's sweep found the fastest there (RESULTS.md; 128 x 64 reached 79% of it)."""
+    which section 10's sweep found the fastest there (RESULTS.md)."""
     configs = NARROW if q.shape[-1] <= 128 else WIDE
     return traced_config(configs[1:] if causal and q.shape[-1] <= 64 else configs, q.dtype)
 

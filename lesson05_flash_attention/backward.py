@@ -525,7 +525,7 @@ BACKWARD_NOTE = ("'µs': the GPU kernels' own time (profiler timestamps, L2 flus
 def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=None) -> list:
     """Forward and backward side by side, one table per (batch, heads, head_dim): impls = {name:
     fn(q, k, v, causal=...)}, attention.py's attention first, then SDPA's backends; kernel_of(q, k, v):
-    the name of the forward kernel the first runs (attention.route), for its rows. GPU only."""
+    the paths the first runs, forward and backward (attention.route's), for its rows. GPU only."""
     tables = []
     for B, H, D in shapes:
         rows = []
@@ -542,7 +542,7 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=
                 ref = backward["SDPA flash backend"]
                 ours = next(iter(impls))
                 for name in impls:
-                    label = f"{name} ({kernel_of(q, k, v)} forward)" if kernel_of and name == ours else name
+                    label = f"{name} ({kernel_of(q, k, v)})" if kernel_of and name == ours else name
                     rows.append((seq, causal, label, forward[name] * 1e3, backward[name] * 1e3,
                                  bench.tflops(flops, forward[name]), bench.tflops(2.5 * flops, backward[name]),
                                  ref / backward[name]))
@@ -551,11 +551,11 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=
             rows, ["seq", "causal", "implementation", "forward µs", "backward µs", "forward TFLOP/s",
                    "backward TFLOP/s", "backward x SDPA flash"],
             title=f"Forward and backward against SDPA's backends, {B} x {H} x {D}, {dtype_name(dtype)}", floatfmt=".2f",
-            note=BACKWARD_NOTE + " attention(): the forward kernel attention.route picks for the shape (in brackets), its "
-                 "backward backward.py's default design (three kernels). "
-                 "TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that (five matmuls to "
-                 "the forward's two: useful work; the three kernels execute seven); 'backward x SDPA flash': the "
-                 "SDPA flash backend's backward time over this one's.",
+            note=BACKWARD_NOTE + " attention(): the paths attention.route picks for the shape, forward and backward (in "
+                 "brackets): 'triton', this file's three kernels for the backward; 'gluon', hopper.py's kernels "
+                 "(lesson 7). TFLOP/s: forward 4 B H seq^2 head_dim (half when causal), backward 2.5 times that "
+                 "(five matmuls to the forward's two: useful work); 'backward x SDPA flash': the SDPA flash "
+                 "backend's backward time over this one's.",
             plot=dict(x="seq", y="backward TFLOP/s", series=["causal", "implementation"], ceiling=None)))
         print()
     return tables

@@ -17,15 +17,18 @@ attention_kernel, the kernel the op runs (attention.py, the file a model imports
 section 5 traces it. Section 6: the op's route, which kernel runs; section 7 checks the op on every
 shape. A first reading can stop there. Sections 8-12 measure the forward on a GPU (memory, time
 against PyTorch's SDPA, block sizes, the host's cost, 64-bit offsets: tuning.py holds most of their
-code); sections 13-16 are the backward pass, for training (backward.py); section 17 times the
-shapes models pass, and section 18 a forward and backward together at CS336's leaderboard shape. On an H100 or H200 attention() runs, where they were timed faster, a forward
-and backward written for Hopper in Gluon (hopper.py): lesson 7 (lesson07_hopper/main.py) takes
-them apart.
+code); sections 13-16 are the backward pass, for training (backward.py); section 17 times the shapes
+models pass, and section 18 a forward and backward together at CS336's leaderboard shape. On an H100
+or H200 attention() runs, where they were timed faster, a forward and backward written for Hopper in
+Gluon (hopper.py; Gluon is Triton's lower-level language, in which a kernel says which warps load,
+which multiply and how tiles lie in shared memory): lesson 7 (lesson07_hopper/main.py) takes them
+apart.
 
 Run:   python lesson05_flash_attention/main.py            (every section)
        python lesson05_flash_attention/main.py --help     (sections, sequence lengths)
 Without a CUDA GPU the kernels run under Triton's interpreter on the CPU, on small problems: exact
-results, the traces; the sections that need a GPU show what a GPU printed (RESULTS.md, which names it).
+results, the traces; the sections that need a GPU show what a GPU printed (RESULTS.md, which names
+it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import functools
@@ -356,7 +359,8 @@ chapter.run("trace", trace, trace=True)
 # On a GPU, tl.dot multiplies float32 in TF32 by default (the tensor cores' float32 format, with a
 # 10-bit mantissa): errors of about 1e-3 of each score, which the exponential turns into relative
 # errors of p. The launcher asks for "ieee", full float32, when the inputs are float32. (Under the
-# interpreter every dot is exact: on a CPU the table shows no error for either kernel.)
+# interpreter the dots are numpy's float32: on a CPU the table shows float32's own rounding, about
+# 1e-7, for both kernels.)
 #
 # ### Tensors past 2**31 elements [INDEX_TYPE]
 # Offsets computed in int32 wrap past 2**31 - 1 (lesson 2): 9 sequences of 65536 tokens, 32 heads
@@ -370,7 +374,8 @@ chapter.run("trace", trace, trace=True)
 # least) holds one real query, and every query head reads its key head again. decode.py launches
 # attention_kernel PACKED, the GROUP query heads of a key head as the rows of one tile (K and V read
 # once per key head), and with the keys split in shares of share_len: each program walks one share
-# and writes its partial output and lse where stride_os and stride_ls say, and a second kernel,
+# and writes its partial output and lse (its rows' log-sum-exp of the scores, m + log2(l) in base 2:
+# Training, below) where stride_os and stride_ls say, and a second kernel,
 # decode.combine_splits_kernel, merges each row's shares by their lse (flash-decoding).
 #
 # ### Training [lse_ptr]
@@ -448,7 +453,8 @@ def steps() -> list:
     rows.append(("a KV cache: two lengths", "section 3's last 4 queries, its 8 keys, causal",
                  outcome(flash_attention, q[:, :, 4:], k, v, causal=True),
                  outcome(attention, q[:, :, 4:], k, v, causal=True)
-                 + f", = section 5's rows 4-7 to {(cache - square).abs().max().item():.0e}"))
+                 + f", = rows 4-7 of the same causal call on all 8 queries to "
+                   f"{(cache - square).abs().max().item():.0e}"))
     wide = [randn(1, 2, 20, 80) for _ in range(3)]
     rows.append(("head dim 80", "1 x 2 x 20 x 80", outcome(flash_attention, *wide), outcome(attention, *wide)))
     full = [randn(1, 2, 64, 64, dtype=torch.float32) for _ in range(3)]
@@ -532,7 +538,8 @@ chapter.run("stages", trace_stages, trace=True)
 #
 # Which kernel runs is one function's choice, attention.py's route(), made on the real tensors:
 # attention_kernel; for decoding, decode.py's launch of it, PACKED and the keys split, then the
-# merge (section 4); on an H100 or H200, at head_dim 128, hopper.py's Gluon kernel, which decides by
+# merge (section 4); on an H100 or H200, at head_dim 128 with q, k and v of one shape (no grouped
+# heads), contiguous, hopper.py's Gluon kernel, which decides by
 # hand what attention_kernel leaves to Triton's compiler (which warps load, which multiply, which do
 # the softmax): lesson 7 says how. The backward asks route() too, when it runs: backward.py's Triton
 # kernels (section 13), or on an H100 or H200 hopper.py's Gluon backward where lesson 7 timed it
@@ -621,7 +628,7 @@ chapter.run("check", check)
 # %% [markdown]
 # ## 8. Memory, measured: each implementation's peak (tuning.py)
 # Section 1's arithmetic, against what torch.cuda's allocator saw: standard attention's peak grows
-# with the scores until it runs out of memory; flash attention's is o, whatever the length.
+# with the scores until it runs out of memory; flash attention's is o and lse, linear in the length.
 
 
 # %%
@@ -633,8 +640,9 @@ chapter.run("peak", lambda: tuning.peak_memory({"standard": attention_standard, 
 # SDPA's flash backend is FlashAttention-2; its default on an H100/H200 is cuDNN's Hopper kernel,
 # which, like FlashAttention-3, gives the loads to producer warps (warps that only load) and lets
 # two consumer warpgroups (a warpgroup: 4 warps, which Hopper's largest matrix instruction, wgmma,
-# takes together) take turns, one running its exp2s while the other's matmuls run. This kernel has
-# no such overlap; the tables show where that leaves it against both. Then the roofline's points
+# takes together) take turns, one running its exp2s while the other's matmuls run. attention_kernel
+# has no such overlap; at head_dim 128 on an H100/H200 attention() runs the Gluon kernel, which has
+# it (lesson 7). The tables show where each leaves attention() against both. Then the roofline's points
 # (README). Without a GPU the chapter prints the table at head_dim 64, attention_kernel's own: at
 # 128 an H100/H200 runs the Gluon kernel (lesson 7), and RESULTS.md holds that table too.
 
@@ -657,7 +665,7 @@ def sdpa_flash(q, k, v, *, causal=False, backend="FLASH_ATTENTION"):
 TIMING_NOTE = ("'kernel µs': the GPU kernels' own time (profiler timestamps, L2 flushed between calls). "
                + bench.SIDE_BY_SIDE_NOTE + " TFLOP/s = 4 B H seq^2 head_dim (half when causal) / kernel time; "
                "'% of SDPA flash': the SDPA flash backend's time over this one's. 'attention(): ...' names the "
-               "kernel attention() ran (route()). 'standard' runs where its scores fit in 40 GiB.")
+               "kernel attention() ran (route()). 'standard' runs where twice its float32 scores fit in 40 GiB.")
 
 
 def bench_all(seqs, shapes, dtypes) -> list:
@@ -723,6 +731,8 @@ chapter.run("configs", lambda: tuning.bench_configs(launch, attention_kernel, sh
 # bare launch of the autotuned attention_kernel (the autotuner's bookkeeping, its key rebuilt from
 # the arguments and the chosen configuration's settings merged in, added to Triton's launch); on an
 # H100/H200 also at head_dim 128, where attention() runs the Gluon kernel, beside its bare launch.
+# What attention() adds to the bare launch is Python: its input checks (dtypes, shapes, strides),
+# the route, the autograd function's bookkeeping and the offsets' index type, before the same launch.
 
 
 # %%
@@ -757,7 +767,8 @@ chapter.run("offsets", lambda: bench.offsets_cost(tuning.offsets_cases(launch, a
 # through the same views into one d(qkv) buffer: handed q, k and v as three views, autograd would
 # join their three gradients with a copy (split's backward is a torch.cat). Lesson 6's model calls it.
 # (Under torch.compile it writes them contiguous and joins them: inductor mishandles a kernel that
-# writes into a strided view, as AttentionQKV says.)
+# writes into a strided view, as AttentionQKV says.) In the trace, dS = P * (dP - Delta) shows -0.
+# where the mask made P zero and dP - Delta is negative: zero, with the sign of the product.
 
 
 # %%
@@ -804,11 +815,16 @@ chapter.run("grad", grad_check)
 
 
 # %%
+def paths(q, k, v) -> str:
+    """The kernels attention() runs on these inputs, forward and backward (route's names), for a row's label."""
+    return f"{route(q, k, v)} forward, {route(q, k, v, 'backward')} backward"
+
+
 def timing_backward() -> list:
     impls = {"attention()": attention, "SDPA flash backend": sdpa_flash,
              "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}
     sizes = chapter.sizes(SIZES)
-    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"], kernel_of=route)
+    return backward.bench_backward(impls, args.seqs or sizes["backward"], sizes["shapes"], kernel_of=paths)
 
 
 # %%
@@ -820,8 +836,9 @@ chapter.run("bench_backward", timing_backward, gpu=True, stand_in=("x 64, float1
 # together: the three-kernel default (a dQ pass of its own; a row varies one kernel, the other
 # autotuned), atomic_dq=True (FlashAttention-2's dQ by atomics in the one dK/dV pass, so nothing
 # else to tune) and, on Hopper, tma_dq=True (the same, each dQ tile added by one TMA request).
-# The default is the three kernels: the faster design where it was timed (RESULTS.md), and the
-# same bits on every run. The table is long: without a GPU the chapter names it, RESULTS.md
+# backward.py's default is the three kernels: of its designs the faster where it was timed
+# (RESULTS.md), and the same bits on every run. attention() runs it where the Gluon backward does
+# not (section 6's route). The table is long: without a GPU the chapter names it, RESULTS.md
 # holds it.
 
 
@@ -839,14 +856,18 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 # dim between two programs (its float32 accumulators would not fit in registers whole). Decoding
 # reads every key and value once and computes little: its time is memory traffic, and the measure is
 # against cuDNN's, not TFLOP/s. A quick look times two of the shapes (grouped-query causal, and
-# queries against a longer KV cache); --full (RESULTS.md) times them all.
+# queries against a longer KV cache); --full (RESULTS.md) times them all. Read the page for where
+# each stands: SDPA's cuDNN backend, written for Hopper (section 9), is the faster on most shapes;
+# against FlashAttention-2, attention()'s backward is the slower where one key head serves all 32
+# query heads and at head dim 256. Decoding's backward is timed as the shape's, though no model
+# trains on one query at a time.
 
 
 # %%
 chapter.run("bench_general", lambda: tuning.bench_general({
     "attention()": attention, "SDPA flash backend": sdpa_flash,
     "SDPA cuDNN": functools.partial(sdpa_flash, backend="CUDNN_ATTENTION")}, chapter.sizes(SIZES)["general"],
-    kernel_of=route), gpu=True)
+    kernel_of=paths), gpu=True)
 
 # %% [markdown]
 # ## 18. CS336's leaderboard shape, forward and backward (tuning.py)

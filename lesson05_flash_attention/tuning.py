@@ -54,8 +54,9 @@ def peak_memory(impls: dict, seqs, B=4, H=32, D=64, dtype=torch.float16):
     return print_table(rows, ["seq", *(f"{name}: peak extra GiB" for name in impls)],
                        title=f"Peak memory, batch {B}, {H} heads, head_dim {D}, {dtype_name(dtype)}",
                        note="torch.cuda.max_memory_allocated during one call, less what was allocated before it (q, k, "
-                            "v). Standard attention's peak holds more than the s and p of section 1: q k^T in the "
-                            "input dtype, its float32 copy, the float32 softmax and p. Flash attention's is o and lse.")
+                            "v). Standard attention's peak holds more than the s and p of section 1: the scores in "
+                            "float32, their float32 softmax and p in the input dtype (q k^T in the input dtype is "
+                            "freed by then). Flash attention's is o and lse.")
 
 
 def bench_configs(launch, kernel, seq: int = 4096, configs=SWEEP, shapes=((4, 32, 64), (4, 16, 128)),
@@ -132,7 +133,7 @@ def visible_pairs(seq_q: int, seq_k: int, causal: bool) -> int:
 def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16, *, kernel_of=None):
     """Forward and backward of each implementation in impls = {name: fn(q, k, v, causal=...)}
     (attention.py's attention first, then SDPA's backends, which the comparisons divide by) on each case,
-    side by side; kernel_of(q, k, v): the name of the forward kernel the first runs, for its rows. A
+    side by side; kernel_of(q, k, v): the paths the first runs, forward and backward, for its rows. A
     backend that refuses a shape (SDPA's do not take every head dim or mask) is left out of that
     case's rows. GPU only."""
     rows = []
@@ -154,7 +155,7 @@ def bench_general(impls: dict, cases=BENCH_CASES, dtype=torch.float16, *, kernel
         flops = 4 * B * H * visible_pairs(seq_q, seq_k, causal) * D
         ours = next(iter(outs))
         for name in outs:
-            label = f"{name} ({kernel_of(q, k, v)} forward)" if kernel_of and name == ours else name
+            label = f"{name} ({kernel_of(q, k, v)})" if kernel_of and name == ours else name
             rows.append((f"{B} x {H}/{H_KV} x {seq_q}/{seq_k} x {D}", causal, label, forward[name] * 1e3,
                          backward[name] * 1e3, bench.tflops(flops, forward[name]),
                          bench.tflops(2.5 * flops, backward[name]), forward[name] / forward[ours],

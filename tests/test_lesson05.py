@@ -718,7 +718,7 @@ def test_bench_general_with_a_fake_clock(monkeypatch):
     impls = {"ours": attention, "reference": refuses_grouped}
     cases = [(1, 2, 1, 5, 9, 24, True), (1, 2, 2, 3, 3, 16, False)]
     fake_side_by_side(monkeypatch, [1.0, 3.0, 2.0, 2.0, 2.0, 8.0])  # case 1: forward, backward; case 2: the same
-    table = tuning.bench_general(impls, cases, dtype=torch.float32, kernel_of=route)
+    table = tuning.bench_general(impls, cases, dtype=torch.float32, kernel_of=lambda q, k, v: f"{route(q, k, v)} forward")
     assert [(row[0], row[2]) for row in table.rows] == [("1 x 2/1 x 5/9 x 24", "ours (triton forward)"),
                                                         ("1 x 2/2 x 3/3 x 16", "ours (triton forward)"),
                                                         ("1 x 2/2 x 3/3 x 16", "reference")]
