@@ -78,7 +78,7 @@ args = chapter.start()
 
 
 # %% [markdown]
-# ## 2. The trace: the kernel itself, one program at a time
+# ## 2. The trace: add_kernel, program by program
 # Under Triton's interpreter the programs run one after another, in order, so what each one holds
 # can be printed from inside the kernel (the `if TRACE:` lines; a compiled kernel drops them).
 
@@ -168,7 +168,7 @@ def check(sizes=(1, 7, 1000, 1025, 65536 + 3)):
 chapter.run("check", check)
 
 # %% [markdown]
-# ## 5. Training: a backward pass, and an operator PyTorch knows
+# ## 5. Training: gradients through autograd functions
 # Autograd records each operation on tensors that require grad, then walks the record backwards
 # with the chain rule: given dL/d(output), each operation returns dL/d(each input). A bare Triton
 # launch is invisible to it: its output has no grad_fn and the gradient stops there. Two things
@@ -224,7 +224,9 @@ def grad_check(sizes=(1, 1000, 65536 + 3)):
                          all(grad_ok(a, b) for a, b in errs)))
     return print_table(rows, ["dtype", "N", "add: grad of x", "add: grad of y", "gelu: grad of x", "ok"],
                        title="Check: gradients against float64 autograd",
-                       note=GRAD_NOTE + " Here the formula gelu_naive is torch's.")
+                       note=GRAD_NOTE + " Here the formula gelu_naive is torch's. A relative error grows where the "
+                            "gradient is near 0 (GELU's slope crosses 0 near x = -0.75): an input that falls near "
+                            "there give torch's float16 a large one, and the bar with it.")
 
 
 # %%
@@ -240,7 +242,7 @@ chapter.run("grad", grad_check)
 # kernel yourself. `python -m common.exercise` shows your progress over every lesson.
 
 # %% [markdown]
-# ## 6. Fusion, seen by the profiler: how many kernels does each GELU launch?
+# ## 6. Fusion, seen by the profiler: how many kernels each GELU launches
 # torch.profiler lists the CUDA kernels a call launches (common/profile.py). The naive formula's
 # eight operators launch eight kernels; F.gelu, torch.compile's generated kernel and ours, one.
 
@@ -301,7 +303,7 @@ def machine():
 chapter.run("machine", machine, gpu=True)
 
 # %% [markdown]
-# ## 8. Under the hood: the PTX of add_kernel, compiled for an H100/H200 (sm_90), no GPU needed
+# ## 8. Under the hood: add_kernel's PTX, compiled for sm_90 without a GPU
 # Triton compiles a kernel in stages down to PTX, NVIDIA's assembly for ONE thread (common/ptx.py
 # runs the compiler for a named GPU on any machine). Counting its global loads and stores shows
 # what the compiler did with a program's 1024 elements over 128 threads.
@@ -327,8 +329,8 @@ def look_at_ptx(ir: str | None = None) -> dict:
     print_table(rows, ["case", "instruction", "per thread", "bits each"])
     print("BLOCK_SIZE = 1024 elements over num_warps = 4 -> 128 threads: 8 elements per thread "
           "(thread coarsening,\ndone by the compiler). When N is a multiple of 16, a run of 4 "
-          "neighbours is either all in or all out\nof the mask, so each thread loads its 8 floats "
-          "as two 128-bit vector loads. When it is not, every\nelement needs its own predicate: "
+          "neighbours is either all in or all out\nof the mask, so each thread loads its 8 floats of "
+          "each input as two 128-bit vector loads (4 for x and y). When it is not, every\nelement needs its own predicate: "
           "8 scalar 32-bit loads per input. Same kernel, same answer, 4x the\nload instructions. "
           "(Triton checks N % 16 == 0 at each launch and compiles both versions as needed.)")
     return found
@@ -338,7 +340,7 @@ def look_at_ptx(ir: str | None = None) -> dict:
 chapter.run("ptx", lambda: look_at_ptx(args.ir))
 
 # %% [markdown]
-# ## 9. The same GELU in CUDA C++
+# ## 9. The same GELU in CUDA C++ (cuda_cpp.py)
 # cuda_cpp.py holds the same GELU written by hand in CUDA C++, one thread per element, built with
 # torch.utils.cpp_extension.load_inline. Beside gelu_kernel it shows what Triton decides for us.
 
@@ -347,7 +349,7 @@ chapter.run("ptx", lambda: look_at_ptx(args.ir))
 chapter.run("cuda", cuda_cpp.section)
 
 # %% [markdown]
-# ## 10. Timing: torch against Triton, GB/s and % of the measured copy bandwidth
+# ## 10. Timing: torch against Triton, GB/s and % of the copy bandwidth
 # Each implementation's kernel time (common/bench.py says how it is measured), turned into GB/s
 # with the bytes a fused kernel must move (add: 3 streams of N elements; gelu: 2), for every
 # implementation alike, and into % of the copy bandwidth of section 7.

@@ -254,9 +254,11 @@ def graphs(n: int = 4096, chain: int = 10):
     return print_table(rows, ["add", "how the chain runs", "µs per add", "correct"],
                        title=f"CUDA graphs: {chain} adds of {n} floats in a row",
                        note=f"Time per add = time per chain (calls back to back, bench.call_time_ms) / {chain}, in the "
-                            f"lesson's own process (a process's host can be up to 1.5x slower than another's; the 'Host "
-                            f"cost per call' table keeps the best of three fresh ones). torch.compile fuses the {chain} adds into one "
-                            "kernel before recording it: both cures at once.")
+                            f"lesson's own process (a process's host can be twice as slow as another's; the 'Host "
+                            f"cost per call' table keeps the best of three fresh ones). torch.compile fuses the {chain} "
+                            "adds into one kernel before recording it, both cures at once, but each call also pays "
+                            "its guards and the graph's own bookkeeping on the host: at a size this small, that can "
+                            "cost more than it saves.")
 
 
 # %% [markdown]

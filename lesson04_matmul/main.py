@@ -565,7 +565,7 @@ chapter.run("library", lambda: library.kernels_by_shape(matmul, {
 
 # %% [markdown]
 # ### On Hopper: lesson 7
-# From M * N * K = 16384 x 768 x 768 up (hopper.TMA_FROM, about 2131^3) on an H100 or H200, matmul()
+# From M * N * K = 16384 x 768 x 768 up (hopper.TMA_FROM, about 2130^3) on an H100 or H200, matmul()
 # runs hopper.py's kernel (section 7's route): the same
 # tiles and K loop, its tiles brought by TMA, Hopper's copy engine, through tensor descriptors, on a
 # persistent grid of one program per SM. Lesson 7 (lesson07_hopper/main.py) takes it apart: the

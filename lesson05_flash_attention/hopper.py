@@ -28,8 +28,8 @@ kernel, hands them out).
   Inside one consumer, the S of block j is issued with the P V of block j - 1, and the code waits
   for S(j) alone before the softmax (FlashAttention-3's other overlap). Whether the machine code
   keeps that overlap is ptxas's choice: where it puts a wait for P V ahead of the softmax's
-  exponentials (`WARPGROUP.DEPBAR.LE gsb0, 0x0` before the first `MUFU.EX2` in the SASS, which
-  lesson 7 reads), the overlap that remains is the two consumers'.
+  exponentials (`WARPGROUP.DEPBAR.LE gsb0, 0x0` before the first `MUFU.EX2` in the SASS; lesson 7
+  reads the backward's SASS the same way), the overlap that remains is the two consumers'.
 
 The barriers, for key block j in slot s = j % NUM_BUFFERS (round r = j // NUM_BUFFERS):
 

@@ -61,7 +61,10 @@ def copy_instructions(BLOCK=(128, 128, 64)) -> Table:
                        title=f"Lesson 4's kernels compiled for sm_90, {BM} x {BN} x {BK} tiles float16 (PTX counted)",
                        note="Instructions in the PTX, not events at run time. cp.async: a thread's asynchronous copy "
                             "of a few bytes from memory to shared memory (the pipeliner's, for tl.load); "
-                            "cp.async.bulk.tensor: a TMA copy of a whole tile, one thread's request (for desc.load); "
+                            "cp.async.bulk.tensor: a TMA copy of a whole tile, one thread's request (for desc.load). "
+                            "Each counts more than the kernel's loads: a thread copies its share of a tile in several "
+                            "16-byte pieces (cp.async), and the pipeliner writes each load out again for the stages "
+                            "it starts before the loop. "
                             "wgmma.mma_async: a warpgroup's matmul on tiles in shared memory (for tl.dot, in both).")
 
 
@@ -128,8 +131,8 @@ def compiled_forward(cases=BOTH_HEAD_DIMS) -> Table:
                             "time: wgmma, head_dim / 16 (S) and 128 / 16 (P V) per matmul site, two sites each, for each "
                             "consumer; TMA copies, at head_dim 128 two per tile (a 256-byte row is copied as two "
                             "128-byte halves, the swizzle's width); waits, 7 per consumer and 1 in the producer. "
-                            "Shared: the queries (16 or 32 KB) and the slots, K and V each (at head_dim 128, 3 slots "
-                            "are 224 KB of an H100's 227; a fourth would not fit). setmaxnreg: the register budgets the "
+                            "Shared: the queries (16 or 32 KB) and the slots, K and V each (at head_dim 128, the "
+                            "queries and 3 slots are 224 KB of an H100's 227; a fourth slot would not fit). setmaxnreg: the register budgets the "
                             f"warps move to ({h.PRODUCER_REGS} for the producer, {h.CONSUMER_REGS} for each consumer; "
                             "the others are the compiler's: for a worker's warps while they wait to be handed their "
                             "partition, and for the kernel's own four warps outside the partitions; the three "

@@ -3,8 +3,8 @@
 On an H100 or H200, lesson 4's matmul() and lesson 5's attention() run kernels written for Hopper,
 where their routes found them faster: a matmul whose tiles arrive by TMA, Hopper's copy engine, on a
 persistent grid (lesson04_matmul/hopper.py, in Triton), and a flash attention forward and backward
-in Gluon, Triton's lower-level language, whose warps each have one job: one brings tiles, two
-compute, and barriers in shared memory say when a tile has landed and when a slot is free
+in Gluon, Triton's lower-level language, whose warps each have one job: one warp brings tiles, two
+warpgroups compute, and barriers in shared memory say when a tile has landed and when a slot is free
 (lesson05_flash_attention/hopper.py, FlashAttention-3's structure). This chapter explains them in
 that order, from the kernels the earlier lessons wrote: what Hopper changes (section 1), TMA
 descriptors and the persistent matmul (2-6), warp specialization and mbarriers in the Gluon forward
@@ -79,7 +79,8 @@ args = chapter.start()
 # - TMA, the tensor memory accelerator: a copy engine beside each SM. One thread names a tile of a
 #   matrix (a tensor descriptor: base, shape, strides, tile shape); the engine computes every
 #   address, pads what falls outside the matrix with zeros, and lands the tile in shared memory in
-#   the swizzled layout the tensor cores read. No thread spends registers or instructions on it.
+#   the layout the tensor cores read (swizzled: each row's chunks permuted across shared memory's
+#   banks, so that a warp's reads do not collide). No thread spends registers or instructions on it.
 # - wgmma: a matmul issued by a warpgroup (4 warps, 128 threads) on tiles read straight from shared
 #   memory, asynchronously: the instruction returns at once, the warps go on, and a wait later
 #   says it is done.
@@ -111,11 +112,10 @@ args = chapter.start()
 #   128 bytes each, in a scratch buffer Triton asks common.launch.scratch for; built on the host
 #   instead, they would be encoded at every call, host time a short kernel cannot hide.
 # - The grid is persistent: one program per SM, each looping over tiles p, p + programs, p + 2
-#   programs, ... (tl.range over units of work: a tile, or below a part of one; tiles in lesson
-#   4's grouped order by tl.swizzle2d). No program
-#   starts and retires per tile, the descriptors are built once per SM instead of once per tile, and
+#   programs, ... (tl.range over units of work: a whole tile, or, with split K below, one part of
+#   a tile; tiles in lesson 4's grouped order by tl.swizzle2d). No program starts and retires per tile, the descriptors are built once per SM instead of once per tile, and
 #   with flatten=True the compiler pipelines across a tile's end: the next tile's first loads are in
-#   flight while this one's epilogue runs.
+#   flight while this one's epilogue runs (section 6 times what each of these buys, shape by shape).
 # - Split K, for the tiles that would leave SMs idle: a weight's gradient, X^T @ dY, is 768 x 768
 #   (36 tiles of 128 x 128 for 132 SMs) while its sum runs over 16384 tokens, and an MLP weight's,
 #   768 x 3072, is 144 tiles: a full wave of 132, then 12 tiles on 12 SMs while 120 wait, the
@@ -137,7 +137,7 @@ args = chapter.start()
 # tiles take most of an SM's shared memory, so one program fits at a time: lesson 3's waves); a
 # persistent grid launches one per SM, which loop. The last wave is the same in both: the tiles
 # left over keep some SMs busy while the others idle. Below, lesson 4's timed shapes in its
-# 128 x 256 tiles on this machine's SMs.
+# 128 x 256 tiles on this machine's SMs (under the interpreter, an H200's: 132 SMs, 227 KB each).
 
 
 # %%
@@ -231,8 +231,9 @@ chapter.run("check", check)
 # kernel's loads became: cp.async, the per-thread asynchronous copies of lesson 4's pipeline, for
 # the pointer kernel; cp.async.bulk.tensor, TMA copies, for the descriptors; and in both,
 # wgmma.mma_async: on sm_90 Triton's compiler turns tl.dot into Hopper's warpgroup matmul by
-# itself. So the pointer kernel already has most of what Hopper offers, which is why TMA and the
-# persistent grid buy only the last few percent (section 6).
+# itself. So the pointer kernel already has most of what Hopper offers: in section 6's timing TMA
+# alone buys nothing (a little slower, where each program builds its descriptors), and the
+# persistent grid the last few percent.
 
 
 # %%
@@ -242,7 +243,7 @@ chapter.run("ptx", machine_code.copy_instructions)
 # ## 6. What each step bought: TMA and a persistent grid, timed against cuBLAS
 # One tile shape throughout (section 3's); each step added to the one before, all timed side by
 # side with cuBLAS. matmul() takes this kernel from M * N * K = 16384 x 768 x 768 up
-# (hopper.TMA_FROM, the smallest product of lesson 6's step, about 2131^3): at 4096^3 and above it
+# (hopper.TMA_FROM, the smallest product of lesson 6's step, about 2130^3): at 4096^3 and above it
 # was the faster in this table and in lesson 4's timing table (section 10), in float16 and bfloat16,
 # and at 2048^3 the pointer kernel was.
 
@@ -439,9 +440,10 @@ chapter.run("bench_gluon", lambda: bench_forward(**chapter.sizes(SIZES)["gluon"]
 # holds dK and dV (64 each: 64 x 128 float32 over 128 threads), S^T and dP^T (32 each, at 64 query
 # rows a step) and lse (16): 208 at the peak, so a step takes 64 query rows; at head_dim 64, dK and
 # dV take half as much, and a step takes 128 query rows (S^T and dP^T 64 each, lse 32: 224), twice
-# the work for the same barriers and waits (hopper.bwd_block_m: FlashAttention-3's choices). Past the budget, ptxas spills: it
-# stores registers to local memory (which lives in the caches and DRAM) and loads them back every
-# step. Section 12 counts what the compiled kernel keeps; section 13 reads the loop itself.
+# the work for the same barriers and waits (hopper.bwd_block_m: FlashAttention-3's choices). Past the
+# budget, ptxas spills: it stores registers to local memory (which lives in the caches and DRAM) and
+# loads them back every step. The count above is the big arrays only; addresses, indices, masks and
+# loop state take registers too, so ptxas can spill a little below it, as section 12 shows. Section 12 counts what the compiled kernel keeps; section 13 reads the loop itself.
 
 
 # %% [markdown]
