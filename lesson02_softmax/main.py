@@ -9,7 +9,9 @@ shuffles and shared memory (warps and shared memory as lesson 1 introduced them,
 needs about four times the traffic. Rows too long for one program's registers are walked in tiles
 with an online softmax: a running max and a running sum, the idea that flash attention (lesson 5)
 is built on. A first reading can skip section 6 (the reduction tree's PTX) and stop after section
-8 (training); sections 9-12 measure the kernels on a GPU.
+8 (training); sections 9-12 measure the kernels on a GPU. Beside the lesson's op file, softmax.py,
+cross_entropy.py builds a language model's loss on the online softmax: lesson 6's model trains with
+it.
 
 Run:   python lesson02_softmax/main.py            (every section)
        python lesson02_softmax/main.py --help     (sections, sizes, dtype)
@@ -131,8 +133,8 @@ chapter.run("traffic", memory_traffic)
 # program has one warp per 1024 elements (num_warps = BLOCK_M * BLOCK_N / 1024). A sweep of
 # BLOCK_M x num_warps on the H200 (float32, M = 4096, kernel time; the sweep itself is not in
 # RESULTS.md) found better settings for four row lengths; they are kept in TUNED. The one-pass
-# kernel holds a whole row in registers; past 64K columns it would spill to memory, and the online
-# kernel takes over. Section 10 times both kernels from 4096 columns up.
+# kernel holds a whole row in registers; at 64K columns it already spills some to memory (the
+# compiler's registers run out), and past them the online kernel takes over. Section 10 times both kernels from 4096 columns up.
 #
 # Offsets past 2^31. The kernels compute addresses as x_ptr + rows * stride_xm + cols * stride_xn,
 # in 32-bit integers unless told otherwise: Triton types an integer argument i32 when its value
@@ -142,8 +144,8 @@ chapter.run("traffic", memory_traffic)
 # common.checks.index_type for int64 where a tensor needs it, int32 everywhere else: 64-bit
 # arithmetic costs registers and instructions. launch() also takes the index type as an argument,
 # which softmax() never passes; section 11 does, to time both. For this memory-bound kernel the
-# cost is lost in the noise; for lesson 4's matmul and lesson 5's attention it is not (each
-# RESULTS.md: "64-bit offsets: what they cost").
+# cost is lost in the noise, as it is for lesson 5's attention; for lesson 4's float16 matmul it is
+# not (each RESULTS.md: "64-bit offsets: what they cost").
 #
 # The rule and TUNED: softmax.py's one_pass_settings; the launcher: softmax.py's launch(). And
 # bench.compiled(softmax_naive): torch.compile fuses the five steps into one generated Triton
@@ -175,7 +177,7 @@ def trace() -> None:
     run_rows([[1.0, 2, 3, 4, 5]], TRACE=True)
 
     print("\nStability: [1000, 1001, 1002]. exp(1000) overflows float32 (max about 3.4e38 = e^88.7);")
-    show("exp in float16 overflows past x = log(65504), its largest number (the kernel computes in fp32)",
+    show("exp in float16 (the kernel computes in fp32) overflows past x = log(65504), its largest number,",
          round(math.log(torch.finfo(torch.float16).max), 2), indent=0)
     print("  without subtracting the max (STABLE=False):")
     run_rows([[1000.0, 1001, 1002]], STABLE=False, TRACE=True)
@@ -254,7 +256,9 @@ def tree(N: int = 4096) -> dict:
     across = num_warps.bit_length() - 1
     print(f"Each reduction: a thread folds its own elements in registers; 5 shuffle rounds fold a warp's 32 lanes\n"
           f"(log2 32); one value per warp goes to shared memory and, after a barrier, {across} more shuffle rounds fold\n"
-          f"the {num_warps} warps' values (log2 {num_warps}): 2 x (5 + {across}) = {2 * (5 + across)} shuffles.")
+          f"the {num_warps} warps' values (log2 {num_warps}): 2 x (5 + {across}) = {2 * (5 + across)} shuffles.\n"
+          "The barriers: one per reduction, and one between them, so that the sum's values do not overwrite\n"
+          "the max's in shared memory before every warp has read them.")
     return counts
 
 
@@ -263,8 +267,8 @@ chapter.run("tree", tree)
 
 # %% [markdown]
 # ## 7. Correctness: random and awkward shapes, every dtype, both kernels
-# Shapes that are not powers of two exercise the masks; one row longer than a tile (4097) and one
-# of 40000 exercise the online kernel's walk; a transposed view exercises the strides. Each case
+# Shapes that are not powers of two exercise the masks; rows of 40000 exercise the online kernel's
+# walk over its tiles (8192 columns each; rows of 4097 take one tile); a transposed view exercises the strides. Each case
 # runs both kernels (long_rows=False and True).
 
 

@@ -62,10 +62,10 @@ def softmax_kernel(
         show("loaded row", x)
         if STABLE:
             show("max", x_max)
-        show("after subtracting", z)
+            show("after subtracting", z)
         show("exp", numerator)
         show("sum", denominator)
-        show("result", y)
+        show("result", y)  # exp / sum (without STABLE: inf / inf = nan)
 
 
 # A row walked tile by tile, keeping m, the max so far, and l, the sum of exp(x - m) so far. When a

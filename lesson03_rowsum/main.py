@@ -11,7 +11,9 @@ partial sums. Then the machine under the launch: how many programs an SM holds a
 and memory read in lines, so that the direction a warp reads in decides the bandwidth (coalescing).
 
 A first reading can stop after section 9 (training); sections 10-16 look at the machine: occupancy,
-the timings, what 64-bit offsets and a call cost, and coalescing (in coalescing.py).
+the timings, what 64-bit offsets and a call cost, and coalescing (in coalescing.py). Beside the
+lesson's op file, row_sum.py, rmsnorm.py turns the same row walk into RMSNorm (with its residual
+add fused), the norm lesson 6's model trains with.
 
 Run:   python lesson03_rowsum/main.py            (every section)
        python lesson03_rowsum/main.py --help     (sections, shapes, dtype)
@@ -103,7 +105,7 @@ chapter.run("trace", trace, trace=True)
 # ## 3. Too few rows: programs against SMs, in waves
 # A GPU is a set of SMs (lesson 1, section 7). It starts programs on free SMs until every SM is
 # full; when one finishes, the next starts. A round of programs that fills every SM once is a wave:
-# 132 programs on an H200 when each program fills an SM by itself. A launch of row_sum_kernel has
+# 132 programs on an H100 or H200 when each program fills an SM by itself. A launch of row_sum_kernel has
 # cdiv(M, BLOCK_M) programs, and its tiles follow one rule: up to 4096 columns at a time, short rows
 # packed until a program holds 2048 elements, 8 elements per thread (so 8 warps, 16 for the widest
 # tile). The rule comes from a sweep on an H200 that RESULTS.md does not record; section 12's timing
@@ -131,7 +133,7 @@ def waves_table(shapes=WAVES_SHAPES):
     table = print_table(rows, ["shape", "BLOCK_M x BLOCK_N", "programs", "programs per SM", "SMs with work"],
                         title=f"Programs against SMs: one program per block of rows ({sms} SMs)", floatfmt=".2f")
     print(f"With 4 rows, 4 programs: {sms - 4} of the {sms} SMs have nothing to do, however fast each one is.\n"
-          "A rule of thumb: launch at least 4 programs per SM (an A100's 108 SMs: >= 432), so the scheduler\n"
+          f"A rule of thumb: launch at least 4 programs per SM ({sms} SMs: >= {4 * sms}), so the scheduler\n"
           "can balance the work and a last, partial wave is a small part of the whole. The tail effect:")
     for programs, gpu_sms, gpu in ((160, 148, "a B200"), (110, 108, "an A100"), (160, sms, "this GPU; an H200 under the interpreter")):
         full, tail, idle = waves(programs, gpu_sms)
@@ -184,7 +186,9 @@ chapter.run("staircase", staircase, gpu=True)
 # COLS_PER_PROGRAM columns from column pid_n x COLS_PER_PROGRAM, and writes its partial sums into
 # column pid_n of `partial`, an M x (programs per row) fp32 tensor. A second launch, row_sum_kernel
 # itself, sums the rows of `partial` into y. The stretches are whole tiles, so no two programs read
-# the same column, and the last one may run past N (the mask stops it there). How many programs per
+# the same column, and the last one may run past N (the mask stops it there); rounding the stretches
+# down to whole tiles can leave one program more than choose_splits asked for, with a short stretch
+# (the tables' "programs per row"). How many programs per
 # row: choose_splits follows the rule of thumb of section 3 (at least 4 programs per SM) and splits
 # only where the rows alone give fewer, keeping at least 2 tiles per program. The grid keeps one
 # axis, numbered down the row blocks first: CUDA allows 2^31 - 1 programs along axis 0 but only
@@ -256,7 +260,7 @@ chapter.run("split_trace", split_trace, trace=True)
 # %%
 def check():
     """Error against a float64 sum, relative to the sum of |x| (the size of the numbers added): fp32
-    accumulation keeps it near 1e-7; float16 / bfloat16 outputs add their rounding (11 / 8 bits)."""
+    accumulation keeps it below 1e-7; float16 / bfloat16 outputs add their rounding (11 / 8 bits)."""
     tolerance = {torch.float32: 1e-6, torch.float16: 2**-10, torch.bfloat16: 2**-7}
     rows = []
     cases = [(dtype, torch.randn(M, N, device=DEVICE, dtype=dtype))
@@ -344,7 +348,8 @@ def occupancy_table(configs=OCCUPANCY_CONFIGS):
     """row_sum_kernel compiled for an H100/H200 (sm_90) at several tile shapes: its registers, and
     the programs per SM and occupancy they allow."""
     seed = occupancy(warps=4, registers=160)
-    print(f"The worked example: 128 threads (4 warps) x 160 registers = {128 * 160:,} registers per program;\n"
+    print(f"The worked example (a kernel that needed 160 registers a thread, more than any tile below):\n"
+          f"128 threads (4 warps) x 160 registers = {128 * 160:,} registers per program;\n"
           f"65,536 // 20,480 = {seed['registers']} programs per SM = {seed['programs'] * 4} warps: "
           f"occupancy {seed['programs'] * 4} / 64 = {seed['occupancy']:.2%}.\n")
     sig = {"x_ptr": "*fp32", "y_ptr": "*fp32", **dict.fromkeys(("M", "N", "stride_xm", "stride_xn"), "i32")}
@@ -399,10 +404,8 @@ chapter.run("occupancy_timed", occupancy_timed, gpu=True)
 
 
 # %%
-TIMING_NOTE = (f"{bench.TIMING_NOTE} Bytes: x read once and y written once, (M x N + M) elements. '% of copy' can "
-               "pass 100: a row sum reads M x N elements and writes only M, while the copy that sets the ceiling "
-               "reads and writes equally, and memory streams reads alone a little faster than an even mix of reads "
-               f"and writes. {bench.SIDE_BY_SIDE_NOTE}")
+TIMING_NOTE = (f"{bench.TIMING_NOTE} Bytes: x read once and y written once, (M x N + M) elements: a row sum "
+               f"reads almost only. {bench.SIDE_BY_SIDE_NOTE}")
 
 
 def bench_all(shapes, dtype=torch.float32):

@@ -201,7 +201,7 @@ def test_float16_exp_limit_and_the_kernel_computing_past_it(traced):
     # The limit the trace prints is the host's log(65504), not the kernel's: checked against torch's
     # float16 exp. What the kernel adds: without the max (STABLE=False), exp(12) overflows float16
     # but not the float32 the kernel computes in.
-    (limit,) = traced["exp in float16 overflows past x = log(65504), its largest number (the kernel computes in fp32)"]
+    (limit,) = traced["exp in float16 (the kernel computes in fp32) overflows past x = log(65504), its largest number,"]
     exp16 = torch.exp(torch.tensor([limit - 0.01, limit + 0.01], dtype=torch.float16))
     assert torch.isfinite(exp16[0]) and torch.isinf(exp16[1])
     x = torch.tensor([[12.0, 11.0, 10.0]], device=DEVICE, dtype=torch.float16)
