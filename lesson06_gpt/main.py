@@ -414,8 +414,8 @@ chapter.run("train", training)
 # autograd functions (AddRMSNorm, Matmul, ...; each launches a kernel or two or three: KERNELS says
 # which) and, in the backward, as those functions' backward nodes; PyTorch's own as aten::* ops and
 # their backward nodes. Views and allocations, which launch nothing, are left out. Beside it, the
-# activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees every
-# tensor saved). Three kinds of rows to expect: aten::to, the weights cast to the activations' dtype
+# activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees
+# every tensor saved). Rows to expect: aten::to, the weights cast to the activations' dtype
 # (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing) and ToCopyBackward0, their
 # gradients cast back; HAS_RESIDUAL and HAS_DH, the flags of lesson 3's fused norm (the residual add
 # in the forward, the residual stream's own gradient joined to dx in the backward); and on the CPU
@@ -592,11 +592,11 @@ chapter.run("profile", profile_section, gpu=True)
 # gradient clipping, which a long run would have), followed by a large update. Runs that agreed to a
 # hundredth of a nat the step before land far apart on that batch, and from there each follows its
 # own trajectory; how far apart depends on the trajectory, so one nudged run is one sample of the
-# spread, not its bound: the section nudges three times, with other signs, and the table's note gives
-# the range. To tell an op that is wrong from one that rounds differently, swap the
-# course's ops for PyTorch's one at a time (a CourseOps method for TorchOps'): a wrong op parts the
-# curves from the first steps (section 5 compares those), and swapping it out closes the gap; a
-# rounding difference parts them only at such a jump, and every swap leaves a gap of the same size.
+# spread, not its bound: the section nudges three times, with other signs, and the table's note
+# gives the range. To tell an op that is wrong from one that rounds differently, swap the course's
+# ops for PyTorch's one at a time (a CourseOps method for TorchOps'): a wrong op parts the curves
+# from the first steps (section 5 compares those), and swapping it out closes the gap; a rounding
+# difference parts them only at such a jump, and every swap leaves a gap of the same size.
 
 
 # %%
