@@ -134,8 +134,9 @@ def compiled_forward(cases=BOTH_HEAD_DIMS) -> Table:
                             "Shared: the queries (16 or 32 KB) and the slots, K and V each (at head_dim 128, the "
                             "queries and 3 slots are 224 KB of an H100's 227; a fourth slot would not fit). setmaxnreg: the register budgets the "
                             f"warps move to ({h.PRODUCER_REGS} for the producer, {h.CONSUMER_REGS} for each consumer; "
-                            "the others are the compiler's: for a worker's warps while they wait to be handed their "
-                            "partition, and for the kernel's own four warps outside the partitions; the three "
+                            "the others are the compiler's: for the workers' warps (consumer 1 and the producer) while "
+                            "they wait to be handed their partition, and for the kernel's own four warps (consumer 0) "
+                            "before and after the partitions; the three "
                             "warpgroups' budgets at any moment stay within the SM's 512 per thread of a warpgroup "
                             "(64K registers / 128 threads)).")
 

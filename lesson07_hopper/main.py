@@ -292,7 +292,8 @@ chapter.run("steps", lambda: bench_steps(chapter.sizes(SIZES)["steps"]), gpu=Tru
 # algorithm, a program per 128 query rows walking the key blocks with the online softmax, but its
 # warps are split by job, by hand, in Gluon (layouts, shared memory and barriers named in the
 # code). Each job is a partition, a function run by its own warps; gl.warp_specialize, at the end
-# of the kernel, hands them out:
+# of the kernel, hands them out (the kernel's own 4 warps run consumer 0; the workers it starts run
+# consumer 1 and the producer):
 # - the producer, one warp: TMA copies of the queries (once) and of each key/value block into a
 #   ring of three shared-memory slots, each as soon as the slot is free;
 # - two consumers, a warpgroup each, 64 query rows each: S = Q K^T and O += P V on the tensor cores
