@@ -11,9 +11,9 @@ matmul.py's kernel does not use:
   are multiples of 16 bytes. Each program builds its three descriptors (a fourth with split K,
   below) as it starts (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that
   Triton asks the allocator, common.launch.scratch, for at every launch). The host could build
-  them instead (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes all three on
-  the host at every call, time a small product's kernel cannot hide, while building them on the
-  device costs kernel time instead: each program pays it once, as it starts.
+  them instead (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes
+  all three on the host at every call, time a small product's kernel cannot hide, while building
+  them on the device costs kernel time instead: each program pays it once, as it starts.
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight

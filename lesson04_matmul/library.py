@@ -5,8 +5,8 @@ tile shape, one pipeline depth, one way to split the work; for every call it pic
 heuristic of the shape, the dtypes and the GPU. The profiler shows it: the kernel's name changes
 with the dimensions (127, 128, 129, ...). This file prints the names for a few shapes, beside the
 kernel and configuration this lesson's matmul() runs: the same decision, made by the autotuner
-from measurements (main.py, section 6) instead of a heuristic. main.py's section 15 runs it (a GPU
-section: the profiler sees no kernels on a CPU), handing it matmul() and its autotuned kernels.
+from measurements (main.py, section 6), or on Hopper by hopper.config()'s rule, instead of a
+heuristic. main.py's section 15 runs it (a GPU section: the profiler sees no kernels on a CPU).
 """
 import torch
 
@@ -14,8 +14,14 @@ from common import profile
 from common.checks import dtype_name
 from common.device import DEVICE
 from common.table import Table, print_table
+from lesson04_matmul import hopper
+from lesson04_matmul.matmul import matmul, matmul_kernel_tuned
 
 TITLE = "Which kernel runs, by shape"
+CONFIGURATIONS = {  # {kernel: a function of n giving the configuration it ran for an n x n x n product}
+    "matmul_kernel": lambda n: matmul_kernel_tuned.best_config,  # the autotuner's pick for the last call
+    "matmul_kernel_tma": lambda n: hopper.config(n, n, n),  # (Hopper) the rule it launches with, no autotuner
+}
 
 
 def described(config) -> str:
@@ -29,12 +35,9 @@ def described(config) -> str:
     return f"{kw['BLOCK_M']} x {kw['BLOCK_N']} x {kw['BLOCK_K']}, {warps} warps, {stages} stages{split}"
 
 
-def kernels_by_shape(matmul, configurations: dict, sizes=(127, 128, 129, 1024, 4095, 4096),
-                     dtype=torch.float16) -> Table:
-    """For each n: the kernels torch.matmul and matmul() launch for an n x n x n product (profiler).
-    configurations: {kernel name: a function of n, called after the call, that returns the
-    configuration that kernel ran for an n x n x n product} (an autotuner's best_config, or the
-    rule matmul() launches it with)."""
+def kernels_by_shape(sizes=(127, 128, 129, 1024, 4095, 4096), dtype=torch.float16) -> Table:
+    """For each n: the kernels torch.matmul and matmul() launch for an n x n x n product (profiler),
+    and the configuration each of matmul()'s ran (CONFIGURATIONS, asked after the call)."""
     rows = []
     with torch.no_grad():
         for n in sizes:
@@ -45,7 +48,7 @@ def kernels_by_shape(matmul, configurations: dict, sizes=(127, 128, 129, 1024, 4
                     if who == "torch.matmul":
                         config = "(cuBLAS' heuristic)"
                     else:
-                        chosen = configurations.get(kernel)
+                        chosen = CONFIGURATIONS.get(kernel)
                         config = described(chosen(n)) if chosen is not None else "-"
                     rows.append((f"{n}^3", who, kernel, config, us / calls))
     return print_table(rows, ["M = N = K", "who", "kernel", "configuration", "µs per launch"], title=TITLE,

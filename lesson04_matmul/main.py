@@ -558,10 +558,7 @@ chapter.run("host", lambda: bench.host_cost_table("lesson04_matmul.main:host_cas
 
 
 # %%
-chapter.run("library", lambda: library.kernels_by_shape(matmul, {
-    "matmul_kernel": lambda n: matmul_kernel_tuned.best_config,  # the autotuner's pick for the last call
-    "matmul_kernel_tma": lambda n: hopper.config(n, n, n),  # (Hopper) the rule it launches with, no autotuner
-}), gpu=True)
+chapter.run("library", library.kernels_by_shape, gpu=True)
 
 # %% [markdown]
 # ### On Hopper: lesson 7

@@ -629,17 +629,19 @@ def bench_training():
         rows.append([name, round(B * cfg.seq * (steps - warmup) / seconds), peak, losses[name][-1]])
         del step
     last = slice(steps - max(1, steps // 4), steps)  # the last quarter of the steps
+
+    def gap_to_eager(curve: list) -> float:
+        return statistics.mean(abs(a - b) for a, b in zip(curve[last], losses["torch eager"][last]))
+
     yardstick = []  # the nudge again with other signs: how far rounding alone takes this training
     for draw in range(2, NUDGE_DRAWS + 1):
         step = train_runner("torch", cfg, B, sizes["lr"], nudge=2**-9, draw=draw)
-        curve = [step().item() for _ in range(steps)]
-        yardstick.append(statistics.mean(abs(a - b) for a, b in zip(curve[last], losses["torch eager"][last])))
+        yardstick.append(gap_to_eager([step().item() for _ in range(steps)]))
         del step
     eager, compiled, eager_peak = rows[0][1], rows[1][1], rows[0][2]
     params = sum(p.numel() for p in GPT(cfg, "torch").parameters())
     state = 16 * params / 2**30  # float32 weights, gradients and AdamW's two moments: the same in every run
-    gap = {name: statistics.mean(abs(a - b) for a, b in zip(losses[name][last], losses["torch eager"][last]))
-           for name in runs}
+    gap = {name: gap_to_eager(losses[name]) for name in runs}
     rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, peak - state, loss, gap[name]]
             for name, tps, peak, loss in rows]
     t1 = print_table(rows, ["implementation", "tokens/s", "x eager", "x torch.compile", "peak GiB", "peak x eager",

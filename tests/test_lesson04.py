@@ -387,10 +387,8 @@ def test_the_autotuners_choice_is_read_from_its_public_attribute():
 def test_library_kernels_by_shape():
     from lesson04_matmul import hopper, library
 
-    configurations = {"matmul_kernel": lambda n: matmul_kernel_tuned.best_config,
-                      "matmul_kernel_tma": lambda n: hopper.config(n, n, n)}
     big = (4096,) if hopper.HOPPER else ()  # (where matmul() takes the TMA kernel: launched with config()'s rule)
-    table = library.kernels_by_shape(matmul, configurations, sizes=(127, 128, *big))
+    table = library.kernels_by_shape(sizes=(127, 128, *big))
     mine = [row for row in table.rows if row[1] == "matmul()"]
     assert [row[2] for row in mine] == ["matmul_kernel", "matmul_kernel", *(["matmul_kernel_tma"] if big else [])]
     assert all("warps" in row[3] for row in mine)
