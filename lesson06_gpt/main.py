@@ -151,7 +151,9 @@ chapter.run("data", data_section)
 # Mixed precision, the same for both sets: parameters and the optimizer's state are float32;
 # activations are bfloat16 on a GPU, each weight cast to bfloat16 where it is used (what
 # torch.autocast does), while norms, softmaxes and the loss accumulate in float32 inside their
-# kernels. The loss is float32. (autocast also keeps the residual stream in float32; here it is
+# kernels. One difference: the course's norm takes its float32 weight as it is (lesson 3's kernels
+# read a weight of any float dtype and compute in float32), so no cast is launched for it, nor one
+# for its gradient, which comes out in float32. The loss is float32. (autocast also keeps the residual stream in float32; here it is
 # bfloat16 in both sets, which halves its memory.)
 
 
@@ -416,8 +418,8 @@ chapter.run("train", training)
 # their backward nodes. Views and allocations, which launch nothing, are left out. Beside it, the
 # activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees
 # every tensor saved). Rows to expect: aten::to, the weights cast to the activations' dtype
-# (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing) and ToCopyBackward0, their
-# gradients cast back; HAS_RESIDUAL and HAS_DH, the flags of lesson 3's fused norm (the residual add
+# (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing; the course's norms cast
+# nothing) and ToCopyBackward0, their gradients cast back; HAS_RESIDUAL and HAS_DH, the flags of lesson 3's fused norm (the residual add
 # in the forward, the residual stream's own gradient joined to dx in the backward); and on the CPU
 # only, the model's check of the token ids (aten::stack, aminmax, item: model.check_tokens), and
 # torch's RMSNorm backward in its pieces (CPU PyTorch has no fused kernel for it).

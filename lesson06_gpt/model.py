@@ -95,9 +95,11 @@ class CourseOps:
 
     @staticmethod
     def norm(h, branch, w, eps):
+        # the float32 weight as it is: lesson 3's kernels read a weight of any float dtype, so no cast
+        # is launched before (to bfloat16) nor after (its gradient back to float32): dw comes out in float32
         if branch is None:
-            return h, rms_norm(h, w.to(h.dtype), eps)
-        return rms_norm(branch, w.to(h.dtype), eps, residual=h)  # lesson 3: (h + branch, its norm), one launch
+            return h, rms_norm(h, w, eps)
+        return rms_norm(branch, w, eps, residual=h)  # lesson 3: (h + branch, its norm), one launch
 
     @staticmethod
     def loss(logits, targets):
