@@ -200,23 +200,37 @@ def layout(t) -> tuple[bool, int]:
     return (False, t.stride(0)) if t.stride(1) == 1 or t.shape[1] == 1 else (True, t.stride(1))
 
 
+@torch.compiler.assume_constant_result
+def storage_offset_bytes(t) -> int:
+    """t's first element's distance from its storage's start, in bytes, as a constant of the traced
+    graph (Dynamo does not trace storage_offset(), an int; this runs at trace time instead)."""
+    return t.storage_offset() * t.element_size()
+
+
+def starts_aligned(t) -> bool:
+    """Does t's first element sit on a 16-byte boundary? Read from its address; while torch.compile
+    traces, from its offset in its storage (a traced tensor has no address yet), as inductor itself
+    reads it: PyTorch's allocator starts every storage on a 512-byte boundary, and inductor's code
+    copies an input that arrives misaligned where it was aligned when traced, so the choice holds."""
+    if torch.compiler.is_compiling():
+        return storage_offset_bytes(t) % 16 == 0
+    return t.data_ptr() % 16 == 0
+
+
 def tma_ok(a, b, N) -> bool:
     """Can the TMA engine address A, B and an (M, N) C? Each operand's rows, or its columns (a
     transposed view), contiguous; the other stride and the base 16-byte aligned; C's rows too."""
     for t in (a, b):
-        if not (t.stride(1) == 1 or t.stride(0) == 1) or t.data_ptr() % 16:
+        if not (t.stride(1) == 1 or t.stride(0) == 1) or not starts_aligned(t):
             return False
         if (layout(t)[1] * t.element_size()) % 16:
             return False
     return (N * a.element_size()) % 16 == 0
 
 
-def check_tma(a, b, *, gpu_has_tma: bool, compiling: bool) -> None:
+def check_tma(a, b, *, gpu_has_tma: bool) -> None:
     """Raise, with the reason, where this kernel cannot compute a @ b (matmul.choose_kernel asks,
-    for tma=True, with real tensors). gpu_has_tma: does this GPU run it (HOPPER)?"""
-    if compiling:
-        raise ValueError("tma=True: the TMA kernel needs the inputs' memory to check its alignment, which "
-                         "torch.compile's tensors do not have; under torch.compile leave tma=None")
+    for tma=True). gpu_has_tma: does this GPU run it (HOPPER)?"""
     if a.dtype == torch.float32:
         raise TypeError("the TMA kernel takes float16 or bfloat16 inputs, got float32")
     N = b.shape[1]
@@ -270,8 +284,8 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **met
     c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
-    if not torch.compiler.is_compiling():  # (torch.compile's code sets its own, and refuses it in a graph)
-        triton.set_allocator(scratch)  # the descriptors' memory (common.launch.scratch says why on every call)
+    if not torch.compiler.is_compiling():  # (torch.compile's code sets its own at each launch, and refuses
+        triton.set_allocator(scratch)         # a call to it in a traced function)  # the descriptors' memory (common.launch.scratch says why on every call)
     programs = programs or sm_count()
     if not (M and N and K):
         return c

@@ -261,8 +261,10 @@ chapter.run("trace", trace, trace=True)
 # or bfloat16, operands the copy engine can address, M * N * K from 16384 x 768 x 768, the smallest
 # product of lesson 6's training step; lesson 7 takes it apart),
 # the autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
-# starts, so the choice is made there, on the real tensors, before the autograd function of section
-# 9 (Matmul), which is handed a plain True or False. The table: each of the route's conditions, in
+# starts (a multiple of 16 bytes), so the choice is made there, on the tensors, before the autograd
+# function of section 9 (Matmul), which is handed a plain True or False. Under torch.compile a
+# traced tensor has no address yet: the route reads its offset in its storage instead, as the
+# compiler does for its own kernels (hopper.starts_aligned). The table: each of the route's conditions, in
 # the order it asks them, with an example it decides (a meta tensor: a shape and strides, no
 # memory), and the kernel it picks.
 
@@ -271,7 +273,6 @@ chapter.run("trace", trace, trace=True)
 ROUTE_EXAMPLES = [  # (the condition that decides; an example: M, N, K, dtype, A transposed?; choose_kernel's arguments)
     ("tma=False", (4096, 4096, 4096), torch.float16, False, dict(tma=False)),
     ("tma=True (raises where the TMA kernel cannot run)", (64, 48, 32), torch.float16, False, dict(tma=True)),
-    ("torch.compile tracing", (4096, 4096, 4096), torch.float16, False, dict(compiling=True)),
     ("a GPU with TMA, 16-bit, M * N * K >= 16384 x 768 x 768, operands TMA can address", (4096, 4096, 4096),
      torch.bfloat16, False, {}),
     ("... one of them transposed (A = X.t()): read as it lies", (4096, 4096, 4096), torch.float16, True, {}),
@@ -292,7 +293,7 @@ def route_table() -> Table:
         a = a.t() if transposed else a
         b = torch.empty(K, N, device="meta", dtype=dtype)
         arguments = ", ".join(f"{k}={v}" for k, v in kwargs.items())
-        kernel = choose_kernel(a, b, **{"gpu_has_tma": True, "compiling": False, **kwargs})
+        kernel = choose_kernel(a, b, **{"gpu_has_tma": True, **kwargs})
         rows.append((condition, f"{M} x {N} x {K} {dtype_name(dtype)}" + (", A transposed" if transposed else ""),
                      arguments or "-", "{} ({})".format(*KERNELS[kernel])))
     return print_table(rows, ["condition (asked in this order)", "example", "arguments", "kernel"],

@@ -145,31 +145,26 @@ def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, **m
 
 
 # %% The route: which kernel computes a @ b
-def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool | None = None,
-                  compiling: bool | None = None) -> str:
+def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool | None = None) -> str:
     """"tma" (hopper.py's TMA kernel on a persistent grid) or "pointer" (matmul_kernel_tuned), asked
     in this order (main.py prints it as a table, an example of each):
     1. tma=False: the pointer kernel.
     2. tma=True: the TMA kernel, where it can run (hopper.check_tma raises, with the reason, where not).
-    3. torch.compile is tracing: the pointer kernel (its tensors have no memory whose alignment
-       could be checked, and a choice made on them would be baked into the graph).
-    4. a GPU with TMA (hopper.HOPPER: Hopper or newer, with the shared memory of its tiles),
+    3. a GPU with TMA (hopper.HOPPER: Hopper or newer, with the shared memory of its tiles),
        float16 or bfloat16, M * N * K >= hopper.TMA_FROM (where it won), operands the copy engine
        can address as they lie, rows or columns contiguous (hopper.tma_ok): the TMA kernel.
-    5. anything else: the pointer kernel.
-    The backward asks again for each of its products, dA = dC @ B^T and dB = A^T @ dC (transposed
-    views: the TMA kernel reads them as they lie), unless tma=False. gpu_has_tma and compiling say
-    what this machine and call are (by default,
-    what they are now); the chapter and the tests pass them to ask what another would choose."""
+    4. anything else: the pointer kernel.
+    The same under torch.compile, which reads the alignment from the operands' storage offsets
+    (hopper.starts_aligned). The backward asks again for each of its products, dA = dC @ B^T and
+    dB = A^T @ dC (transposed views: the TMA kernel reads them as they lie), unless tma=False.
+    gpu_has_tma says what this machine is (by default, what it is now); the chapter and the tests
+    pass it to ask what another would choose."""
     if tma is False:
         return "pointer"
-    compiling = torch.compiler.is_compiling() if compiling is None else compiling
     gpu_has_tma = hopper.HOPPER if gpu_has_tma is None else gpu_has_tma
     if tma:
-        hopper.check_tma(a, b, gpu_has_tma=gpu_has_tma, compiling=compiling)
+        hopper.check_tma(a, b, gpu_has_tma=gpu_has_tma)
         return "tma"
-    if compiling:
-        return "pointer"
     (M, K), N = a.shape, b.shape[1]
     if gpu_has_tma and a.dtype != torch.float32 and M * N * K >= hopper.TMA_FROM and hopper.tma_ok(a, b, N):
         return "tma"
@@ -245,8 +240,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, p
     """C = activation(a @ b) for 2-D a (M, K), b (K, N): float16, bfloat16 or float32, any strides;
     fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
     precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
-    tma: None lets choose_kernel pick (hopper.py's TMA kernel where it can run and pays, never while
-    torch.compile traces), True insists on it (the backward's products take it too, wherever it can
+    tma: None lets choose_kernel pick (hopper.py's TMA kernel where it can run and pays, under
+    torch.compile too), True insists on it (the backward's products take it too, wherever it can
     address them), False never."""
     a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:

@@ -550,7 +550,7 @@ def routes() -> Table:
     rows = []
     for M, N, K, dtype in MATMUL_EXAMPLES:
         a, b = torch.empty(M, K, device="meta", dtype=dtype), torch.empty(K, N, device="meta", dtype=dtype)
-        kernel = choose_kernel(a, b, gpu_has_tma=True, compiling=False)
+        kernel = choose_kernel(a, b, gpu_has_tma=True)
         rows.append(("matmul()", "forward", f"{M} x {N} x {K} {dtype_name(dtype)}", KERNEL_FILES[kernel],
                      DECIDED_BY.get(kernel, "-")))
     rows.append(("matmul()", "backward", "dA = dC @ B^T, dB = A^T @ dC: each asks the route again (transposed "

@@ -31,7 +31,7 @@ class Stop(Exception):
 
 def joint_graphs(cases: list) -> list:
     """For each case {"op": "module:function", "shapes": [...], "dtype": "float16", "kwargs": {...},
-    "hopper": True (matmul's route as on an H100 or H200: lesson04_matmul.hopper.HOPPER)}:
+    "offset": 2 (the first operand that many elements into its storage), "hopper": True (matmul's route as on an H100 or H200: lesson04_matmul.hopper.HOPPER)}:
     (the error torch.compile raised, or None; the kernels in the joint graph, in order; what the
     tracer warned of: "Encountered an exception" is its fallback, every input taken as written)."""
     triton.runtime.driver.set_active(H200())
@@ -59,14 +59,21 @@ def joint_graphs(cases: list) -> list:
 
         backend = aot_autograd(fw_compiler=stop, bw_compiler=stop, partition_fn=partition)
         leaves = [torch.randn(shape, dtype=getattr(torch, case["dtype"]), requires_grad=True) for shape in case["shapes"]]
-        kwargs = case.get("kwargs", {})
+        kwargs, offset = case.get("kwargs", {}), case.get("offset", 0)
+        if offset:  # the first operand a view `offset` elements into its storage, made inside the traced function
+            first = case["shapes"][0]
+            leaves[0] = torch.randn(leaves[0].numel() + offset, dtype=leaves[0].dtype, requires_grad=True)
         lesson04_matmul.hopper.HOPPER = case.get("hopper", False)
         torch._dynamo.reset()
         warned.seek(0)
         warned.truncate()
         error = None
         try:
-            torch.compile(lambda *xs: op(*xs, **kwargs).float().sum(), fullgraph=True, backend=backend)(*leaves)
+            def traced(first_leaf, *rest):
+                first_operand = first_leaf[offset:].view(first) if offset else first_leaf
+                return op(first_operand, *rest, **kwargs).float().sum()
+
+            torch.compile(traced, fullgraph=True, backend=backend)(*leaves)
         except Stop:
             pass
         except Exception as e:  # noqa: BLE001  (what torch.compile raised, for the test's message)

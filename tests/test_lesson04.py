@@ -243,20 +243,18 @@ def test_the_route_table_takes_one_row_per_condition():
     # the chapter's table (section 7), row by row: the kernel each example takes, on a GPU with TMA
     # unless the row says not
     table = route_table()
-    assert table.column("kernel") == ["matmul_kernel (matmul.py)", "matmul_kernel_tma (hopper.py)",
-                                      "matmul_kernel (matmul.py)"] + ["matmul_kernel_tma (hopper.py)"] * 2 + [
-                                         "matmul_kernel (matmul.py)"] * 4
-    assert table.column("condition (asked in this order)")[:3] == ["tma=False", "tma=True (raises where the TMA "
-                                                                   "kernel cannot run)", "torch.compile tracing"]
+    assert table.column("kernel") == ["matmul_kernel (matmul.py)"] + ["matmul_kernel_tma (hopper.py)"] * 3 + [
+        "matmul_kernel (matmul.py)"] * 4
+    assert table.column("condition (asked in this order)")[:2] == ["tma=False", "tma=True (raises where the TMA "
+                                                                   "kernel cannot run)"]
 
 
 @pytest.mark.parametrize("shape, dtype, transposed, kwargs, kernel", [
     ((4096, 4096, 4096), torch.float16, False, dict(tma=False), "pointer"),          # 1. told not to
     ((64, 48, 32), torch.float16, False, dict(tma=True), "tma"),                     # 2. told to, and it can
-    ((4096, 4096, 4096), torch.float16, False, dict(compiling=True), "pointer"),     # 3. torch.compile tracing
-    ((4096, 4096, 4096), torch.float16, False, {}, "tma"),                           # 4. where it pays
+    ((4096, 4096, 4096), torch.float16, False, {}, "tma"),                           # 3. where it pays
     ((4096, 4096, 4096), torch.bfloat16, False, {}, "tma"),
-    ((4096, 4096, 4096), torch.float32, False, {}, "pointer"),                       # 5. else: float32,
+    ((4096, 4096, 4096), torch.float32, False, {}, "pointer"),                       # 4. else: float32,
     ((16376, 768, 768), torch.float16, False, {}, "pointer"),                        # below TMA_FROM (by 8 rows),
     ((4096, 4096, 4096), torch.float16, True, {}, "tma"),                            # (column-major A: as it lies)
     ((4104, 4096, 4096), torch.float16, True, {}, "tma"),
@@ -266,27 +264,34 @@ def test_the_route_table_takes_one_row_per_condition():
 ])
 def test_the_route_decides_each_condition(shape, dtype, transposed, kwargs, kernel):
     a, b = meta(*shape, dtype=dtype, transposed=transposed)
-    assert choose_kernel(a, b, **{"gpu_has_tma": True, "compiling": False, **kwargs}) == kernel
+    assert choose_kernel(a, b, **{"gpu_has_tma": True, **kwargs}) == kernel
     assert TMA_FROM == 16384 * 768 * 768
 
 
-def test_torch_compile_traces_matmul_on_the_pointer_kernel_even_where_the_gpu_has_tma():
-    # Under torch.compile, on an H100 or H200 too, the forward and both products of the backward
-    # take the pointer kernel: Dynamo, which traces them, cannot read where an operand starts in
-    # memory, and TMA needs it 16-byte aligned; tma=True is refused by name. Without a GPU:
-    # tests/compile_trace.py, Dynamo (fullgraph) and AOTAutograd in a compiled-mode child
+def test_torch_compile_traces_matmul_on_the_route_the_eager_call_takes():
+    # Under torch.compile, on an H100 or H200, the forward and both products of the backward take
+    # the TMA kernel as an eager call does: the route reads the operands' alignment from their
+    # storage offsets (a traced tensor has no address). dB = A^T @ dC, 768 x 768, has 36 tiles for
+    # 132 SMs: split K, its parts added by split_k_sum_kernel. On a GPU without TMA, the pointer
+    # kernel; and so do the products that read an operand off a 16-byte boundary (a view 2 elements in).
+    # Without a GPU: tests/compile_trace.py, Dynamo (fullgraph) and AOTAutograd in a compiled-mode child
     from common import child
     from conftest import TESTS
 
     op = "lesson04_matmul.matmul:matmul"
-    cases = [dict(op=op, shapes=[(16384, 768), (768, 768)], dtype="bfloat16", hopper=True),
-             dict(op=op, shapes=[(16384, 768), (768, 768)], dtype="bfloat16", hopper=True, kwargs=dict(tma=True))]
+    shapes = [(16384, 768), (768, 768)]
+    cases = [dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True),
+             dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True, kwargs=dict(tma=True)),
+             dict(op=op, shapes=shapes, dtype="bfloat16", hopper=False),
+             dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True, offset=2)]
     _, results = child.run("compile_trace:joint_graphs", dict(cases=cases), interpret=False, path=(TESTS,))
-    (error, kernels, warned), (refused, _, _) = results
-    assert error is None, error
-    assert "Encountered an exception" not in warned, warned[-2000:]
-    assert kernels == ["matmul_kernel"] * 3
-    assert "under torch.compile leave tma=None" in refused
+    for error, kernels, warned in results:
+        assert error is None, error
+        assert "Encountered an exception" not in warned, warned[-2000:]
+    tma = ["matmul_kernel_tma"] * 3 + ["split_k_sum_kernel"]
+    # offset 2: A's products take the pointer kernel, dA = dC @ B^T (A not read) the TMA kernel
+    assert [kernels for _, kernels, _ in results] == [tma, tma, ["matmul_kernel"] * 3,
+                                                      ["matmul_kernel", "matmul_kernel_tma", "matmul_kernel"]]
 
 
 def test_the_backward_asks_the_route_for_each_product():
@@ -306,15 +311,13 @@ def test_the_backward_asks_the_route_for_each_product():
 
 def test_the_route_refuses_tma_true_where_the_kernel_cannot_run():
     a, b = meta(64, 48, 32)
-    with pytest.raises(ValueError, match="under torch.compile leave tma=None"):
-        choose_kernel(a, b, True, gpu_has_tma=True, compiling=True)
     with pytest.raises(TypeError, match="float16 or bfloat16"):
-        choose_kernel(*meta(64, 48, 32, torch.float32), True, gpu_has_tma=True, compiling=False)
+        choose_kernel(*meta(64, 48, 32, torch.float32), True, gpu_has_tma=True)
     with pytest.raises(ValueError, match="16-byte aligned"):
-        choose_kernel(*meta(36, 48, 32, transposed=True), True, gpu_has_tma=True, compiling=False)
+        choose_kernel(*meta(36, 48, 32, transposed=True), True, gpu_has_tma=True)
     if not INTERPRET:  # (the interpreter imitates TMA on any machine)
         with pytest.raises(ValueError, match="compute capability 9.0 or newer"):
-            choose_kernel(a, b, True, gpu_has_tma=False, compiling=False)
+            choose_kernel(a, b, True, gpu_has_tma=False)
 
 
 def test_the_route_asks_this_machine_by_default():
