@@ -62,4 +62,7 @@ def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Genera
                          "shorter seq")
     starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator)
     windows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
-    return windows[:, :-1].to(DEVICE), windows[:, 1:].to(DEVICE)
+    if DEVICE == "cuda":  # a copy from pinned memory queues behind the GPU's work; one from ordinary
+        windows = windows.pin_memory()  # memory would first wait for the GPU to finish the last step
+        return windows[:, :-1].to(DEVICE, non_blocking=True), windows[:, 1:].to(DEVICE, non_blocking=True)
+    return windows[:, :-1], windows[:, 1:]
