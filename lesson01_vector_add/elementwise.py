@@ -4,7 +4,8 @@ Each kernel is written for ONE program: it asks for its number (pid), works out 
 its own (offsets), masks off the ones past the end (mask), then loads, computes and stores; the
 launch grid says how many programs run. main.py, the chapter, traces the kernels, checks and times
 them; this file is what a model imports. Lesson 4 imports two things from it: gelu_tanh, the GELU
-its matmul fuses into its epilogue, and gelu_backward, the launch its backward runs.
+its matmul fuses into its epilogue, and gelu_tanh_grad, its derivative, which the matmul's
+backward fuses into its own.
 
 The ops have the course's one shape (the chapter's section 5): add() and gelu() check their
 inputs, Add and Gelu (autograd functions) say what the forward launches and what the backward
@@ -87,18 +88,25 @@ def gelu_kernel(x_ptr, y_ptr, N, BLOCK_SIZE: tl.constexpr):
 
 
 @triton.jit
+def gelu_tanh_grad(x):
+    """gelu'(x) for gelu_tanh, on a float32 block. gelu(x) = x s with s = sigmoid(2u), u = sqrt(2/pi)
+    (x + 0.044715 x^3), and sigmoid' = s (1 - s), so gelu'(x) = s + x s (1 - s) 2 du/dx with du/dx =
+    sqrt(2/pi) (1 + 3 * 0.044715 x^2). Lesson 4's matmul fuses it into its backward's epilogue."""
+    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
+    s = 1.0 / (1.0 + tl.exp(-2.0 * u))                   # exp overflows to inf for x << 0: s = 0, no NaN
+    du = 0.7978845608028654 * (1.0 + 0.134145 * x * x)
+    return s + 2.0 * x * s * (1.0 - s) * du
+
+
+@triton.jit
 def gelu_backward_kernel(dy_ptr, x_ptr, dx_ptr, N, BLOCK_SIZE: tl.constexpr):
-    # gelu(x) = x s with s = sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3) (gelu_tanh above), and
-    # sigmoid' = s (1 - s), so gelu'(x) = s + x s (1 - s) 2 du/dx, du/dx = sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+    # dL/dx = dL/dy * gelu'(x): the six steps again, gelu' (gelu_tanh_grad above) in step 5.
     pid = tl.program_id(axis=0)
     offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
     mask = offsets < N
     dy = tl.load(dy_ptr + offsets, mask=mask, other=0).to(tl.float32)
     x = tl.load(x_ptr + offsets, mask=mask, other=0).to(tl.float32)
-    u = 0.7978845608028654 * (x + 0.044715 * x * x * x)
-    s = 1.0 / (1.0 + tl.exp(-2.0 * u))                   # exp overflows to inf for x << 0: s = 0, no NaN
-    du = 0.7978845608028654 * (1.0 + 0.134145 * x * x)
-    dx = dy * (s + 2.0 * x * s * (1.0 - s) * du)
+    dx = dy * gelu_tanh_grad(x)
     tl.store(dx_ptr + offsets, dx.to(dx_ptr.dtype.element_ty), mask=mask)
 
 
@@ -121,7 +129,7 @@ def launch(kernel, *tensors: torch.Tensor, BLOCK_SIZE: int = 1024, num_warps: in
 
 def gelu_backward(dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """dL/dx = dy * gelu'(x), in one pass, for dy and x of one shape and dtype. A plain launch, no
-    checks and no autograd: Gelu's backward runs it, and lesson 4's matmul in its own backward."""
+    checks and no autograd: Gelu's backward runs it."""
     return launch(gelu_backward_kernel, dy, x)
 
 

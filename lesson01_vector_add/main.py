@@ -175,7 +175,7 @@ chapter.run("check", check)
 # make a kernel a citizen of PyTorch:
 # - a backward. For out = x + y both gradients are dL/dout itself: no kernel. For y = gelu(x),
 #   dL/dx = dL/dy * gelu'(x): one more element-wise kernel, fused like the forward (reads dy and
-#   x, writes dx): elementwise.py's gelu_backward_kernel, with gelu' worked out in its comments.
+#   x, writes dx): elementwise.py's gelu_backward_kernel, gelu' (gelu_tanh_grad) worked out there.
 # - an autograd function: a subclass of torch.autograd.Function whose forward launches the forward
 #   kernel and whose backward takes dL/d(output) and returns one gradient per input of forward (None
 #   for an int). ctx carries what the backward needs: Gelu's forward keeps x with

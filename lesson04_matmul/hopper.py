@@ -49,7 +49,7 @@ import triton
 import triton.language as tl
 
 from common.launch import cdiv, scratch
-from lesson01_vector_add.elementwise import gelu_tanh  # lesson 1's GELU, fused into the epilogue as in matmul.py
+from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's, fused as in matmul.py
 
 TMA_FROM = 16384 * 768 * 768  # M * N * K from which this kernel was the faster on an H100: the smallest
                                # product of lesson 6's step (at 2048^3 the pointer kernel won)
@@ -63,7 +63,8 @@ def matmul_kernel_tma(
     stride_am, stride_bk, stride_cm,    # the row strides of A, B and C as they lie in memory
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr,              # pipeline across tiles (a persistent grid)
-    ACTIVATION: tl.constexpr = "",
+    ACTIVATION: tl.constexpr = "",     # matmul.py's: "", "relu", "gelu" or "gelu_backward" (with g_ptr)
+    g_ptr=None,                         # "gelu_backward": dL/dC, C's shape, contiguous
     A_T: tl.constexpr = False,          # A lies in memory as A^T, K x M rows (a.t() of a row-major tensor)
     B_T: tl.constexpr = False,          # B lies in memory as B^T, N x K rows (a linear layer's weight)
     SPLIT_K: tl.constexpr = 1,          # > 1: each tile from whole_tiles on runs as SPLIT_K parts of K
@@ -132,13 +133,18 @@ def matmul_kernel_tma(
                 acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
             if ACTIVATION == "gelu":
                 acc = gelu_tanh(acc)
+            if ACTIVATION == "gelu_backward":  # dL/dC's tile by plain loads (no shared memory left for a third)
+                rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
+                cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                g = tl.load(g_ptr + rows[:, None] * N + cols[None, :], mask=(rows < M)[:, None] & (cols < N)[None, :])
+                acc = g.to(tl.float32) * gelu_tanh_grad(acc)
             c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
 
 
 @triton.jit
 def split_k_sum_kernel(parts_ptr, c_ptr, M, N, stride_cm, whole_tiles, SPLIT_K: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr, ROWS: tl.constexpr,
-                       ACTIVATION: tl.constexpr = ""):
+                       ACTIVATION: tl.constexpr = "", g_ptr=None):
     """C's split tiles: each the sum of its SPLIT_K float32 parts, the activation applied, in C's
     dtype. Program (t, r) takes rows r * ROWS ... of split tile t (tile whole_tiles + t). It must
     place tiles as matmul_kernel_tma does: the same tile ids, swizzle2d and GROUP_M, and part p of
@@ -161,6 +167,9 @@ def split_k_sum_kernel(parts_ptr, c_ptr, M, N, stride_cm, whole_tiles, SPLIT_K: 
     rows = (pid_m * BLOCK_M + tile_rows).to(tl.int64)  # (C may pass 2^31 elements)
     cols = pid_n * BLOCK_N + tile_cols
     mask = (rows < M)[:, None] & (cols < N)[None, :]
+    if ACTIVATION == "gelu_backward":
+        g = tl.load(g_ptr + rows[:, None] * N + cols[None, :], mask=mask)
+        acc = g.to(tl.float32) * gelu_tanh_grad(acc)
     tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :], acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -250,40 +259,48 @@ def split_tiles(tiles: int, programs: int) -> int:
     return tiles % programs
 
 
-def config(M: int, N: int, K: int) -> dict:
+def config(M: int, N: int, K: int, *, activation: str | None = None) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
     Rules measured on the training step's products on an H100 (lesson 4, section 17, times what
     they give against cuBLAS): tiles of 128 x 256 (3 stages) where they make at least a wave (a
-    tile for every SM), else 128 x 128 (4 stages). With 128 x 128 tiles, the tiles of the last
-    wave, which leave SMs idle (all of them, where C has fewer tiles than SMs: a weight's gradient,
-    768 x 768, is 36 tiles for 132 SMs), split K into parts that run side by side (SPLIT_K;
-    launch_tma), as many as fit the SMs, each at least 4 steps of K."""
+    tile for every SM), else 128 x 128 (4 stages). With 128 x 128 tiles in at most two waves, the
+    tiles of the last wave, which leave SMs idle (all of them, where C has fewer tiles than SMs: a
+    weight's gradient, 768 x 768, is 36 tiles for 132 SMs), split K into parts that run side by
+    side (SPLIT_K; launch_tma), as many as fit the SMs, each at least 4 steps of K; behind more
+    waves the idle SMs are a small share of the time, less than the split's second launch costs.
+    activation "gelu_backward" (the backward's epilogue, which reads dL/dC) takes 128 x 128 tiles:
+    its tile of dL/dC passes through shared memory on its way to the accumulator's layout, 32 KB
+    more than 128 x 256 tiles leave."""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
     SMs = sm_count()
-    if cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, at least a wave of them: no split (a
-        # 128 x 256 float32 block of parts beside the stages would pass the 227 KB of shared memory)
+    if activation != "gelu_backward" and cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, a wave at least:
+        # no split (a 128 x 256 float32 block of parts beside the stages would pass the 227 KB of shared memory)
         return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1,
                     num_warps=8, num_stages=3)
-    last_wave = split_tiles(cdiv(M, 128) * cdiv(N, 128), SMs)
+    tiles = cdiv(M, 128) * cdiv(N, 128)
+    last_wave = split_tiles(tiles, SMs) if tiles <= 2 * SMs else 0
     split = max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))  # parts of >= 4 steps
     return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
                 num_warps=8, num_stages=4)
 
 
-def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **meta) -> torch.Tensor:
+def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=None, **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel_tma with a configuration in `meta` (config()'s),
     or matmul_kernel_tma_tuned, which picks one; on `programs` persistent programs (default: one per
     SM, or one per unit of work where there are fewer). With SPLIT_K > 1 in meta (a given
     configuration: the autotuner's have none), the tiles of the last wave (every tile, where there
     are fewer than programs) split K into SPLIT_K parts; the waves before take their tiles whole.
     whole_tiles is a multiple of the programs, so the last wave's units start on program 0. For
-    inputs check_tma accepted."""
+    inputs check_tma accepted. activation "gelu_backward": grad * gelu'(a @ b), grad contiguous, C's shape."""
     (M, K), N = a.shape, b.shape[1]
+    if not K and activation == "gelu_backward":  # (an empty sum, Z = 0, and gelu'(0) = 1/2)
+        return grad * 0.5
     c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
+    grad = interpretable(grad) if grad is not None else None
     if not torch.compiler.is_compiling():  # (torch.compile's code sets its own at each launch, and refuses
         triton.set_allocator(scratch)         # a call to it in a traced function)  # the descriptors' memory (common.launch.scratch says why on every call)
     programs = programs or sm_count()
@@ -302,16 +319,17 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, **met
         def grid(meta):  # meta: the configuration in use, given or picked by the autotuner
             return (min(programs, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)
 
-        kernel[grid](a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t,
-                     whole_tiles=0, parts_ptr=None, **meta)  # every argument (common.launch says why)
+        kernel[grid](a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", g_ptr=grad, A_T=a_t,
+                     B_T=b_t, whole_tiles=0, parts_ptr=None, **meta)  # every argument (common.launch says why)
         return c
     BM, BN = meta["BLOCK_M"], meta["BLOCK_N"]
     whole = tiles - split_count
     parts = torch.empty((split_count * split * BM, BN), dtype=torch.float32, device=c.device)
     kernel[(min(programs, whole + split_count * split),)](
-        a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", A_T=a_t, B_T=b_t,
+        a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", g_ptr=grad, A_T=a_t, B_T=b_t,
         whole_tiles=whole, parts_ptr=parts, **meta)
     rows = min(BM, 16)  # the split tiles' parts added, the activation applied, in C's dtype
     split_k_sum_kernel[(split_count, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=split, BLOCK_M=BM, BLOCK_N=BN,
-                                                 GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "")
+                                                 GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "",
+                                                 g_ptr=grad)
     return c

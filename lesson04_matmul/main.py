@@ -361,8 +361,10 @@ chapter.run("check", check)
 # - relu' is 1 where Z > 0, and C > 0 exactly there: C itself tells, no Z needed;
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per
 #   layer, held from each step's forward to its backward; recomputing it costs one more matmul in
-#   the backward (as activation checkpointing does). Then lesson 1's gelu_backward kernel:
-#   dL/dZ = dL/dC * gelu'(Z), from lesson 1's op file (lesson01_vector_add/elementwise.py).
+#   the backward (as activation checkpointing does). That matmul's epilogue then reads the tile of
+#   dL/dC and stores dL/dZ = dL/dC * gelu'(Z) instead of Z (ACTIVATION="gelu_backward"; gelu' is
+#   lesson 1's gelu_tanh_grad, from lesson01_vector_add/elementwise.py): Z never goes to memory, and
+#   the backward launches no element-wise kernel of its own.
 # matmul.py's Matmul, a torch.autograd.Function, holds both directions: forward launches the
 # kernel matmul() chose, backward computes dA and dB (only those an input that requires grad wants:
 # ctx.needs_input_grad). matmul() calls Matmul.apply whether or not anything requires grad, and
@@ -599,9 +601,10 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # transposed view and the sum runs over every token of the batch (16384 in lesson 6's step) while
 # the output is only as large as the weight. The three differ in what is hard: the forward and dX
 # have tiles to spare; dW has few tiles and a long K. Split K spreads that K over the idle SMs
-# (lesson 7, section 2): where C has fewer tiles than SMs, every tile splits; otherwise only the
-# last wave's tiles do. Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7)
-# beside torch.matmul (cuBLAS) on the same views.
+# (lesson 7, section 2): where C has fewer tiles than SMs, every tile splits; in two waves, only
+# the last wave's tiles do (behind more waves, the idle SMs of the last cost less than the split's
+# second launch). Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7) beside
+# torch.matmul (cuBLAS) on the same views.
 
 
 # %%

@@ -21,7 +21,7 @@ import triton.language as tl
 from common.checks import check_tensors, flag, index_type as index_type_of
 from common.launch import cdiv, traced_config
 from common.trace import show
-from lesson01_vector_add.elementwise import gelu_backward, gelu_tanh  # lesson 1's GELU and its derivative
+from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's GELU and its derivative
 from lesson04_matmul import hopper  # the TMA kernel, one of the route's two paths
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -55,7 +55,8 @@ def matmul_kernel(
     stride_cm, stride_cn,           # ... of C
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # the tile of C, the K step
     GROUP_M: tl.constexpr,          # tile rows per group (main.py, section 3); 1 is row-major order
-    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store
+    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store; "gelu_backward":
+    g_ptr=None,                     # the tile times gelu' of it, g (C's shape, contiguous) * gelu'(A @ B)
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: "tf32" (tensor cores) or "ieee"
     INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (common.checks.index_type)
     TRACE: tl.constexpr = False,
@@ -93,9 +94,12 @@ def matmul_kernel(
         acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)  # NaN stays NaN, as in torch.relu
     if ACTIVATION == "gelu":
         acc = gelu_tanh(acc)
-    # One store of the tile, masked at the edges of C, rounded to C's dtype.
     c_offsets = rows[:, None] * stride_cm + cols[None, :] * stride_cn
     c_mask = (rows[:, None] < M) & (cols[None, :] < N)
+    if ACTIVATION == "gelu_backward":  # the backward's dL/dZ = dL/dC * gelu'(Z), Z = A @ B still on chip
+        g = tl.load(g_ptr + rows[:, None] * N + cols[None, :], mask=c_mask, other=0.0)
+        acc = g.to(tl.float32) * gelu_tanh_grad(acc)
+    # One store of the tile, masked at the edges of C, rounded to C's dtype.
     tl.store(c_ptr + c_offsets, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
 
 
@@ -124,15 +128,18 @@ def pointer_kernel(dtype: torch.dtype) -> tuple:
 
 
 # %% The launcher
-def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, **meta) -> torch.Tensor:
+def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, grad=None, **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel with its block sizes in `meta`, or the autotuned
     matmul_kernel_tuned, which picks them; for a and b as matmul() checked them. index_type: of the
-    kernel's offsets, tl.int32 or tl.int64; by default the one these tensors need."""
+    kernel's offsets, tl.int32 or tl.int64; by default the one these tensors need. activation
+    "gelu_backward" (the backward's): grad * gelu'(a @ b), grad contiguous, of C's shape."""
     (M, K), N = a.shape, b.shape[1]
     c = a.new_empty((M, N))
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     if index_type is None:
         index_type = index_type_of(a, b, c)
+    if grad is not None:
+        grad = interpretable(grad)
 
     def grid(meta):  # meta: the block sizes in use, given here or picked by the autotuner
         return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # one program per tile of C
@@ -140,7 +147,8 @@ def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, **m
     if M and N:  # (K = 0 is fine: the K loop runs no rounds, and act(0) = 0)
         meta = {"TRACE": False, **meta}  # every argument, defaults too: torch.compile's analysis wants them all
         kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                     ACTIVATION=activation or "", INPUT_PRECISION=precision, INDEX_TYPE=index_type, **meta)
+                     ACTIVATION=activation or "", g_ptr=grad, INPUT_PRECISION=precision, INDEX_TYPE=index_type,
+                     **meta)
     return c
 
 
@@ -189,7 +197,8 @@ class Matmul(torch.autograd.Function):
     With an activation, dL/dZ = dL/dC * act'(Z) for Z = A @ B comes first: relu' is 1 where C > 0,
     so C itself tells; gelu' needs Z, which the fused kernel never wrote, so the backward recomputes
     it (one more matmul, by the forward's kernel) rather than keep an M x N tensor from forward to
-    backward, then runs lesson 1's gelu_backward."""
+    backward, and multiplies dL/dC by gelu'(Z) in that matmul's epilogue (lesson 1's gelu_tanh_grad):
+    Z never leaves the chip."""
 
     @staticmethod
     def forward(ctx, a, b, activation, precision, tma, tma_flag):
@@ -212,13 +221,12 @@ class Matmul(torch.autograd.Function):
         kernel, meta = pointer_kernel(a.dtype)
         if ctx.activation == "relu":
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
-        elif ctx.activation == "gelu":  # Z recomputed as the forward computed it (the same kernel)
+        elif ctx.activation == "gelu":  # Z recomputed as the forward computed it, dC * gelu'(Z) in its epilogue
             if ctx.tma:
-                z = hopper.launch_tma(hopper.matmul_kernel_tma, a, b,
-                                      **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
+                dc = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, "gelu_backward", grad=dc.contiguous(),
+                                       **hopper.config(a.shape[0], b.shape[1], a.shape[1], activation="gelu_backward"))
             else:
-                z = launch(kernel, a, b, None, ctx.precision, **meta)
-            dc = gelu_backward(dc, z)
+                dc = launch(kernel, a, b, "gelu_backward", ctx.precision, grad=dc.contiguous(), **meta)
         da = db = None
         # ctx.needs_input_grad says which inputs want a gradient: a frozen weight's dB is never computed
         if ctx.needs_input_grad[0]:  # dA = dC @ B^T: (M, N) @ (N, K)

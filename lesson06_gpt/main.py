@@ -428,7 +428,8 @@ chapter.run("train", training)
 # %%
 KERNELS = {  # the course's autograd functions and the kernels each one launches
     "Matmul": "matmul_kernel (or, for large bfloat16 products on Hopper, hopper.py's TMA kernel)",
-    "MatmulBackward": "matmul_kernel twice (dX and dW), gelu_backward_kernel where the GELU was fused",
+    "MatmulBackward": "matmul_kernel twice (dX and dW); where the GELU was fused, first once more: Z recomputed, "
+                      "dL/dZ = dL/dC * gelu'(Z) in its epilogue",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
     "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel, dq_kernel, writing d(QKV) in one buffer",
     "RMSNorm": "rms_norm_kernel", "AddRMSNorm": "rms_norm_kernel (HAS_RESIDUAL)",

@@ -123,8 +123,9 @@ args = chapter.start()
 #   last take their tiles whole (whole_tiles): they keep every SM busy as they are. Each tile of
 #   the last wave splits K into SPLIT_K parts, one unit of work each, summing a stretch of K into a
 #   float32 block of its own; split_k_sum_kernel then adds each tile's parts, applies the
-#   activation (which needs the whole sum) and casts. With fewer tiles than SMs every tile splits.
-#   hopper.config picks the parts, with 128 x 128 tiles only (a 128 x 256 float32 block beside the
+#   activation (which needs the whole sum) and casts. With fewer tiles than SMs every tile splits;
+#   behind more than two waves none does (the last wave's idle SMs are then a small share of the
+#   time). hopper.config picks the parts, with 128 x 128 tiles only (a 128 x 256 float32 block beside the
 #   stages would not fit in shared memory): as many as fit the SMs, each at least 4 steps of K (a
 #   split tile's time is about the whole tile's over SPLIT_K, plus its sum).
 # Section 3 counts what that changes, section 4 checks the kernel, section 5 shows what each kernel

@@ -27,6 +27,7 @@ from lesson02_softmax import cross_entropy
 from lesson02_softmax.softmax import MAX_ONE_PASS_N, one_pass_settings
 from lesson03_rowsum import rmsnorm
 from lesson03_rowsum.row_sum import tile_config
+from lesson04_matmul import hopper
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.matmul import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
 from common.launch import dot_block
@@ -40,6 +41,7 @@ DEC = "lesson05_flash_attention.decode"
 HEAD_DIMS = (16, 64, 80, 128, 256)  # attention's: BLOCK_D 16, 64, 128 (80 padded), 128, 256
 DTYPES = ("fp32", "fp16", "bf16")  # what every launcher takes (bf16 and fp16 are the same size: both kept)
 INDEX = ("int32", "int64")         # common.checks.index_type's two answers
+EPILOGUES = ACTIVATIONS + ("gelu_backward",)  # matmul's, and its backward's: dL/dC * gelu'(A @ B)
 POWERS = tuple(2**i for i in range(17))
 
 
@@ -166,6 +168,13 @@ def matmul_job(v):  # float32 twice: matmul(precision="ieee"), and its default, 
                divisible_by_16=("a_ptr", "b_ptr", "c_ptr"), **from_config(v["config"]))
     job["constexprs"].update(ACTIVATION=v["activation"] or "", INPUT_PRECISION="tf32" if dtype != v["dtype"] else precision(v),
                              INDEX_TYPE=v["index"])
+    return with_gradient(job, v, dtype)
+
+
+def with_gradient(job, v, dtype):
+    """The backward's epilogue ("gelu_backward") reads dL/dC: one more pointer, in C's dtype."""
+    if v["activation"] == "gelu_backward":
+        job["signature"] = {**job["signature"], **pointers(dtype, "g_ptr")}
     return job
 
 
@@ -176,6 +185,27 @@ def tma_job(v):
                divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"),
                **from_config(v["config"]))
     job["constexprs"]["ACTIVATION"] = v["activation"] or ""
+    return job
+
+
+def tma_backward_job(v):
+    """matmul_kernel_tma with ACTIVATION "gelu_backward", as Matmul's backward launches it: hopper.config's
+    configuration for an MLP's recomputed Z (16384 x 3072 x 768), or, split, for a product of few tiles."""
+    M, N, K = (768, 768, 16384) if v["split"] else (16384, 3072, 768)
+    interpret, sms = hopper.INTERPRET, hopper.sm_count
+    hopper.INTERPRET, hopper.sm_count = False, lambda: 132  # the rule on an H100's 132 SMs, asked on any machine
+    try:
+        config = hopper.config(M, N, K, activation="gelu_backward")
+    finally:
+        hopper.INTERPRET, hopper.sm_count = interpret, sms
+    assert (config["SPLIT_K"] > 1) == v["split"], config
+    job = dict(module="lesson04_matmul.hopper", kernel="matmul_kernel_tma",
+               signature={**pointers(v["dtype"], "a_ptr", "b_ptr", "c_ptr"),
+                          **ints("M", "N", "K", "stride_am", "stride_bk", "stride_cm"), **pointers(v["dtype"], "g_ptr"),
+                          **(dict(ints("whole_tiles"), **pointers("fp32", "parts_ptr")) if v["split"] else {})},
+               divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "g_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"),
+               num_warps=config.pop("num_warps"), num_stages=config.pop("num_stages"))
+    job["constexprs"] = dict(config, ACTIVATION="gelu_backward", B_T=True)
     return job
 
 
@@ -300,7 +330,7 @@ def families(arch: int) -> list[Family]:
             constexprs={"BLOCK_SIZE": adamw.BLOCK_SIZE}, num_warps=4)),
         # lesson 4: the autotuned list, each epilogue, both precisions of float32
         Family("matmul_kernel", {"dtype": DTYPES + ("fp32 as tf32",), "config": tuple(MATMUL_CONFIGS)},
-               {"activation": ACTIVATIONS, "index": INDEX}, matmul_job,
+               {"activation": EPILOGUES, "index": INDEX}, matmul_job,
                must_fit=last_of(MATMUL_CONFIGS), size=lambda v: itemsize(v) + (v["dtype"] == "fp32 as tf32")),
         # lesson 5, every head dim: each list's configurations where its autotuner tries them (to head
         # dim 128, or at 256); the last of each, what small problems run untimed, must fit
@@ -321,6 +351,11 @@ def families(arch: int) -> list[Family]:
     if arch >= 90:  # TMA came with Hopper: compiled where it exists (whether it fits is the launcher's rule, below)
         out.append(Family("matmul_kernel_tma", {"dtype": ("fp16", "bf16"), "config": tuple(GPU_TMA_CONFIGS)},
                           {"activation": ACTIVATIONS}, tma_job, must_fit=lambda v: False))
+    if tma_gpu(arch, GPUS[arch][1]):  # the backward's GELU epilogue in the configuration hopper.config gives
+        # it (its tile of dL/dC passes through shared memory), which runs untimed: it must fit where TMA runs
+        out.append(Family("matmul_kernel_tma for the backward's epilogue", {"dtype": ("bf16",),
+                                                                             "split": (False, True)}, {},
+                          tma_backward_job))
     return out
 
 
@@ -349,7 +384,7 @@ def jobs(all_configs: bool) -> dict:
                 # each value by its smallest variant (a float32 tile at head dim 256, on a T4's CUDA
                 # cores, takes a minute to compile; the value is as well covered by a small one)
                 rest = cover(sorted((v for v in variants if v not in largest), key=fam.size), largest)[len(largest):]
-                if fam.name != "matmul_kernel_tma":  # (which has three GPUs only: all of it on each)
+                if not fam.name.startswith("matmul_kernel_tma"):  # (which has two or three GPUs: all of it on each)
                     # one GPU each, in turn, of those with tensor cores: a T4 (sm_75) multiplies tiles on its
                     # CUDA cores, where a large tile compiles for a minute, and runs small problems' tiles only
                     tensor_cores = [a for a in archs if a >= 80]

@@ -36,6 +36,25 @@ def test_matmul_matches_float64(shape, dtype, activation):
     assert rel_error(out, reference(a.double(), b.double(), activation)) < tolerance(dtype)
 
 
+def gelu_backward_reference(a, b, g):
+    """g * gelu'(a @ b) in float64, by autograd through torch's GELU: what the backward's epilogue computes."""
+    z = (a.double() @ b.double()).requires_grad_()
+    return torch.autograd.grad(torch.nn.functional.gelu(z, approximate="tanh"), z, g.double())[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("shape", SHAPES + [(20, 30, 0)])
+def test_the_backward_epilogue_multiplies_by_gelu_prime(shape, dtype):
+    # Matmul's backward for activation="gelu": Z = A @ B recomputed, dL/dZ = dL/dC * gelu'(Z) in the
+    # same kernel's epilogue (K = 0: Z = 0 and gelu'(0) = 1/2)
+    M, N, K = shape
+    a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
+    g = torch.randn(M, N, device=DEVICE, dtype=dtype)
+    out = launch(matmul_kernel_tuned, a, b, "gelu_backward", grad=g)
+    assert out.dtype == dtype
+    assert rel_error(out, gelu_backward_reference(a, b, g)) < tolerance(dtype)
+
+
 def test_bfloat16_dot_is_not_garbage():
     # Regression for the interpreter's tl.dot on raw bf16 bits (about 1e10 on unit normals).
     a = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
@@ -186,6 +205,9 @@ def test_tma_kernel(shape, dtype):
     for act in (None, "gelu"):
         out = launch_tma(matmul_kernel_tma_tuned, a, b, act, programs=3)
         assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[dtype]
+    g = torch.randn(M, N, device=DEVICE, dtype=dtype)  # the backward's epilogue: g * gelu'(a @ b)
+    out = launch_tma(matmul_kernel_tma_tuned, a, b, "gelu_backward", programs=3, grad=g)
+    assert rel_error(out, gelu_backward_reference(a, b, g)) < TOLERANCE[dtype]
     assert rel_error(matmul(a, b, tma=True), a.double() @ b.double()) < TOLERANCE[dtype]
 
 
@@ -205,6 +227,10 @@ def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, prog
     for act in (None, "gelu"):
         out = launch_tma(hopper.matmul_kernel_tma, a, b, act, programs=programs, SPLIT_K=split, **tiles)
         assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[torch.bfloat16], (act, split)
+    g = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)  # the backward's epilogue, after the parts' sum
+    out = launch_tma(hopper.matmul_kernel_tma, a, b, "gelu_backward", programs=programs, grad=g, SPLIT_K=split,
+                     **tiles)
+    assert rel_error(out, gelu_backward_reference(a, b, g)) < TOLERANCE[torch.bfloat16], split
 
 
 def test_the_tma_path_through_the_autograd_function_and_its_backward():
@@ -424,17 +450,20 @@ def test_script_and_its_command_line():
     assert code == 2 and "must be at least 1" in err
 
 
-@pytest.mark.parametrize("M, N, K, block_n, split", [
-    (16384, 1280, 768, 256, 1),   # a forward, x @ W^T: 640 tiles of 128 x 256, waves to spare
-    (768, 768, 16384, 128, 3),    # a weight's gradient: 36 tiles for 132 SMs, every tile's K in 3 parts
-    (768, 3072, 16384, 128, 11),  # an MLP weight's: 144 tiles, a wave whole, the last 12 tiles' K in 11 parts
-    (768, 3072, 512, 128, 2),     # ... with a short K: no part under 4 steps of 64
+@pytest.mark.parametrize("M, N, K, activation, block_n, split", [
+    (16384, 1280, 768, None, 256, 1),    # a forward, x @ W^T: 640 tiles of 128 x 256, waves to spare
+    (768, 768, 16384, None, 128, 3),     # a weight's gradient: 36 tiles for 132 SMs, every tile's K in 3 parts
+    (768, 3072, 16384, None, 128, 11),   # an MLP weight's: 144 tiles, a wave whole, the last 12 tiles' K in 11 parts
+    (768, 3072, 512, None, 128, 2),      # ... with a short K: no part under 4 steps of 64
+    # the backward's GELU epilogue: 128 x 128 tiles always; an MLP's Z, 3072 tiles in 24 waves, whole
+    (16384, 3072, 768, "gelu_backward", 128, 1),
+    (768, 768, 16384, "gelu_backward", 128, 3),  # ... and where its tiles would leave SMs idle, split
 ])
-def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, K, block_n, split):
+def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, K, activation, block_n, split):
     # config()'s rules on a GPU of 132 SMs (H100, H200), asked on any machine
     monkeypatch.setattr(hopper, "INTERPRET", False)
     monkeypatch.setattr(hopper, "sm_count", lambda: 132)
-    config = hopper.config(M, N, K)
+    config = hopper.config(M, N, K, activation=activation)
     assert (config["BLOCK_N"], config["SPLIT_K"]) == (block_n, split)
     # 128 x 256 tiles never split: their float32 parts beside the stages would not fit shared memory
     assert config["BLOCK_N"] == 128 or config["SPLIT_K"] == 1
