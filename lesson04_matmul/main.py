@@ -357,6 +357,10 @@ chapter.run("check", check)
 # the two products asks the route again (section 7): on Hopper, hopper.py's TMA kernel reads a
 # transposed view as it lies and turns the tile on chip, and for dB, whose output is as small as a
 # weight while its sum runs over every token, it splits K so that every SM has work (lesson 7).
+# Each gradient comes out laid out as its input is: for a transposed view (a linear layer's B =
+# W^T) the backward computes dB^T = dC^T @ A and returns its transpose, a view, so W's gradient
+# lies as W does and autograd adds it to W.grad as it is (PyTorch's mm backward does the same; a
+# gradient laid out otherwise is copied into W's layout first).
 # With an activation, C = act(Z) for Z = A @ B, and dL/dZ = dL/dC * act'(Z) comes first:
 # - relu' is 1 where Z > 0, and C > 0 exactly there: C itself tells, no Z needed;
 # - gelu' needs Z, which the fused kernel never wrote. Keeping it would cost an M x N tensor per

@@ -189,6 +189,11 @@ def backward_takes_tma(tma: bool | None, x, y) -> bool:
     return choose_kernel(x, y) == "tma"
 
 
+def transposed(t) -> bool:
+    """Is the 2-D t a transposed view (its columns contiguous, not its rows)?"""
+    return t.stride(0) == 1 and t.stride(1) != 1
+
+
 # %% The autograd function and the op
 class Matmul(torch.autograd.Function):
     """C = act(A @ B). dL/dA = dL/dC @ B^T and dL/dB = A^T @ dL/dC: two more products, on B^T and
@@ -219,6 +224,13 @@ class Matmul(torch.autograd.Function):
     def backward(ctx, dc):
         a, b = ctx.saved_tensors[:2]
         kernel, meta = pointer_kernel(a.dtype)
+
+        def backward_product(x, y):  # x @ y by the kernel the route takes for it (tma=False: never TMA)
+            if backward_takes_tma(ctx.tma_flag, x, y):
+                return hopper.launch_tma(hopper.matmul_kernel_tma, x, y,
+                                         **hopper.config(x.shape[0], y.shape[1], x.shape[1]))
+            return launch(kernel, x, y, None, ctx.precision, **meta)
+
         if ctx.activation == "relu":
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
         elif ctx.activation == "gelu":  # Z recomputed as the forward computed it, dC * gelu'(Z) in its epilogue
@@ -228,18 +240,14 @@ class Matmul(torch.autograd.Function):
             else:
                 dc = launch(kernel, a, b, "gelu_backward", ctx.precision, grad=dc.contiguous(), **meta)
         da = db = None
-        # ctx.needs_input_grad says which inputs want a gradient: a frozen weight's dB is never computed
+        # ctx.needs_input_grad says which inputs want a gradient: a frozen weight's dB is never computed.
+        # Each gradient comes out laid out as its input is (as PyTorch's mm backward does): for a
+        # transposed view, its transpose is computed and returned as a view. A linear layer's B is
+        # W^T, so W's gradient lies as W does, and autograd adds it to W.grad with no copy.
         if ctx.needs_input_grad[0]:  # dA = dC @ B^T: (M, N) @ (N, K)
-            if backward_takes_tma(ctx.tma_flag, dc, b.t()):
-                da = hopper.launch_tma(hopper.matmul_kernel_tma, dc, b.t(), **hopper.config(*dc.shape, b.shape[0]))
-            else:
-                da = launch(kernel, dc, b.t(), None, ctx.precision, **meta)
+            da = backward_product(b, dc.t()).t() if transposed(a) else backward_product(dc, b.t())
         if ctx.needs_input_grad[1]:  # dB = A^T @ dC: (K, M) @ (M, N), a sum over the M rows
-            if backward_takes_tma(ctx.tma_flag, a.t(), dc):
-                db = hopper.launch_tma(hopper.matmul_kernel_tma, a.t(), dc,
-                                       **hopper.config(a.shape[1], dc.shape[1], a.shape[0]))
-            else:
-                db = launch(kernel, a.t(), dc, None, ctx.precision, **meta)
+            db = backward_product(dc.t(), a).t() if transposed(b) else backward_product(a.t(), dc)
         return da, db, None, None, None, None  # none for activation, precision, tma, tma_flag
 
 

@@ -55,6 +55,22 @@ def test_the_backward_epilogue_multiplies_by_gelu_prime(shape, dtype):
     assert rel_error(out, gelu_backward_reference(a, b, g)) < tolerance(dtype)
 
 
+@pytest.mark.parametrize("tma", [False, None])
+def test_gradients_come_out_laid_out_as_their_inputs(tma):
+    # A linear layer's product x @ W^T, here with x a transposed view too: each gradient is computed
+    # transposed and returned as a view, so W.grad and X.grad lie as W and X do (autograd then adds
+    # them with no copy), and they are right
+    X = torch.randn(24, 40, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    W = torch.randn(56, 24, device=DEVICE, dtype=torch.float16, requires_grad=True)
+    out = matmul(X.t(), W.t(), tma=tma)
+    g = torch.randn_like(out)
+    dX, dW = torch.autograd.grad(out, (X, W), g)
+    assert dX.is_contiguous() and dW.is_contiguous()
+    X64, W64 = X.detach().double().requires_grad_(), W.detach().double().requires_grad_()
+    ref = torch.autograd.grad(X64.t() @ W64.t(), (X64, W64), g.double())
+    assert rel_error(dX, ref[0]) < TOLERANCE[torch.float16] and rel_error(dW, ref[1]) < TOLERANCE[torch.float16]
+
+
 def test_bfloat16_dot_is_not_garbage():
     # Regression for the interpreter's tl.dot on raw bf16 bits (about 1e10 on unit normals).
     a = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
