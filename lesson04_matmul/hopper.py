@@ -259,7 +259,7 @@ def split_tiles(tiles: int, programs: int) -> int:
     return tiles % programs
 
 
-def config(M: int, N: int, K: int, *, activation: str | None = None) -> dict:
+def config(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=None) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
     autotuner on the way (its choice costs host time at every call, and minutes on a first run).
     Rules measured on the training step's products on an H100 (lesson 4, section 17, times what
@@ -271,11 +271,13 @@ def config(M: int, N: int, K: int, *, activation: str | None = None) -> dict:
     waves the idle SMs are a small share of the time, less than the split's second launch costs.
     activation "gelu_backward" (the backward's epilogue, which reads dL/dC) takes 128 x 128 tiles:
     its tile of dL/dC passes through shared memory on its way to the accumulator's layout, 32 KB
-    more than 128 x 256 tiles leave."""
+    more than 128 x 256 tiles leave; so does a float32 C (out_dtype), whose 128 x 256 tile alone
+    takes 128 KB."""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
     SMs = sm_count()
-    if activation != "gelu_backward" and cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, a wave at least:
+    wide = activation != "gelu_backward" and out_dtype != torch.float32  # (the two that need 128 x 128 tiles)
+    if wide and cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, a wave at least:
         # no split (a 128 x 256 float32 block of parts beside the stages would pass the 227 KB of shared memory)
         return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1,
                     num_warps=8, num_stages=3)
@@ -286,18 +288,20 @@ def config(M: int, N: int, K: int, *, activation: str | None = None) -> dict:
                 num_warps=8, num_stages=4)
 
 
-def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=None, **meta) -> torch.Tensor:
+def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=None, out_dtype=None,
+               **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel_tma with a configuration in `meta` (config()'s),
     or matmul_kernel_tma_tuned, which picks one; on `programs` persistent programs (default: one per
     SM, or one per unit of work where there are fewer). With SPLIT_K > 1 in meta (a given
     configuration: the autotuner's have none), the tiles of the last wave (every tile, where there
     are fewer than programs) split K into SPLIT_K parts; the waves before take their tiles whole.
     whole_tiles is a multiple of the programs, so the last wave's units start on program 0. For
-    inputs check_tma accepted. activation "gelu_backward": grad * gelu'(a @ b), grad contiguous, C's shape."""
+    inputs check_tma accepted. activation "gelu_backward": grad * gelu'(a @ b), grad contiguous, C's shape.
+    out_dtype: C's (by default the inputs'; float32 keeps the accumulator's bits)."""
     (M, K), N = a.shape, b.shape[1]
     if not K and activation == "gelu_backward":  # (an empty sum, Z = 0, and gelu'(0) = 1/2)
         return grad * 0.5
-    c = a.new_empty((M, N)) if K else a.new_zeros((M, N))  # K = 0: an empty sum, and act(0) = 0
+    c = a.new_empty((M, N), dtype=out_dtype) if K else a.new_zeros((M, N), dtype=out_dtype)  # K = 0: act(0) = 0
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     grad = interpretable(grad) if grad is not None else None

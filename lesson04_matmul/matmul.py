@@ -128,13 +128,15 @@ def pointer_kernel(dtype: torch.dtype) -> tuple:
 
 
 # %% The launcher
-def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, grad=None, **meta) -> torch.Tensor:
+def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, grad=None, out_dtype=None,
+           **meta) -> torch.Tensor:
     """activation(a @ b) by `kernel`: matmul_kernel with its block sizes in `meta`, or the autotuned
     matmul_kernel_tuned, which picks them; for a and b as matmul() checked them. index_type: of the
     kernel's offsets, tl.int32 or tl.int64; by default the one these tensors need. activation
-    "gelu_backward" (the backward's): grad * gelu'(a @ b), grad contiguous, of C's shape."""
+    "gelu_backward" (the backward's): grad * gelu'(a @ b), grad contiguous, of C's shape. out_dtype: C's
+    (by default the inputs'; float32 keeps the accumulator's bits)."""
     (M, K), N = a.shape, b.shape[1]
-    c = a.new_empty((M, N))
+    c = a.new_empty((M, N), dtype=out_dtype)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     if index_type is None:
         index_type = index_type_of(a, b, c)
@@ -206,7 +208,10 @@ class Matmul(torch.autograd.Function):
     Z never leaves the chip."""
 
     @staticmethod
-    def forward(ctx, a, b, activation, precision, tma, tma_flag):
+    def forward(ctx, a, b, activation, precision, tma_flag):
+        ctx.b_dtype = b.dtype
+        b = b.to(a.dtype)  # a float32 weight in a's dtype for the product (b itself where it is already)
+        tma = choose_kernel(a, b, tma_flag) == "tma"  # the route, on the tensors the kernel reads
         if tma:
             c = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation,
                                   **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
@@ -225,11 +230,11 @@ class Matmul(torch.autograd.Function):
         a, b = ctx.saved_tensors[:2]
         kernel, meta = pointer_kernel(a.dtype)
 
-        def backward_product(x, y):  # x @ y by the kernel the route takes for it (tma=False: never TMA)
+        def backward_product(x, y, out_dtype=None):  # x @ y by the kernel the route takes (tma=False: never TMA)
             if backward_takes_tma(ctx.tma_flag, x, y):
-                return hopper.launch_tma(hopper.matmul_kernel_tma, x, y,
-                                         **hopper.config(x.shape[0], y.shape[1], x.shape[1]))
-            return launch(kernel, x, y, None, ctx.precision, **meta)
+                return hopper.launch_tma(hopper.matmul_kernel_tma, x, y, out_dtype=out_dtype,
+                                         **hopper.config(x.shape[0], y.shape[1], x.shape[1], out_dtype=out_dtype))
+            return launch(kernel, x, y, None, ctx.precision, out_dtype=out_dtype, **meta)
 
         if ctx.activation == "relu":
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
@@ -247,19 +252,32 @@ class Matmul(torch.autograd.Function):
         if ctx.needs_input_grad[0]:  # dA = dC @ B^T: (M, N) @ (N, K)
             da = backward_product(b, dc.t()).t() if transposed(a) else backward_product(dc, b.t())
         if ctx.needs_input_grad[1]:  # dB = A^T @ dC: (K, M) @ (M, N), a sum over the M rows
-            db = backward_product(dc.t(), a).t() if transposed(b) else backward_product(a.t(), dc)
-        return da, db, None, None, None, None  # none for activation, precision, tma, tma_flag
+            # (a float32 weight's gradient in float32, straight from the float32 accumulator: no cast)
+            if transposed(b):
+                db = backward_product(dc.t(), a, ctx.b_dtype).t()
+            else:
+                db = backward_product(a.t(), dc, ctx.b_dtype)
+        return da, db, None, None, None  # none for activation, precision, tma_flag
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, precision: str = "tf32",
            tma: bool | None = None) -> torch.Tensor:
     """C = activation(a @ b) for 2-D a (M, K), b (K, N): float16, bfloat16 or float32, any strides;
-    fp32 accumulation, output in the inputs' dtype. activation: None, "relu" or "gelu" (tanh form).
+    fp32 accumulation, output in a's dtype. activation: None, "relu" or "gelu" (tanh form).
+    b may be float32 where a is float16 or bfloat16 (mixed precision's float32 weight): it is cast to
+    a's dtype for the product, and its gradient comes back in float32, written by the kernel from its
+    float32 accumulator (autocast would cast the weight, then launch another cast for its gradient).
     precision, for float32 on a GPU: "tf32" (tensor cores, 10-bit mantissa) or "ieee" (full fp32, slower).
     tma: None lets choose_kernel pick (hopper.py's TMA kernel where it can run and pays, under
     torch.compile too), True insists on it (the backward's products take it too, wherever it can
     address them), False never."""
-    a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
+    if isinstance(b, torch.Tensor) and b.dtype == torch.float32 and isinstance(a, torch.Tensor) and a.dtype in (
+            torch.float16, torch.bfloat16):  # a float32 weight: each checked in its own dtype, on one device
+        (a,), (b,) = check_tensors({"a": a}, DTYPES, ndim=2), check_tensors({"b": b}, DTYPES, ndim=2)
+        if a.device != b.device:
+            raise ValueError(f"a, b are on different devices: {a.device}, {b.device}")
+    else:
+        a, b = check_tensors({"a": a, "b": b}, DTYPES, ndim=2)
     if a.shape[1] != b.shape[0]:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)} "
                          f"({a.shape[1]} != {b.shape[0]})")
@@ -268,4 +286,4 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, activation: str | None = None, p
     if precision not in ("tf32", "ieee"):
         raise ValueError(f"precision must be 'tf32' or 'ieee', got {precision!r}")
     tma = flag("tma", tma, optional=True)
-    return Matmul.apply(a, b, activation, precision, choose_kernel(a, b, tma) == "tma", tma)
+    return Matmul.apply(a, b, activation, precision, tma)

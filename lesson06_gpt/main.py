@@ -151,10 +151,13 @@ chapter.run("data", data_section)
 # Mixed precision, the same for both sets: parameters and the optimizer's state are float32;
 # activations are bfloat16 on a GPU, each weight cast to bfloat16 where it is used (what
 # torch.autocast does), while norms, softmaxes and the loss accumulate in float32 inside their
-# kernels. One difference: the course's norm takes its float32 weight as it is (lesson 3's kernels
-# read a weight of any float dtype and compute in float32), so no cast is launched for it, nor one
-# for its gradient, which comes out in float32. The loss is float32. (autocast also keeps the residual stream in float32; here it is
-# bfloat16 in both sets, which halves its memory.)
+# kernels. The loss is float32. autocast's way launches two casts per weight and step: the weight
+# to bfloat16, and its gradient back to float32. The course's ops launch one at most. Its norm
+# reads its float32 weight as it is (lesson 3's kernels read any float dtype, compute in float32);
+# its matmul takes a float32 weight beside bfloat16 activations (lesson 4's matmul casts it for the
+# product and writes its gradient in float32 from the kernel's float32 accumulator): no cast back.
+# (autocast also keeps the residual stream in float32; here it is bfloat16 in both sets, which
+# halves its memory.)
 
 
 # %%
@@ -417,19 +420,22 @@ chapter.run("train", training)
 # which) and, in the backward, as those functions' backward nodes; PyTorch's own as aten::* ops and
 # their backward nodes. Views and allocations, which launch nothing, are left out. Beside it, the
 # activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees
-# every tensor saved). Rows to expect: aten::to, the weights cast to the activations' dtype
-# (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing; the course's norms cast
-# nothing) and ToCopyBackward0, their gradients cast back; HAS_RESIDUAL and HAS_DH, the flags of lesson 3's fused norm (the residual add
-# in the forward, the residual stream's own gradient joined to dx in the backward); and on the CPU
+# every tensor saved). Rows to expect: in torch's step, aten::to, the weights cast to the
+# activations' dtype (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing), and
+# ToCopyBackward0, their gradients cast back (the course casts its weights inside Matmul, and
+# casts no gradient back); in both, the embeddings' sum cast once; HAS_RESIDUAL and HAS_DH, the
+# flags of lesson 3's fused norm (the residual add in the forward, the residual stream's own
+# gradient joined to dx in the backward); and on the CPU
 # only, the model's check of the token ids (aten::stack, aminmax, item: model.check_tokens), and
 # torch's RMSNorm backward in its pieces (CPU PyTorch has no fused kernel for it).
 
 
 # %%
 KERNELS = {  # the course's autograd functions and the kernels each one launches
-    "Matmul": "matmul_kernel (or, for large bfloat16 products on Hopper, hopper.py's TMA kernel)",
-    "MatmulBackward": "matmul_kernel twice (dX and dW); where the GELU was fused, first once more: Z recomputed, "
-                      "dL/dZ = dL/dC * gelu'(Z) in its epilogue",
+    "Matmul": "matmul_kernel (or, for large bfloat16 products on Hopper, hopper.py's TMA kernel), after a "
+              "float32 weight's cast",
+    "MatmulBackward": "matmul_kernel twice (dX, and dW in the weight's float32); where the GELU was fused, first "
+                      "once more: Z recomputed, dL/dZ = dL/dC * gelu'(Z) in its epilogue",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
     "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel, dq_kernel, writing d(QKV) in one buffer",
     "RMSNorm": "rms_norm_kernel", "AddRMSNorm": "rms_norm_kernel (HAS_RESIDUAL)",

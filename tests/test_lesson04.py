@@ -71,6 +71,35 @@ def test_gradients_come_out_laid_out_as_their_inputs(tma):
     assert rel_error(dX, ref[0]) < TOLERANCE[torch.float16] and rel_error(dW, ref[1]) < TOLERANCE[torch.float16]
 
 
+@pytest.mark.parametrize("tma", [False, None, True])
+@pytest.mark.parametrize("activation", [None, "gelu"])
+def test_a_float32_weight_is_cast_for_the_product_and_its_gradient_comes_back_in_float32(activation, tma):
+    # mixed precision's linear layer: x in bfloat16, W in float32. The product is the one of W cast to
+    # bfloat16, bit for bit; W's gradient is float32 (from the kernel's accumulator, no cast), laid out as W
+    x = torch.randn(64, 48, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    W = torch.randn(40, 48, device=DEVICE, requires_grad=True)
+    out = matmul(x, W.t(), activation=activation, tma=tma)
+    W16 = W.detach().to(torch.bfloat16).requires_grad_()
+    expected = matmul(x, W16.t(), activation=activation, tma=tma)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, expected)
+    g = torch.randn_like(out)
+    dx, dW = torch.autograd.grad(out, (x, W), g)
+    dx16, dW16 = torch.autograd.grad(expected, (x, W16), g)
+    assert dW.dtype == torch.float32 and dW.is_contiguous() and torch.equal(dx, dx16)
+    assert rel_error(dW, dW16) < TOLERANCE[torch.bfloat16]
+    if activation is None:  # (with the GELU, dL/dZ is rounded to bfloat16 before the sum: both carry it)
+        ref = x.detach().double().t() @ g.double()  # dW^T = x^T @ g, exactly, from the same bfloat16 numbers
+        assert rel_error(dW.t(), ref) < rel_error(dW16.t(), ref) / 10  # float32's sum, not one rounded to bfloat16
+
+
+def test_other_mixed_dtypes_are_refused():
+    a, b = torch.randn(4, 4, device=DEVICE), torch.randn(4, 4, device=DEVICE, dtype=torch.bfloat16)
+    with pytest.raises(TypeError, match=r"a, b have different dtypes \(float32, bfloat16\)"):
+        matmul(a, b)  # (a float32 activation with a 16-bit weight: no)
+    with pytest.raises(TypeError, match=r"different dtypes \(float16, bfloat16\)"):
+        matmul(a.half(), b)
+
+
 def test_bfloat16_dot_is_not_garbage():
     # Regression for the interpreter's tl.dot on raw bf16 bits (about 1e10 on unit normals).
     a = torch.randn(16, 16, device=DEVICE, dtype=torch.bfloat16)
