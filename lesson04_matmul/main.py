@@ -256,17 +256,17 @@ chapter.run("trace", trace, trace=True)
 
 # %% [markdown]
 # ## 7. The public function: matmul(), and which kernel it runs
-# matmul() (matmul.py) checks the input, then asks one function which kernel runs:
+# matmul() (matmul.py) checks the input, then one function decides which kernel runs:
 # choose_kernel, the route. hopper.py's TMA kernel where it can run and pays (a Hopper GPU, float16
 # or bfloat16, operands the copy engine can address, M * N * K from 16384 x 768 x 768, the smallest
-# product of lesson 6's training step; lesson 7 takes it apart),
-# the autotuned pointer kernel otherwise. Whether TMA can read a tensor depends on where its memory
-# starts (a multiple of 16 bytes), so the choice is made there, on the tensors, before the autograd
-# function of section 9 (Matmul), which is handed a plain True or False. Under torch.compile a
-# traced tensor has no address yet: the route reads its offset in its storage instead, as the
-# compiler does for its own kernels (hopper.starts_aligned). The table: each of the route's conditions, in
-# the order it asks them, with an example it decides (a meta tensor: a shape and strides, no
-# memory), and the kernel it picks.
+# product of lesson 6's training step; lesson 7 takes it apart), the autotuned pointer kernel
+# otherwise. Whether TMA can read a tensor depends on where its memory starts (a multiple of 16
+# bytes), so the route is asked on the tensors the kernel reads, in the forward of section 9's
+# autograd function (Matmul), after a float32 weight's cast. Under torch.compile a traced tensor
+# has no address yet: the route reads its offset in its storage instead, as the compiler does for
+# its own kernels (hopper.starts_aligned). The table: each of the route's conditions, in the order
+# it asks them, with an example it decides (a meta tensor: a shape and strides, no memory), and the
+# kernel it picks.
 
 
 # %%

@@ -279,7 +279,7 @@ def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, prog
 
 
 def test_the_tma_path_through_the_autograd_function_and_its_backward():
-    # matmul() decides tma on the real tensors and hands Matmul a plain bool; the gelu backward
+    # Matmul's forward decides tma on the tensors the kernel reads; the gelu backward
     # recomputes Z with the forward's choice; with tma=True dA and dB take the TMA kernel too, on
     # the transposed views B^T and A^T as they lie
     if not INTERPRET and not HOPPER:
