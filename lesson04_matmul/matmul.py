@@ -55,8 +55,8 @@ def matmul_kernel(
     stride_cm, stride_cn,           # ... of C
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # the tile of C, the K step
     GROUP_M: tl.constexpr,          # tile rows per group (main.py, section 3); 1 is row-major order
-    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store; "gelu_backward":
-    g_ptr=None,                     # the tile times gelu' of it, g (C's shape, contiguous) * gelu'(A @ B)
+    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store
+    g_ptr=None,                     # for "gelu_backward" (section 9): C = g * gelu'(A @ B), g contiguous, C's shape
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: "tf32" (tensor cores) or "ieee"
     INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (common.checks.index_type)
     TRACE: tl.constexpr = False,
