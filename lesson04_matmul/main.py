@@ -298,8 +298,10 @@ def route_table() -> Table:
                      arguments or "-", "{} ({})".format(*KERNELS[kernel])))
     return print_table(rows, ["condition (asked in this order)", "example", "arguments", "kernel"],
                        title="matmul()'s route: choose_kernel",
-                       note="The backward asks the route again for dA = dC @ B^T and for dB = A^T @ dC (transposed "
-                            "views, which TMA reads as they lie); with gelu, Z is recomputed by the forward's kernel.")
+                       note="Asked in Matmul's forward, on the tensors the kernel reads (a float32 weight after its "
+                            "cast). The backward asks again for dA = dC @ B^T and for dB = A^T @ dC (transposed views, "
+                            "which TMA reads as they lie); with gelu, Z is recomputed by the forward's kernel, gelu' in "
+                            "its epilogue.")
 
 
 # %%
