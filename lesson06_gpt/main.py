@@ -425,9 +425,9 @@ chapter.run("train", training)
 # ToCopyBackward0, their gradients cast back (the course casts its weights inside Matmul, and
 # casts no gradient back); in both, the embeddings' sum cast once; HAS_RESIDUAL and HAS_DH, the
 # flags of lesson 3's fused norm (the residual add in the forward, the residual stream's own
-# gradient joined to dx in the backward); and on the CPU
-# only, the model's check of the token ids (aten::stack, aminmax, item: model.check_tokens), and
-# torch's RMSNorm backward in its pieces (CPU PyTorch has no fused kernel for it).
+# gradient joined to dx in the backward); and on the CPU only, the model's check of the token ids
+# (aten::stack, aminmax, item: model.check_tokens), and torch's RMSNorm backward in its pieces (CPU
+# PyTorch has no fused kernel for it).
 
 
 # %%
