@@ -63,7 +63,7 @@ def matmul_kernel_tma(
     stride_am, stride_bk, stride_cm,    # the row strides of A, B and C as they lie in memory
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
     FLATTEN: tl.constexpr,              # pipeline across tiles (a persistent grid)
-    ACTIVATION: tl.constexpr = "",     # matmul.py's: "", "relu", "gelu" or "gelu_backward" (with g_ptr)
+    ACTIVATION: tl.constexpr = "",      # matmul.py's: "", "relu", "gelu" or "gelu_backward" (with g_ptr)
     g_ptr=None,                         # "gelu_backward": dL/dC, C's shape, contiguous
     A_T: tl.constexpr = False,          # A lies in memory as A^T, K x M rows (a.t() of a row-major tensor)
     B_T: tl.constexpr = False,          # B lies in memory as B^T, N x K rows (a linear layer's weight)
