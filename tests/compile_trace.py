@@ -29,8 +29,15 @@ class Stop(Exception):
     pass
 
 
+def linear(x, w):
+    """Lesson 6's linear layer as the course's ops call it: x @ W^T, a float32 W beside 16-bit x."""
+    from lesson06_gpt.model import CourseOps
+    return CourseOps.linear(x, w)
+
+
 def joint_graphs(cases: list) -> list:
-    """For each case {"op": "module:function", "shapes": [...], "dtype": "float16", "kwargs": {...},
+    """For each case {"op": "module:function", "shapes": [...], "dtype": "float16" (or "dtypes", one a
+    leaf), "kwargs": {...},
     "offset": 2 (the first operand that many elements into its storage), "hopper": True (matmul's route as on an H100 or H200: lesson04_matmul.hopper.HOPPER)}:
     (the error torch.compile raised, or None; the kernels in the joint graph, in order; what the
     tracer warned of: "Encountered an exception" is its fallback, every input taken as written)."""
@@ -58,7 +65,9 @@ def joint_graphs(cases: list) -> list:
             return make_boxed_func(never)
 
         backend = aot_autograd(fw_compiler=stop, bw_compiler=stop, partition_fn=partition)
-        leaves = [torch.randn(shape, dtype=getattr(torch, case["dtype"]), requires_grad=True) for shape in case["shapes"]]
+        dtypes = case.get("dtypes") or [case["dtype"]] * len(case["shapes"])
+        leaves = [torch.randn(shape, dtype=getattr(torch, dtype), requires_grad=True)
+                  for shape, dtype in zip(case["shapes"], dtypes)]
         kwargs, offset = case.get("kwargs", {}), case.get("offset", 0)
         if offset:  # the first operand a view `offset` elements into its storage, made inside the traced function
             first = case["shapes"][0]

@@ -345,6 +345,7 @@ def test_torch_compile_traces_matmul_on_the_route_the_eager_call_takes():
     # storage offsets (a traced tensor has no address). dB = A^T @ dC, 768 x 768, has 36 tiles for
     # 132 SMs: split K, its parts added by split_k_sum_kernel. On a GPU without TMA, the pointer
     # kernel; and so do the products that read an operand off a 16-byte boundary (a view 2 elements in).
+    # Lesson 6's linear (a float32 W, cast inside Matmul) traces whole and takes the same kernels.
     # Without a GPU: tests/compile_trace.py, Dynamo (fullgraph) and AOTAutograd in a compiled-mode child
     from common import child
     from conftest import TESTS
@@ -354,7 +355,9 @@ def test_torch_compile_traces_matmul_on_the_route_the_eager_call_takes():
     cases = [dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True),
              dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True, kwargs=dict(tma=True)),
              dict(op=op, shapes=shapes, dtype="bfloat16", hopper=False),
-             dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True, offset=2)]
+             dict(op=op, shapes=shapes, dtype="bfloat16", hopper=True, offset=2),
+             # lesson 6's linear: a float32 W beside bfloat16 x, cast inside Matmul, dW in float32
+             dict(op="compile_trace:linear", shapes=shapes, dtypes=["bfloat16", "float32"], hopper=True)]
     _, results = child.run("compile_trace:joint_graphs", dict(cases=cases), interpret=False, path=(TESTS,))
     for error, kernels, warned in results:
         assert error is None, error
@@ -362,7 +365,7 @@ def test_torch_compile_traces_matmul_on_the_route_the_eager_call_takes():
     tma = ["matmul_kernel_tma"] * 3 + ["split_k_sum_kernel"]
     # offset 2: A's products take the pointer kernel, dA = dC @ B^T (A not read) the TMA kernel
     assert [kernels for _, kernels, _ in results] == [tma, tma, ["matmul_kernel"] * 3,
-                                                      ["matmul_kernel", "matmul_kernel_tma", "matmul_kernel"]]
+                                                      ["matmul_kernel", "matmul_kernel_tma", "matmul_kernel"], tma]
 
 
 def test_the_backward_asks_the_route_for_each_product():
