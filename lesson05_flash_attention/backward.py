@@ -59,7 +59,7 @@ import triton.language as tl
 
 from common import bench
 from common.checks import dtype_name, flag, index_type
-from common.launch import cdiv, dot_block, scratch, splits_to_fill, traced_config
+from common.launch import cdiv, dot_block, next_power_of_2, scratch, splits_to_fill, traced_config
 from common.table import print_table
 from common.trace import show
 
@@ -258,6 +258,31 @@ def dkdv_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dk_ptr, dv_ptr,
 
 
 @triton.jit
+def sum_parts_kernel(dk_parts_ptr, dv_parts_ptr, dk_ptr, dv_ptr, rows, H_KV, seq_k,
+                     stride_dkb, stride_dkh, stride_dkn, stride_dkd,   # dk (B, H_KV, seq_k, HEAD_DIM), any layout
+                     stride_dvb, stride_dvh, stride_dvn, stride_dvd,   # ... and dv
+                     PARTS: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_R: tl.constexpr,
+                     INDEX_TYPE: tl.constexpr = tl.int32):
+    """dK and dV from the dK/dV kernel's PARTS float32 parts (contiguous, (PARTS, B, H_KV, seq_k,
+    HEAD_DIM)): each row (b, key head, key) the sum of its parts in a fixed order (the same bits on
+    every run), in dk's dtype, stored where dk and dv lie. One launch for both."""
+    r = tl.program_id(0).to(INDEX_TYPE) * BLOCK_R + tl.arange(0, BLOCK_R)  # rows of B x H_KV x seq_k
+    d = tl.arange(0, BLOCK_D)
+    mask = (r < rows)[:, None] & (d < HEAD_DIM)[None, :]
+    dk = tl.zeros((BLOCK_R, BLOCK_D), dtype=tl.float32)
+    dv = tl.zeros((BLOCK_R, BLOCK_D), dtype=tl.float32)
+    for p in tl.static_range(PARTS):
+        part = (r + p * rows)[:, None] * HEAD_DIM + d[None, :]
+        dk += tl.load(dk_parts_ptr + part, mask=mask, other=0.0)
+        dv += tl.load(dv_parts_ptr + part, mask=mask, other=0.0)
+    b, h, n = r // (H_KV * seq_k), (r // seq_k) % H_KV, r % seq_k
+    dk_offsets = (b * stride_dkb + h * stride_dkh + n * stride_dkn)[:, None] + d[None, :] * stride_dkd
+    dv_offsets = (b * stride_dvb + h * stride_dvh + n * stride_dvn)[:, None] + d[None, :] * stride_dvd
+    tl.store(dk_ptr + dk_offsets, dk.to(dk_ptr.dtype.element_ty), mask=mask)
+    tl.store(dv_ptr + dv_offsets, dv.to(dv_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def dq_blocks(dq, q, do, lse, delta, k_ptr, v_ptr, stride_kn, stride_kd, stride_vn, stride_vd, rows, dims, dim_ok,
               seq_k, diag, qk_scale, lo, hi,
               BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
@@ -423,8 +448,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     forward takes: q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D).
 
     By default three kernels: Delta; dK and dV, a program per key block (and per part of a key head's
-    query heads, dkdv_parts, or `parts`), summed over the query heads that read it; dQ, a program per
-    query block. Deterministic: the same bits on every run. atomic_dq=True: FlashAttention-2's way,
+    query heads, dkdv_parts, or `parts`: then sum_parts_kernel adds the parts' float32 sums, a fourth
+    launch), summed over the query heads that read it; dQ, a program per query block. Deterministic: the same bits on every run. atomic_dq=True: FlashAttention-2's way,
     two kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
     accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
     the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
@@ -489,9 +514,12 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     dkdv[key_blocks](q, k, v, do, lse, delta, dk_sums, dv_sums, dq_sum, sm_scale, H_KV, group, seq_q, seq_k, parts,
                      k.numel(), *strides, *dk_sums.stride()[-4:], CAUSAL=causal, ATOMIC_DQ=atomic_dq, TMA_DQ=tma_dq, INPUT_PRECISION=precision,
                      **{"TRACE": False, **dims, **(dkdv_meta or {})})  # (the trace's BLOCK_D of 2: tl.dot's 16 is the GPU's)
-    if parts > 1:
-        dk_out.copy_(dk_sums.sum(dim=0))
-        dv_out.copy_(dv_sums.sum(dim=0))
+    if parts > 1:  # the parts added up and cast, written where dk and dv lie: one launch for both
+        rows, BLOCK_D = B * H_KV * seq_k, next_power_of_2(D)
+        BLOCK_R = max(1, 4096 // BLOCK_D)
+        sum_parts_kernel[(cdiv(rows, BLOCK_R),)](
+            dk_sums, dv_sums, dk_out, dv_out, rows, H_KV, seq_k, *dk_out.stride(), *dv_out.stride(), PARTS=parts,
+            HEAD_DIM=D, BLOCK_D=BLOCK_D, BLOCK_R=BLOCK_R, INDEX_TYPE=index_type(dk_sums, dv_sums, dk_out, dv_out))
     if atomic_dq:
         return dq_out.copy_(dq_sum), dk_out, dv_out
     dq[lambda meta: (cdiv(seq_q, meta["BLOCK_M"]) * B * H,)](

@@ -437,7 +437,8 @@ KERNELS = {  # the course's autograd functions and the kernels each one launches
     "MatmulBackward": "matmul_kernel twice (dX, and dW in the weight's float32); where the GELU was fused, first "
                       "once more: Z recomputed, dL/dZ = dL/dC * gelu'(Z) in its epilogue",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
-    "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel, dq_kernel, writing d(QKV) in one buffer",
+    "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel (sum_parts_kernel where it runs in parts), dq_kernel, "
+                            "writing d(QKV) in one buffer",
     "RMSNorm": "rms_norm_kernel", "AddRMSNorm": "rms_norm_kernel (HAS_RESIDUAL)",
     "RMSNormBackward": "rms_norm_backward_kernel, then row_sum's kernels for dw",
     "AddRMSNormBackward": "rms_norm_backward_kernel (HAS_DH), then row_sum's kernels for dw",

@@ -30,7 +30,7 @@ from lesson03_rowsum.row_sum import tile_config
 from lesson04_matmul import hopper
 from lesson04_matmul.hopper import GPU_TMA_CONFIGS, shared_bytes, tma_gpu
 from lesson04_matmul.matmul import ACTIVATIONS, GPU_CONFIGS as MATMUL_CONFIGS
-from common.launch import dot_block
+from common.launch import dot_block, next_power_of_2
 from lesson05_flash_attention import backward, decode
 from lesson05_flash_attention.attention import NARROW, WIDE
 from lesson06_gpt import adamw
@@ -258,6 +258,17 @@ def preprocess_job(v):
                             "INDEX_TYPE": v["index"], **UNIT_STRIDES(("o", "do"))})
 
 
+def sum_parts_job(v):  # as backward.launch_backward launches it where dK/dV run in parts (2 to 4 of them here)
+    D = v["head_dim"]
+    BLOCK_D = next_power_of_2(D)
+    return dict(module=L5B, kernel="sum_parts_kernel",
+                signature={**pointers("fp32", "dk_parts_ptr", "dv_parts_ptr"), **pointers(v["dtype"], "dk_ptr", "dv_ptr"),
+                           **ints("rows", "H_KV", "seq_k"),
+                           **ints(*(f"stride_{t}{d}" for t in ("dk", "dv") for d in "bhn"))},
+                constexprs={"PARTS": v["parts"], "HEAD_DIM": D, "BLOCK_D": BLOCK_D, "BLOCK_R": max(1, 4096 // BLOCK_D),
+                            "INDEX_TYPE": v["index"], **UNIT_STRIDES(("dk", "dv"))})
+
+
 def combine_job(v):
     D = v["head_dim"]
     return dict(module=DEC, kernel="combine_splits_kernel",
@@ -343,6 +354,8 @@ def families(arch: int) -> list[Family]:
                size=lambda v: v["head_dim"] * itemsize(v)),
         Family("preprocess_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS}, {"index": INDEX}, preprocess_job,
                size=lambda v: v["head_dim"] * itemsize(v)),
+        Family("sum_parts_kernel", {"dtype": DTYPES, "head_dim": HEAD_DIMS}, {"parts": (2, 4), "index": INDEX},
+               sum_parts_job, size=lambda v: v["head_dim"] * itemsize(v)),
         attention_family("dkdv_kernel", backward.LISTS["dkdv"], backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"))),
         attention_family("dkdv_kernel with atomic dQ", backward.LISTS["fused"],
                          backward_job("dkdv_kernel", ("dk_ptr", "dv_ptr"), ATOMIC_DQ=True)),

@@ -565,7 +565,7 @@ def test_every_launch_names_every_argument_of_its_kernel(monkeypatch):
         q, k, v = model_inputs(*shape, torch.float32, requires_grad=True)
         attention(q, k, v, causal=True).sum().backward()
     assert sorted(launched) == ["attention_kernel", "combine_splits_kernel", "dkdv_kernel", "dq_kernel",
-                                "preprocess_kernel"]
+                                "preprocess_kernel", "sum_parts_kernel"]
     assert all(not missing for missing in launched.values()), launched
 
 
@@ -587,9 +587,12 @@ def test_torch_compile_traces_attention_whole_forward_and_backward():
              dict(op="lesson05_flash_attention.attention:attention_qkv", shapes=[(1, 40, 8, 16)], dtype="bfloat16",
                   kwargs=dict(heads=4, causal=True))]  # a model's packed projection (lesson 6's)
     _, results = child.run("compile_trace:joint_graphs", dict(cases=cases), interpret=False, path=(TESTS,))
+    # (with grouped heads, dK/dV in parts, added by sum_parts_kernel: backward.dkdv_parts)
     backward_kernels = ["preprocess_kernel", "dkdv_kernel", "dq_kernel"]
-    expected = [["attention_kernel", *backward_kernels]] * 3 + [["attention_kernel", "combine_splits_kernel",
-                                                                 *backward_kernels], ["attention_kernel", *backward_kernels]]
+    in_parts = ["preprocess_kernel", "dkdv_kernel", "sum_parts_kernel", "dq_kernel"]
+    expected = [["attention_kernel", *backward_kernels], ["attention_kernel", *in_parts],
+                ["attention_kernel", *backward_kernels], ["attention_kernel", "combine_splits_kernel", *in_parts],
+                ["attention_kernel", *in_parts]]
     for case, (error, kernels, warned), wanted in zip(cases, results, expected):
         assert error is None, (case, error)
         assert "Encountered an exception" not in warned, (case, warned[-2000:])
@@ -663,6 +666,16 @@ def test_dkdv_parts_split_a_multi_query_heads_work():
     for parts in (2, 3, 7):
         for a, b in zip(backward.launch_backward(do, q, k, v, o, lse, True, 0.3, parts=parts), whole):
             torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+    # the parts' sum (sum_parts_kernel) cast to bfloat16 and written where dk and dv lie, each its own
+    # layout: dk a view of a (B, seq_k, 2, D) buffer, as in attention_qkv's d(QKV), dv contiguous; the
+    # same numbers as one part's, to bfloat16's rounding
+    q, k, v, o, do = (t.to(torch.bfloat16) for t in (q, k, v, o, do))
+    buffer = torch.full((2, 37, 2, 32), float("nan"), device=DEVICE, dtype=torch.bfloat16)
+    out = (torch.empty_like(q), buffer[:, :, :1].transpose(1, 2), torch.full_like(v, float("nan")))
+    dq, dk, dv = backward.launch_backward(do, q, k, v, o, lse, True, 0.3, parts=3, out=out)
+    assert dk is out[1] and dv is out[2] and not buffer[:, :, :1].isnan().any() and not dv.isnan().any()
+    for a, b in zip((dq, dk, dv), backward.launch_backward(do, q, k, v, o, lse, True, 0.3, parts=1)):
+        torch.testing.assert_close(a, b, atol=1e-2, rtol=1.6e-2)
 
 
 @pytest.mark.parametrize("D, split", [(80, 2), (256, 4)])
