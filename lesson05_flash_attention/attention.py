@@ -304,7 +304,7 @@ ROUTES = [
      "grouped-query heads too; not under torch.use_deterministic_algorithms); not under torch.compile",
      "backward.preprocess_kernel, hopper.attention_bwd_kernel_hopper", (4, 32, 8, 4096, 4096, 128)),
     ("backward", "triton", "everything else (an empty q, k or v too)", "backward.preprocess_kernel, dkdv_kernel_tuned (a key head's query "
-     "heads in parts: dkdv_parts; the head dim split at 256), dq_kernel_tuned", (4, 16, 16, 4096, 4096, 80)),
+     "heads in parts: dkdv_parts, then sum_parts_kernel; the head dim split at 256), dq_kernel_tuned", (4, 16, 16, 4096, 4096, 80)),
 ]
 
 
