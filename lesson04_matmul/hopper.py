@@ -133,7 +133,7 @@ def matmul_kernel_tma(
                 acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
             if ACTIVATION == "gelu":
                 acc = gelu_tanh(acc)
-            if ACTIVATION == "gelu_backward":  # dL/dC's tile by plain loads (no shared memory left for a third)
+            if ACTIVATION == "gelu_backward":  # dL/dC's tile by plain loads (no shared memory left for its TMA tile)
                 rows = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)).to(tl.int64)
                 cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 g = tl.load(g_ptr + rows[:, None] * N + cols[None, :], mask=(rows < M)[:, None] & (cols < N)[None, :])
@@ -270,9 +270,10 @@ def config(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=N
     side (SPLIT_K; launch_tma), as many as fit the SMs, each at least 4 steps of K; behind more
     waves the idle SMs are a small share of the time, less than the split's second launch costs.
     activation "gelu_backward" (the backward's epilogue, which reads dL/dC) takes 128 x 128 tiles:
-    its tile of dL/dC passes through shared memory on its way to the accumulator's layout, 32 KB
-    more than 128 x 256 tiles leave; so does a float32 C (out_dtype), whose 128 x 256 tile alone
-    takes 128 KB."""
+    its tile of dL/dC, loaded by plain loads, is rearranged into the accumulator's layout (which
+    thread holds which element) through shared memory, 32 KB that 128 x 256 tiles leave no room for
+    (compiled for sm_90: 240 KB of the 227); so does a float32 C (out_dtype), whose 128 x 256 tile
+    alone takes 128 KB."""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
     SMs = sm_count()
@@ -305,8 +306,10 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     grad = interpretable(grad) if grad is not None else None
-    if not torch.compiler.is_compiling():  # (torch.compile's code sets its own at each launch, and refuses
-        triton.set_allocator(scratch)         # a call to it in a traced function)  # the descriptors' memory (common.launch.scratch says why on every call)
+    # the descriptors' memory, set on every call (common.launch.scratch says why); not while torch.compile
+    # traces: its code sets its own at each launch, and refuses a call to it in a traced function
+    if not torch.compiler.is_compiling():
+        triton.set_allocator(scratch)
     programs = programs or sm_count()
     if not (M and N and K):
         return c

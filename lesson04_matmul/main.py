@@ -257,12 +257,15 @@ chapter.run("trace", trace, trace=True)
 # %% [markdown]
 # ## 7. The public function: matmul(), and which kernel it runs
 # matmul() (matmul.py) checks the input, then one function decides which kernel runs:
-# choose_kernel, the route. hopper.py's TMA kernel where it can run and pays (a Hopper GPU, float16
-# or bfloat16, operands the copy engine can address, M * N * K from 16384 x 768 x 768, the smallest
-# product of lesson 6's training step; lesson 7 takes it apart), the autotuned pointer kernel
-# otherwise. Whether TMA can read a tensor depends on where its memory starts (a multiple of 16
-# bytes), so the route is asked on the tensors the kernel reads, in the forward of section 9's
-# autograd function (Matmul), after a float32 weight's cast. Under torch.compile a traced tensor
+# choose_kernel, the route. It picks hopper.py's TMA kernel (TMA, Hopper's tensor memory
+# accelerator: a copy engine that moves whole tiles, section 15) where it can run and pays: a
+# Hopper GPU, float16 or bfloat16, operands the copy engine can address, M * N * K from 16384 x 768
+# x 768, the smallest product of lesson 6's training step (lesson 7 takes it apart); otherwise the
+# autotuned pointer kernel. Whether TMA can read a tensor depends on where its memory starts and how
+# far apart its rows are (both multiples of 16 bytes), so the route is asked on the tensors the
+# kernel reads, in the forward of section 9's autograd function (Matmul). (matmul() also takes a
+# float32 weight b beside 16-bit a, mixed precision's: Matmul casts it first, and the route asks
+# on the cast.) Under torch.compile a traced tensor
 # has no address yet: the route reads its offset in its storage instead, as the compiler does for
 # its own kernels (hopper.starts_aligned). The table: each of the route's conditions, in the order
 # it asks them, with an example it decides (a meta tensor: a shape and strides, no memory), and the
@@ -279,7 +282,7 @@ ROUTE_EXAMPLES = [  # (the condition that decides; an example: M, N, K, dtype, A
     ("else: float32", (4096, 4096, 4096), torch.float32, False, {}),
     ("else: M * N * K < 16384 x 768 x 768 (2048^3: the pointer kernel won)", (2048, 2048, 2048), torch.float16,
      False, {}),
-    ("else: rows TMA cannot address (K = 4100: rows of 8200 bytes)", (4096, 4096, 4100), torch.float16, False, {}),
+    ("else: rows TMA cannot address (K = 4100: rows of 8200 bytes, not a multiple of 16)", (4096, 4096, 4100), torch.float16, False, {}),
     ("else: a GPU without TMA (before Hopper)", (4096, 4096, 4096), torch.float16, False, dict(gpu_has_tma=False)),
 ]
 KERNELS = {"tma": ("matmul_kernel_tma", "hopper.py"), "pointer": ("matmul_kernel", "matmul.py")}  # the route's answers
@@ -358,7 +361,8 @@ chapter.run("check", check)
 # kernel reads any strides (section 4), so the backward runs the same kernel with no copy. Each of
 # the two products asks the route again (section 7): on Hopper, hopper.py's TMA kernel reads a
 # transposed view as it lies and turns the tile on chip, and for dB, whose output is as small as a
-# weight while its sum runs over every token, it splits K so that every SM has work (lesson 7).
+# weight while its sum runs over every token (its inner dimension, A's rows), it splits that sum
+# into parts so that every SM has work (lesson 7).
 # Each gradient comes out laid out as its input is: for a transposed view (a linear layer's B =
 # W^T) the backward computes dB^T = dC^T @ A and returns its transpose, a view, so W's gradient
 # lies as W does and autograd adds it to W.grad as it is (PyTorch's mm backward does the same; a
@@ -372,7 +376,7 @@ chapter.run("check", check)
 #   lesson 1's gelu_tanh_grad, from lesson01_vector_add/elementwise.py): Z never goes to memory, and
 #   the backward launches no element-wise kernel of its own.
 # matmul.py's Matmul, a torch.autograd.Function, holds both directions: forward launches the
-# kernel matmul() chose, backward computes dA and dB (only those an input that requires grad wants:
+# kernel matmul() chose, backward computes dA and dB (only the gradients whose input requires grad:
 # ctx.needs_input_grad). matmul() calls Matmul.apply whether or not anything requires grad, and
 # torch.compile traces it whole, the kernels' launches included.
 
@@ -603,10 +607,11 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # %% [markdown]
 # ## 17. The products a model trains: a linear layer's forward and both gradients
 # A linear layer stores its weight as W (out x in) and computes y = x @ W^T: B is a transposed
-# view. Its backward runs two more products: dX = dY @ W, and dW = X^T @ dY, where A is the
-# transposed view and the sum runs over every token of the batch (16384 in lesson 6's step) while
-# the output is only as large as the weight. The three differ in what is hard: the forward and dX
-# have tiles to spare; dW has few tiles and a long K. Split K spreads that K over the idle SMs
+# view. Its backward runs two more products: dX = dY @ W, and dW = dY^T @ X (W's shape: section
+# 9 computes it so for B = W^T), where A = dY^T is the transposed view and the sum runs over every
+# token of the batch (16384 in lesson 6's step) while the output is only as large as the weight.
+# The three differ in what is hard: the forward and dX have tiles to spare; dW has few tiles and a
+# long inner dimension, K = the tokens. Split K spreads that K over the idle SMs
 # (lesson 7, section 2): where C has fewer tiles than SMs, every tile splits; in two waves, only
 # the last wave's tiles do (behind more waves, the idle SMs of the last cost less than the split's
 # second launch). Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7) beside
@@ -624,7 +629,7 @@ def bench_layers(tokens: int = 16384) -> Table:
     for layer, K, N in LAYERS:
         x, w, dy = (torch.randn(*shape, device=DEVICE, dtype=torch.bfloat16) for shape in
                     ((tokens, K), (N, K), (tokens, N)))
-        for product, a, b in (("forward: x @ W^T", x, w.t()), ("dX = dY @ W", dy, w), ("dW = X^T @ dY", x.t(), dy)):
+        for product, a, b in (("forward: x @ W^T", x, w.t()), ("dX = dY @ W", dy, w), ("dW = dY^T @ X", dy.t(), x)):
             ms = bench.side_by_side({"cuBLAS": lambda: a @ b, "course": lambda: matmul(a, b)})
             kernel = KERNELS[choose_kernel(a, b)][0]
             if kernel == "matmul_kernel_tma":

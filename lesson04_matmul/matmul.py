@@ -55,8 +55,8 @@ def matmul_kernel(
     stride_cm, stride_cn,           # ... of C
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,  # the tile of C, the K step
     GROUP_M: tl.constexpr,          # tile rows per group (main.py, section 3); 1 is row-major order
-    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store
-    g_ptr=None,                     # for "gelu_backward" (section 9): C = g * gelu'(A @ B), g contiguous, C's shape
+    ACTIVATION: tl.constexpr = "",  # "", "relu" or "gelu": applied to the tile before the store; or
+    g_ptr=None,                     # "gelu_backward" (main.py, section 9): C = g * gelu'(A @ B), g contiguous, C's shape
     INPUT_PRECISION: tl.constexpr = "tf32",  # float32 inputs: "tf32" (tensor cores) or "ieee"
     INDEX_TYPE: tl.constexpr = tl.int32,     # of the offsets: int64 past 2**31 elements (common.checks.index_type)
     TRACE: tl.constexpr = False,
@@ -146,7 +146,7 @@ def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, gra
     def grid(meta):  # meta: the block sizes in use, given here or picked by the autotuner
         return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # one program per tile of C
 
-    if M and N:  # (K = 0 is fine: the K loop runs no rounds, and act(0) = 0)
+    if M and N:  # (K = 0 is fine: the K loop runs no rounds, and the epilogue sees A @ B = 0)
         meta = {"TRACE": False, **meta}  # every argument, defaults too: torch.compile's analysis wants them all
         kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                      ACTIVATION=activation or "", g_ptr=grad, INPUT_PRECISION=precision, INDEX_TYPE=index_type,

@@ -265,7 +265,7 @@ def sum_parts_kernel(dk_parts_ptr, dv_parts_ptr, dk_ptr, dv_ptr, rows, H_KV, seq
                      INDEX_TYPE: tl.constexpr = tl.int32):
     """dK and dV from the dK/dV kernel's PARTS float32 parts (contiguous, (PARTS, B, H_KV, seq_k,
     HEAD_DIM)): each row (b, key head, key) the sum of its parts in a fixed order (the same bits on
-    every run), in dk's dtype, stored where dk and dv lie. One launch for both."""
+    every run), each in its own dtype, stored where dk and dv lie. One launch for both."""
     r = tl.program_id(0).to(INDEX_TYPE) * BLOCK_R + tl.arange(0, BLOCK_R)  # rows of B x H_KV x seq_k
     d = tl.arange(0, BLOCK_D)
     mask = (r < rows)[:, None] & (d < HEAD_DIM)[None, :]
@@ -463,7 +463,7 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     dK/dV pass; the trace and the block-size sweep hand in plain ones, with their block sizes in
     dkdv_meta, dq_meta). The kernels read q, k, v, do and o through their strides, as the forward
     does: a view (q, k and v from one (B, seq, heads, D) projection, say) is read where it lies, not
-    copied; the gradients are written contiguous."""
+    copied; the gradients are written contiguous, or where `out`'s three tensors lie."""
     B, H, seq_q, D = q.shape
     H_KV, seq_k = k.shape[1], k.shape[2]
     if flag("tma_dq", tma_dq) and not flag("atomic_dq", atomic_dq):

@@ -149,13 +149,13 @@ chapter.run("data", data_section)
 # one d(QKV) buffer where autograd would join three with a copy.
 #
 # Mixed precision, the same for both sets: parameters and the optimizer's state are float32;
-# activations are bfloat16 on a GPU, each weight cast to bfloat16 where it is used (what
-# torch.autocast does), while norms, softmaxes and the loss accumulate in float32 inside their
-# kernels. The loss is float32. autocast's way launches two casts per weight and step: the weight
-# to bfloat16, and its gradient back to float32. The course's ops launch one at most. Its norm
-# reads its float32 weight as it is (lesson 3's kernels read any float dtype, compute in float32);
-# its matmul takes a float32 weight beside bfloat16 activations (lesson 4's matmul casts it for the
-# product and writes its gradient in float32 from the kernel's float32 accumulator): no cast back.
+# activations are bfloat16 on a GPU, while norms, softmaxes and the loss accumulate in float32
+# inside their kernels; the loss is float32. Torch's set casts each weight to bfloat16 where it is
+# used, as torch.autocast does: two casts per weight and step, the weight to bfloat16 and its
+# gradient back to float32. The course's set launches one at most: its norm reads the float32
+# weight as it is (lesson 3's kernels read any float dtype, compute in float32), and its matmul
+# takes the float32 weight beside bfloat16 activations (lesson 4's matmul casts it for the product
+# and writes its gradient in float32 from the kernel's float32 accumulator): no cast back.
 # (autocast also keeps the residual stream in float32; here it is bfloat16 in both sets, which
 # halves its memory.)
 
@@ -416,13 +416,13 @@ chapter.run("train", training)
 # ## 7. The anatomy of a training step
 # What a step runs, in order: forward, backward, optimizer. torch.profiler (lesson 1, section 6)
 # records every operation a step calls, with its inputs' shapes: the course's ops show as their
-# autograd functions (AddRMSNorm, Matmul, ...; each launches a kernel or two or three: KERNELS says
+# autograd functions (AddRMSNorm, Matmul, ...; each launches one kernel or several: KERNELS says
 # which) and, in the backward, as those functions' backward nodes; PyTorch's own as aten::* ops and
 # their backward nodes. Views and allocations, which launch nothing, are left out. Beside it, the
 # activations each op set keeps for the backward (torch.autograd.graph.saved_tensors_hooks sees
 # every tensor saved). Rows to expect: in torch's step, aten::to, the weights cast to the
-# activations' dtype (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing), and
-# ToCopyBackward0, their gradients cast back (the course casts its weights inside Matmul, and
+# activations' dtype (bfloat16 on a GPU; on the CPU's float32 a cast that copies nothing), and on
+# a GPU only ToCopyBackward0, their gradients cast back (the course casts its weights inside Matmul, and
 # casts no gradient back); in both, the embeddings' sum cast once; HAS_RESIDUAL and HAS_DH, the
 # flags of lesson 3's fused norm (the residual add in the forward, the residual stream's own
 # gradient joined to dx in the backward); and on the CPU only, the model's check of the token ids
@@ -434,8 +434,9 @@ chapter.run("train", training)
 KERNELS = {  # the course's autograd functions and the kernels each one launches
     "Matmul": "matmul_kernel (or, for large bfloat16 products on Hopper, hopper.py's TMA kernel), after a "
               "float32 weight's cast",
-    "MatmulBackward": "matmul_kernel twice (dX, and dW in the weight's float32); where the GELU was fused, first "
-                      "once more: Z recomputed, dL/dZ = dL/dC * gelu'(Z) in its epilogue",
+    "MatmulBackward": "matmul_kernel or the TMA kernel twice (dX, and dW in the weight's float32, with "
+                      "split_k_sum_kernel where K is split); where the GELU was fused, first once more: Z "
+                      "recomputed, dL/dZ = dL/dC * gelu'(Z) in its epilogue",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
     "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel (sum_parts_kernel where it runs in parts), dq_kernel, "
                             "writing d(QKV) in one buffer",

@@ -87,7 +87,8 @@ class CourseOps:
 
     @staticmethod
     def linear(x, w, activation=None):
-        # lesson 4: x @ W^T, GELU in the epilogue; the float32 W cast inside, its gradient written in float32
+        # lesson 4: x @ W^T (with activation="gelu", GELU in the epilogue); the float32 W cast inside,
+        # its gradient written in float32
         return matmul(x, w.t(), activation=activation)
 
     @staticmethod

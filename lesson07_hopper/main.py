@@ -116,7 +116,7 @@ args = chapter.start()
 #   a tile; tiles in lesson 4's grouped order by tl.swizzle2d). No program starts and retires per tile, the descriptors are built once per SM instead of once per tile, and
 #   with flatten=True the compiler pipelines across a tile's end: the next tile's first loads are in
 #   flight while this one's epilogue runs (section 6 times what each of these buys, shape by shape).
-# - Split K, for the tiles that would leave SMs idle: a weight's gradient, X^T @ dY, is 768 x 768
+# - Split K, for the tiles that would leave SMs idle: a weight's gradient, dY^T @ X, is 768 x 768
 #   (36 tiles of 128 x 128 for 132 SMs) while its sum runs over 16384 tokens, and an MLP weight's,
 #   768 x 3072, is 144 tiles: a full wave of 132, then 12 tiles on 12 SMs while 120 wait, the
 #   product's time nearly doubled by its last 8% (a wave's quantization). So the waves before the
@@ -194,7 +194,7 @@ def check(programs: int = 3) -> Table:
         return None
     tiles = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=4, FLATTEN=True)  # small: several tiles a program
     cases = [((104, 72, 40), "A @ B", 1), ((64, 96, 200), "A @ B^T (x @ W^T)", 2),
-             ((200, 48, 304), "A^T @ B (X^T @ dY)", 3), ((8, 8, 8), "A^T @ B^T", 1)]
+             ((200, 48, 304), "A^T @ B (dY^T @ X)", 3), ((8, 8, 8), "A^T @ B^T", 1)]
     rows = []
     for dtype in (torch.float16, torch.bfloat16):
         for (M, N, K), layout, split in cases:

@@ -259,7 +259,7 @@ def test_tma_kernel(shape, dtype):
 @pytest.mark.parametrize("a_t, b_t", [(False, True), (True, False), (True, True)])
 @pytest.mark.parametrize("split, programs", [(1, 5), (3, 5), (3, 16)])
 def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, programs):
-    # a linear layer's products: x @ W^T (B transposed), dW = X^T @ dY (A transposed), read as they
+    # a linear layer's products: x @ W^T (B transposed), dW = dY^T @ X (A transposed), read as they
     # lie; SPLIT_K parts of K added up by split_k_sum_kernel, the activation applied after the sum:
     # on 5 programs the 12 tiles' first 10 whole and the last 2 split, on 16 every tile split
     if not INTERPRET and not HOPPER:
