@@ -449,8 +449,8 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
 
     By default three kernels: Delta; dK and dV, a program per key block (and per part of a key head's
     query heads, dkdv_parts, or `parts`: then sum_parts_kernel adds the parts' float32 sums, a fourth
-    launch), summed over the query heads that read it; dQ, a program per query block. Deterministic: the same bits on every run. atomic_dq=True: FlashAttention-2's way,
-    two kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
+    launch), summed over the query heads that read it; dQ, a program per query block. Deterministic:
+    the same bits on every run. atomic_dq=True: FlashAttention-2's way, two kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
     accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
     the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
     atomic_dq takes head dims to 128. tma_dq=True (with atomic_dq, on Hopper or newer, a head dim that
