@@ -191,17 +191,6 @@ def backward_takes_tma(tma: bool | None, x, y) -> bool:
     return choose_kernel(x, y) == "tma"
 
 
-def product(a, b, tma: bool, activation=None, precision="tf32", grad=None, out_dtype=None) -> torch.Tensor:
-    """activation(a @ b) by the kernel the route chose: hopper.py's TMA kernel with config()'s
-    configuration (tma=True), or the pointer kernel. grad, out_dtype: launch()'s."""
-    if tma:
-        return hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation, grad=grad, out_dtype=out_dtype,
-                                 **hopper.config(a.shape[0], b.shape[1], a.shape[1], activation=activation,
-                                                 out_dtype=out_dtype))
-    kernel, meta = pointer_kernel(a.dtype)
-    return launch(kernel, a, b, activation, precision, grad=grad, out_dtype=out_dtype, **meta)
-
-
 def transposed(t) -> bool:
     """Is the 2-D t a transposed view (its columns contiguous, not its rows)?"""
     return t.stride(0) == 1 and t.stride(1) != 1
@@ -223,7 +212,12 @@ class Matmul(torch.autograd.Function):
         ctx.b_dtype = b.dtype
         b = b.to(a.dtype)  # a float32 weight in a's dtype for the product (b itself where it is already)
         tma = choose_kernel(a, b, tma_flag) == "tma"  # the route, on the tensors the kernel reads
-        c = product(a, b, tma, activation, precision)
+        if tma:
+            c = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation,
+                                  **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
+        else:
+            kernel, meta = pointer_kernel(a.dtype)
+            c = launch(kernel, a, b, activation, precision, **meta)
         ctx.activation, ctx.precision, ctx.tma, ctx.tma_flag = activation, precision, tma, tma_flag
         if activation == "relu":
             ctx.save_for_backward(a, b, c)  # saved tensors: autograd checks they were not changed in place
@@ -234,14 +228,22 @@ class Matmul(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dc):
         a, b = ctx.saved_tensors[:2]
+        kernel, meta = pointer_kernel(a.dtype)
 
-        def backward_product(x, y, out_dtype=None):  # x @ y by the kernel the route takes for it
-            return product(x, y, backward_takes_tma(ctx.tma_flag, x, y), precision=ctx.precision, out_dtype=out_dtype)
+        def backward_product(x, y, out_dtype=None):  # x @ y by the kernel the route takes (tma=False: never TMA)
+            if backward_takes_tma(ctx.tma_flag, x, y):
+                return hopper.launch_tma(hopper.matmul_kernel_tma, x, y, out_dtype=out_dtype,
+                                         **hopper.config(x.shape[0], y.shape[1], x.shape[1], out_dtype=out_dtype))
+            return launch(kernel, x, y, None, ctx.precision, out_dtype=out_dtype, **meta)
 
         if ctx.activation == "relu":
             dc = torch.where(ctx.saved_tensors[2] > 0, dc, 0)
         elif ctx.activation == "gelu":  # Z recomputed as the forward computed it, dC * gelu'(Z) in its epilogue
-            dc = product(a, b, ctx.tma, "gelu_backward", ctx.precision, grad=dc.contiguous())
+            if ctx.tma:
+                dc = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, "gelu_backward", grad=dc.contiguous(),
+                                       **hopper.config(a.shape[0], b.shape[1], a.shape[1], activation="gelu_backward"))
+            else:
+                dc = launch(kernel, a, b, "gelu_backward", ctx.precision, grad=dc.contiguous(), **meta)
         da = db = None
         # ctx.needs_input_grad says which inputs want a gradient: a frozen weight's dB is never computed.
         # Each gradient comes out laid out as its input is (as PyTorch's mm backward does): for a
