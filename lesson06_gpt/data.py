@@ -60,9 +60,12 @@ def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Genera
     if len(data) < seq + 2:  # (the starts are drawn from [0, len - seq - 1): one at least)
         raise ValueError(f"{len(data)} tokens hold no window of seq + 1 = {seq + 1} tokens: a longer text, or a "
                          "shorter seq")
-    starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator)
-    windows = torch.stack([data[s:s + seq + 1] for s in starts.tolist()])
-    if DEVICE == "cuda":  # a copy from pinned memory queues behind the GPU's work; one from ordinary
-        windows = windows.pin_memory()  # memory would first wait for the GPU to finish the last step
-        return windows[:, :-1].to(DEVICE, non_blocking=True), windows[:, 1:].to(DEVICE, non_blocking=True)
-    return windows[:, :-1], windows[:, 1:]
+    starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator).tolist()
+    x = torch.stack([data[s:s + seq] for s in starts])
+    y = torch.stack([data[s + 1:s + seq + 1] for s in starts])
+    if DEVICE == "cuda":  # a copy from pinned memory queues behind the GPU's work and the host goes on; one
+        # from ordinary (pageable) memory first waits for the GPU to finish the last step. Each tensor
+        # pinned whole and contiguous: a copy of a strided view (windows[:, :-1]) goes through a
+        # contiguous temporary in ordinary memory, and waits.
+        return x.pin_memory().to(DEVICE, non_blocking=True), y.pin_memory().to(DEVICE, non_blocking=True)
+    return x, y

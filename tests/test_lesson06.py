@@ -339,6 +339,30 @@ def test_the_validation_split_shares_no_byte_with_the_training_split():
     assert set(window.flatten().tolist()) <= set(val.tolist())  # a validation batch reads the split only
 
 
+def test_a_batch_is_windows_of_the_text_with_targets_one_byte_ahead():
+    data = torch.arange(1000)  # every position its own value: a window's values say where it starts
+    x, y = batch(data, 8, 16, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (8, 16) and x.device.type == y.device.type == DEVICE
+    x, y = x.cpu(), y.cpu()
+    assert torch.equal(x[:, 1:], x[:, :1] + torch.arange(1, 16)) and torch.equal(y, x + 1)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="pinned memory and a GPU's queue need a GPU")
+def test_a_batch_is_copied_to_the_gpu_without_waiting_for_it():
+    # A copy from pageable memory first waits for every kernel queued before it (so does one of a
+    # strided view of pinned memory: it goes through a pageable temporary). batch() must not: with
+    # the GPU busy for a while, it returns while the GPU is still busy.
+    data = torch.arange(100_000) % 256
+    batch(data, 16, 1024, torch.Generator().manual_seed(0))  # (the pinned allocator's first block)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(2_000_000_000)  # about a second of GPU time at 2 GHz, queued
+    x, y = batch(data, 16, 1024, torch.Generator().manual_seed(0))
+    busy = not torch.cuda.current_stream().query()
+    torch.cuda.synchronize()
+    assert busy, "batch() waited for the GPU's queue to drain"
+    assert torch.equal(y.cpu(), (x.cpu() + 1) % 256)
+
+
 def test_the_course_model_trains_as_torchs_from_the_same_weights():
     losses, grads = agree(steps=2)
     course, torch_, exact = (losses.column(c) for c in ("course", "torch", "torch, float64"))
