@@ -227,18 +227,23 @@ def run_lesson(name: str, sections: list | None = None) -> None:
 
 
 def draw_roofline(path: str = os.path.join(ROOT, "roofline.png")) -> bool:
-    """Every lesson's recorded roofline points in one picture. False where no page or matplotlib is there."""
-    pts, stamp = [], {}
+    """Every lesson's recorded roofline points in one picture, under the ceilings of the GPU that measured
+    the last of them: the points of pages from another GPU are left out (one GPU's ceilings, one GPU's
+    points). False where no page, no point or no matplotlib is there."""
+    pages, stamp = [], {}
     for lesson in LESSONS:
         page = read_page(os.path.join(ROOT, lesson, "RESULTS.md"))
         if page is None:  # a lesson not measured yet draws no points
             continue
         tables = [t for block in page["sections"].values() for t in read_tables(block) if t["title"] == roofline.TITLE]
-        pts += [(lesson[6:8], row["kernel"], float(row["FLOP/byte"]), float(row["TFLOP/s"]))
-                for t in tables for row in t["rows"]]
-        stamp = page["stamp"]
+        points = [(lesson[6:8], row["kernel"], float(row["FLOP/byte"]), float(row["TFLOP/s"]))
+                  for t in tables for row in t["rows"]]
+        if points:
+            pages.append((page["stamp"].get("GPU", ""), points))
+            stamp = page["stamp"]
     if not stamp:
         return False
+    pts = [p for gpu, points in pages if gpu == stamp.get("GPU", "") for p in points]
     peak = float(next(v for k, v in stamp.items() if k.startswith("matmul rate")).split()[0])
     bandwidth = float(stamp["copy bandwidth (measured)"].split()[0])
     return bool(pts) and roofline.plot(pts, peak, bandwidth, stamp.get("GPU", ""), path)

@@ -289,6 +289,28 @@ def test_results_page_written_and_read_back_by_section(tmp_path):
     assert results.read_page(str(tmp_path / "none.md")) is None
 
 
+def test_the_roofline_draws_one_gpus_points_under_that_gpus_ceilings(tmp_path, monkeypatch):
+    from common import roofline
+
+    def write(lesson, gpu, kernel):
+        (tmp_path / lesson).mkdir()
+        (tmp_path / lesson / "RESULTS.md").write_text(
+            f"# {lesson}\n\n| GPU | copy bandwidth (measured) | matmul rate (measured) |\n|---|---|---|\n"
+            f"| {gpu} | 3000 GB/s | 800 TFLOP/s |\n\n## 9. Roofline\n{results.MARKER.format('roofline')}\n\n"
+            f"### {roofline.TITLE}\n\n| kernel | FLOP/byte | TFLOP/s |\n|---|---|---|\n| {kernel} | 0.25 | 0.7 |\n")
+
+    write("lesson01_vector_add", "NVIDIA H200", "h200 add")
+    write("lesson02_softmax", "NVIDIA H100 80GB HBM3", "h100 softmax")
+    write("lesson03_rowsum", "NVIDIA H100 80GB HBM3", "h100 row_sum")
+    drawn = {}
+    monkeypatch.setattr(results, "ROOT", str(tmp_path))
+    monkeypatch.setattr(roofline, "plot", lambda pts, peak, bandwidth, gpu, path: drawn.update(
+        pts=pts, gpu=gpu, peak=peak, bandwidth=bandwidth) or True)
+    assert results.draw_roofline(str(tmp_path / "roofline.png"))
+    assert drawn["gpu"] == "NVIDIA H100 80GB HBM3" and (drawn["peak"], drawn["bandwidth"]) == (800.0, 3000.0)
+    assert [p[1] for p in drawn["pts"]] == ["h100 softmax", "h100 row_sum"]  # the H200's page left out
+
+
 def test_results_page_updated_section_by_section(tmp_path):
     page(tmp_path)
     folder = str(tmp_path / "lesson09_test")
