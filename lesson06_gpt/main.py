@@ -525,14 +525,23 @@ chapter.run("anatomy", anatomy)
 # side by side: where the course's kernels take longer, which of them. Then the step's wall clock
 # against the sum of its kernels: where the wall clock is longer, the GPU waited for the host, and
 # faster kernels would not shorten the step (section 11 says which op's call costs the host most).
+# Two waits that are not launches, each measured once and then avoided here. A batch copied to the
+# GPU from ordinary (pageable) memory first waits for every kernel queued before it: the host stops
+# until the GPU has finished the last step, and the two no longer overlap (data.py copies each batch
+# from pinned memory, which the copy engine reads while the host goes on). And loss.backward() hands
+# a GPU's backward to a thread that autograd keeps for that GPU, which takes Python's lock for each
+# backward written in Python (every one of the course's ops); the steps here keep the backward on
+# the calling thread (torch.autograd.set_multithreading_enabled(False)), and the table times the
+# default too.
 
 
 # %%
 def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0,
-                 nudge: float = 0.0, draw: int = 1):
+                 nudge: float = 0.0, draw: int = 1, autograd_thread: bool = False):
     """A model, its optimizer and step(): one training step on fixed-seed batches. nudge: each weight
     multiplied by 1 + nudge or 1 - nudge (a random sign, the same for the same draw), a difference of
-    rounding's size."""
+    rounding's size. autograd_thread: the backward on autograd's own thread for the GPU (PyTorch's
+    default), not on the calling thread (section 8 times both)."""
     model = GPT(config, ops, seed=seed)
     if nudge:
         g = torch.Generator().manual_seed(seed + draw)
@@ -547,7 +556,8 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
 
     def step() -> torch.Tensor:
         loss = forward(*batch(train, batch_size, config.seq, gen))
-        loss.backward()
+        with torch.autograd.set_multithreading_enabled(autograd_thread):
+            loss.backward()
         opt.step()
         opt.zero_grad()
         return loss.detach()
@@ -566,7 +576,12 @@ def profile_section():
         shares[ops] = [(profile.short(name, 60), calls // 2, us / 2 / 1000, 100 * us / total)
                        for name, calls, us in kernels[:12]] + [("(all kernels)", sum(c for _, c, _ in kernels) // 2,
                                                                 total / 2 / 1000, 100.0)]
-        bound.append((f"{ops} ops", wall, total / 2 / 1000, wall / (total / 2 / 1000)))
+        del step
+        threaded = bench.call_time_ms(train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"],
+                                                   autograd_thread=True))
+        bound += [(f"{ops} ops", wall, total / 2 / 1000, wall / (total / 2 / 1000)),
+                  (f"{ops} ops, backward on autograd's thread", threaded, total / 2 / 1000,
+                   threaded / (total / 2 / 1000))]
     model = f"{sizes['model'].layers} layers, d_model {sizes['model'].d_model}, batch {sizes['batch']} x {sizes['model'].seq}"
     tables = [print_table(shares[ops], ["kernel", "launches per step", "ms per step", "% of the step"],
                           title=f"Kernels of one training step, {ops} ops ({model})",
@@ -576,7 +591,10 @@ def profile_section():
                               floatfmt=".2f", title=f"Is the step bound by its kernels? ({model})",
                               note="Wall clock: steps back to back, synchronized at the end (bench.call_time_ms), the "
                                    "time a caller pays. Kernels: the sum of the tables above. A ratio near 1: the GPU "
-                                   "never waits for the host; above it, the host's Python and launches are the limit."))
+                                   "never waits for the host; above it, the host's Python and launches are the limit. "
+                                   "Every step here runs its backward on the calling thread; 'on autograd's thread': "
+                                   "PyTorch's default, the same step with the backward handed to autograd's thread "
+                                   "for the GPU."))
     return tables
 
 

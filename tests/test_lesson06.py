@@ -418,6 +418,22 @@ def test_the_chapter_zeroes_the_gradients_for_both_op_sets(monkeypatch):
     assert len(made) == 3 and all(p.grad is None for model in made for p in model.parameters())
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="on the CPU every backward runs on the calling thread")
+@pytest.mark.parametrize("autograd_thread", [False, True])
+def test_the_benchmarks_step_runs_its_backward_on_the_thread_it_is_asked_to(monkeypatch, autograd_thread):
+    import threading
+    from lesson03_rowsum import rmsnorm
+    threads, launch_backward = set(), rmsnorm.launch_backward
+
+    def recording(*args, **kwargs):  # the course's RMSNorm backward, its thread noted
+        threads.add(threading.current_thread() is threading.main_thread())
+        return launch_backward(*args, **kwargs)
+
+    monkeypatch.setattr(rmsnorm, "launch_backward", recording)
+    chapter.train_runner("course", TOY, 2, 1e-3, autograd_thread=autograd_thread)()
+    assert threads == {not autograd_thread}  # False: every backward on this thread; True: on autograd's
+
+
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     cells = run_as_notebook("lesson06_gpt")
     text = "".join(cells)
