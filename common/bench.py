@@ -12,7 +12,7 @@ The functions here answer three different questions; every table says which one 
 - the host's time to enqueue one call with the GPU idle (`enqueue_time_ms`): a whole forward and
   backward, say, many launches, none of them waiting for a full queue.
 Every function here needs a CUDA GPU: under the interpreter, sections that time things show the
-H200's recorded tables instead (common/chapter.py).
+tables their page recorded on a GPU instead (common/chapter.py).
 """
 import functools
 import importlib

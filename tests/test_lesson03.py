@@ -210,7 +210,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     headings = [line for line in text.splitlines() if line.startswith("=== ")]
     assert [h.removeprefix("=== ").removesuffix(" ===") for h in headings] == list(SECTIONS.values())
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
-    if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
+    if INTERPRET:  # the sections that need a GPU print the page's record, its GPU's stamp once
         # staircase, occupancy_timed, bench, offsets, host, coalescing
         assert text.count("This section needs a GPU") == 6
         assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text

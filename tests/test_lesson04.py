@@ -484,7 +484,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     numbers = [int(h.split()[1].rstrip(".")) for h in headings]
     assert numbers == sorted(numbers) and len(headings) == 14  # every section, numbered as in the code
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
-    if INTERPRET:  # the sections that need a GPU print the H200's record, its stamp once
+    if INTERPRET:  # the sections that need a GPU print the page's record, its GPU's stamp once
         assert text.count("This section needs a GPU") == 8
         assert text.count("| GPU | driver |") <= 1 and "interpreter µs" not in text
 
