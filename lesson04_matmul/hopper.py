@@ -51,8 +51,9 @@ import triton.language as tl
 from common.launch import cdiv, scratch
 from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's, fused as in matmul.py
 
-TMA_FROM = 16384 * 768 * 768  # M * N * K from which this kernel was the faster on an H100: the smallest
-                               # product of lesson 6's step (at 2048^3 the pointer kernel won)
+TMA_FROM = 16384 * 768 * 768  # M * N * K from which the route takes this kernel: the smallest product of
+                               # lesson 6's step, between 2048^3, where the pointer kernel was the faster,
+                               # and 4096^3, where this kernel was (main.py, section 10)
 
 
 # %% The kernel: matmul.py's, with descriptor loads and a loop over tiles

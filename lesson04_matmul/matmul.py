@@ -161,7 +161,7 @@ def choose_kernel(a, b, tma: bool | None = None, *, gpu_has_tma: bool | None = N
     1. tma=False: the pointer kernel.
     2. tma=True: the TMA kernel, where it can run (hopper.check_tma raises, with the reason, where not).
     3. a GPU with TMA (hopper.HOPPER: Hopper or newer, with the shared memory of its tiles),
-       float16 or bfloat16, M * N * K >= hopper.TMA_FROM (where it won), operands the copy engine
+       float16 or bfloat16, M * N * K >= hopper.TMA_FROM (hopper.py says why there), operands the copy engine
        can address as they lie, rows or columns contiguous (hopper.tma_ok): the TMA kernel.
     4. anything else: the pointer kernel.
     The same under torch.compile, which reads the alignment from the operands' storage offsets

@@ -418,9 +418,10 @@ def tuned(kernel, name: str, key: list, **kwargs):
 
 def traced_kernels(q) -> dict:
     """launch_backward's kernels while torch.compile traces: the plain dK/dV and dQ kernels, each with
-    one configuration of its list (common.launch.traced_config says why): the fastest of section 16's
-    sweep (RESULTS.md), for dK/dV 64 x 64 with 4 warps at head dims to 64 and 64 x 128, 3 stages, to
-    128; for dQ the list's first."""
+    one configuration of its list (common.launch.traced_config says why): for dK/dV, from section 16's
+    sweep (RESULTS.md), 64 x 64 with 4 warps at head dims to 64 (the fastest there, causal or not) and
+    64 x 128 with 3 stages to 128 (the fastest causal, within a percent of the fastest without the
+    mask); for dQ the list's first."""
     D = dot_block(q.shape[-1])
     dkdv = WIDE_DKDV if D > 128 else NARROW_DKDV[3:] if D <= 64 else NARROW_DKDV[1:]
     return dict(dkdv=dkdv_kernel, dq=dq_kernel, dkdv_meta=traced_config(dkdv, q.dtype),

@@ -810,7 +810,9 @@ chapter.run("grad", grad_check)
 # %% [markdown]
 # ## 15. Timing the backward against SDPA's backends (backward.py)
 # Forward and backward side by side, against SDPA's FlashAttention-2 backend and cuDNN's (which
-# on Hopper works in FlashAttention-3's style, section 9). The backward is the gradient call.
+# on Hopper works in FlashAttention-3's style, section 9). The backward is the gradient call, by the
+# kernels route() chooses: backward.py's on most GPUs; on an H100 or H200 at head dims 64 and 128,
+# hopper.py's Gluon backward (the route, section 6; lesson 7 takes it apart). Each row names the one it ran.
 # Without a GPU the chapter prints the table at head_dim 64, as in section 9.
 
 
@@ -858,8 +860,8 @@ chapter.run("configs_backward", lambda: backward.bench_configs(
 # against cuDNN's, not TFLOP/s. A quick look times two of the shapes (grouped-query causal, and
 # queries against a longer KV cache); --full (RESULTS.md) times them all. Read the page for where
 # each stands: SDPA's cuDNN backend, written for Hopper (section 9), is the faster on most shapes;
-# against FlashAttention-2, attention()'s backward is the slower where one key head serves all 32
-# query heads and at head dim 256. Decoding's backward is timed as the shape's, though no model
+# against FlashAttention-2, attention()'s backward is the slower, or about level, where one key head
+# serves all 32 query heads, and the slower at head dim 256. Decoding's backward is timed as the shape's, though no model
 # trains on one query at a time.
 
 
