@@ -118,8 +118,8 @@ def host_costs(cases: str, processes: int = 3) -> dict:
     """The host's µs per call of each call in cases() = {label: fn} ('package.module:name'), and of
     the floor, an empty Triton kernel launched with two arguments (first). Timed in `processes` fresh
     processes (common/child.py says why), in each the calls taking turns, 3 rounds; each call keeps its best. Why
-    several processes: on the H200's host one process can run every call, the floor included, half
-    as slow again as the next, as if on a slower core; noise only ever adds time, so the best is the
+    several processes: on a GPU's host one process can run every call, the floor included, up to
+    twice as slow as another, as if on a slower core; noise only ever adds time, so the best is the
     cost of the code."""
     runs = [dict(child.run("common.bench:host_table", dict(cases=cases))[1].rows) for _ in range(processes)]
     return {label: min(run[label] for run in runs) for label in runs[0]}

@@ -118,7 +118,7 @@ def check_tensors(tensors: dict, dtypes: tuple, ndim: int | None = None, same_sh
     order, as the kernel can read them (a negative-bit view resolved).
 
     It runs on every call, before every launch, so it is written to be cheap where the input is
-    good (a fraction of a microsecond a tensor: lesson 1, "What a call costs the host"): each test
+    good: each test
     reads a field once, the device's number is asked of CUDA only where several GPUs make it a
     question, and the messages are built only when one fails."""
     first = first_index = None

@@ -196,9 +196,9 @@ chapter.run("check", check)
 # implementation can be registered beside the GPU one. Inside the operator a launch is written
 # `torch.library.wrap_triton(kernel)[grid](...)`: while torch.compile traces the operator it records
 # the launch instead of running it (it is the kernel itself otherwise), and it wants every argument of
-# the kernel, defaults included (TRACE). Every call of an operator passes the dispatcher, which costs
-# the host tens of microseconds: section 12 times add() through Add beside the same add registered
-# as torch.ops.lessons.add. The lessons' ops are autograd functions; register an operator where
+# the kernel, defaults included (TRACE). A call of a Python-registered operator passes the
+# dispatcher's registered kernels before ours, which adds host time to every call: section 12 times
+# add() through Add beside the same add registered as torch.ops.lessons.add. The lessons' ops are autograd functions; register an operator where
 # the dispatcher's services are the point.
 
 
@@ -271,8 +271,8 @@ chapter.run("fusion", lambda: fusion(use_compile=args.compile), gpu=True)
 # %% [markdown]
 # ## 7. The machine: what the timings are measured against
 # A GPU is a few dozen to a few hundred SMs (streaming multiprocessors) around one memory. Each SM
-# has its own registers, shared memory (a small scratchpad its programs share, tens of KB, much
-# faster than memory) and cores, and runs a few programs at a time, each as its warps of 32
+# has its own registers, shared memory (a small scratchpad its programs share, a few hundred KB at
+# most, much faster than memory) and cores, and runs a few programs at a time, each as its warps of 32
 # threads; all SMs share the L2 cache and the HBM (the GPU's main memory) behind it. Two numbers
 # bound every kernel: how fast memory delivers bytes (measured: a device-to-device copy) and how
 # fast the tensor cores, the units that multiply small matrices in one instruction, multiply

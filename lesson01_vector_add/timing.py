@@ -74,7 +74,8 @@ def host_clock_ms(fn, synchronize: bool, repeat: int = 5) -> float:
 # %%
 def pitfalls(n: int = 1 << 24):
     """The table, in the lesson's own process (which has run the profiler by the time section 11
-    runs: its host rows may read a little high; section 12 measures the host in a fresh process)."""
+    runs: its host rows can read up to about twice section 12's, which measures the host in fresh
+    processes)."""
     x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
 
     def first_call(cache_dir=None):
