@@ -525,10 +525,11 @@ chapter.run("anatomy", anatomy)
 # side by side: where the course's kernels take longer, which of them. Then the step's wall clock
 # against the sum of its kernels: where the wall clock is longer, the GPU waited for the host, and
 # faster kernels would not shorten the step (section 11 says which op's call costs the host most).
-# Two waits that are not launches, each measured once and then avoided here. A batch copied to the
-# GPU from ordinary (pageable) memory first waits for every kernel queued before it: the host stops
-# until the GPU has finished the last step, and the two no longer overlap (data.py copies each batch
-# from pinned memory, which the copy engine reads while the host goes on). And loss.backward() hands
+# Two waits that are not launches, which the steps here avoid. A batch copied to the GPU from
+# ordinary (pageable) memory first waits for every kernel queued before it: the host stops until the
+# GPU has finished the last step, and the two no longer overlap (data.py copies each batch from
+# pinned memory, which the copy engine reads while the host goes on; each tensor pinned whole, as a
+# strided view of pinned memory is first copied into ordinary memory). And loss.backward() hands
 # a GPU's backward to a thread that autograd keeps for that GPU, which takes Python's lock for each
 # backward written in Python (every one of the course's ops); the steps here keep the backward on
 # the calling thread (torch.autograd.set_multithreading_enabled(False)), and the table times the
