@@ -65,7 +65,7 @@ def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Genera
     y = torch.stack([data[s + 1:s + seq + 1] for s in starts])
     if DEVICE == "cuda":  # a copy from pinned memory queues behind the GPU's work and the host goes on; one
         # from ordinary (pageable) memory first waits for the GPU to finish the last step. Each tensor
-        # pinned whole and contiguous: a copy of a strided view (windows[:, :-1]) goes through a
-        # contiguous temporary in ordinary memory, and waits.
+        # pinned whole: a strided view of pinned memory (inputs and targets sliced from one pinned
+        # tensor of windows) is first copied into ordinary memory, and its copy waits.
         return x.pin_memory().to(DEVICE, non_blocking=True), y.pin_memory().to(DEVICE, non_blocking=True)
     return x, y

@@ -680,7 +680,8 @@ def bench_training():
                      title=f"Training: {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads ({cfg.kv_heads} "
                            f"key heads), seq {cfg.seq}, batch {B}, {params / 1e6:.1f} M parameters, {args.dtype}",
                      note=f"tokens/s: {steps - warmup} steps after {warmup} of warm-up, the time a caller pays "
-                          "(wall clock, synchronized), every backward on the calling thread (section 8). Peak: torch.cuda.max_memory_allocated over the run, above what "
+                          "(wall clock, synchronized), every backward on the calling thread (section 8). Peak: "
+                          "torch.cuda.max_memory_allocated over the run, above what "
                           f"was allocated before it; of it, {state:.2f} GiB are the float32 weights, their gradients and "
                           "AdamW's two moments (16 bytes a parameter, in every run), the rest activations kept for the "
                           "backward and the step's temporaries. Gap to eager: the mean |loss - eager's loss| over the "
