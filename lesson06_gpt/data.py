@@ -63,9 +63,9 @@ def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Genera
     starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator).tolist()
     x = torch.stack([data[s:s + seq] for s in starts])
     y = torch.stack([data[s + 1:s + seq + 1] for s in starts])
-    if DEVICE == "cuda":  # a copy from pinned memory queues behind the GPU's work and the host goes on; one
-        # from ordinary (pageable) memory first waits for the GPU to finish the last step. Each tensor
-        # pinned whole: a strided view of pinned memory (inputs and targets sliced from one pinned
-        # tensor of windows) is first copied into ordinary memory, and its copy waits.
+    if DEVICE == "cuda":  # pinned and non_blocking: the copy is queued behind the GPU's work and the host
+        # goes on; from ordinary (pageable) memory, or blocking, the host first waits for everything
+        # queued (main.py, section 8). Each tensor pinned as built: a non-contiguous view of a pinned
+        # tensor would first be made contiguous in ordinary memory, and that copy waits.
         return x.pin_memory().to(DEVICE, non_blocking=True), y.pin_memory().to(DEVICE, non_blocking=True)
     return x, y

@@ -525,15 +525,18 @@ chapter.run("anatomy", anatomy)
 # side by side: where the course's kernels take longer, which of them. Then the step's wall clock
 # against the sum of its kernels: where the wall clock is longer, the GPU waited for the host, and
 # faster kernels would not shorten the step (section 11 says which op's call costs the host most).
-# Two waits that are not launches, which the steps here avoid. A batch copied to the GPU from
-# ordinary (pageable) memory first waits for every kernel queued before it: the host stops until the
-# GPU has finished the last step, and the two no longer overlap (data.py copies each batch from
-# pinned memory, which the copy engine reads while the host goes on; each tensor pinned whole, as a
-# strided view of pinned memory is first copied into ordinary memory). And loss.backward() hands
-# a GPU's backward to a thread that autograd keeps for that GPU, which takes Python's lock for each
-# backward written in Python (every one of the course's ops); the steps here keep the backward on
-# the calling thread (torch.autograd.set_multithreading_enabled(False)), and the table times the
-# default too.
+# Two things besides the launches can stretch the wall clock; the steps here avoid both, and the
+# table times the second. A copy to the GPU returns at once only when it is non_blocking=True and
+# its source is pinned (page-locked) memory, which the OS cannot move, so the GPU's DMA engine (not
+# lesson 4's TMA) reads it while the host goes on. From ordinary (pageable) memory, or without
+# non_blocking, the host first waits for every kernel already queued: each step would begin by
+# waiting for the last, and host and GPU would no longer overlap. data.py pins each batch tensor as
+# it builds it: a non-contiguous view of a pinned tensor would first be made contiguous in ordinary
+# memory, and that copy waits. And loss.backward() on a GPU runs the backward on a worker thread
+# that autograd keeps for that GPU, while the calling thread sleeps; the course's backwards are
+# Python (torch.autograd.Function), each handed to that thread and run there. The steps here run
+# the backward on the calling thread instead (torch.autograd.set_multithreading_enabled(False)),
+# and the table times PyTorch's default beside it. Section 6's loop keeps the default.
 
 
 # %%
@@ -557,7 +560,7 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
 
     def step() -> torch.Tensor:
         loss = forward(*batch(train, batch_size, config.seq, gen))
-        with torch.autograd.set_multithreading_enabled(autograd_thread):
+        with torch.autograd.set_multithreading_enabled(autograd_thread):  # False: on this thread (section 8)
             loss.backward()
         opt.step()
         opt.zero_grad()
@@ -595,7 +598,7 @@ def profile_section():
                                    "never waits for the host; above it, the host's Python and launches are the limit. "
                                    "Every step here runs its backward on the calling thread; 'on autograd's thread': "
                                    "PyTorch's default, the same step with the backward handed to autograd's thread "
-                                   "for the GPU."))
+                                   "for the GPU (the same kernels: the thread changes only the host's work)."))
     return tables
 
 
