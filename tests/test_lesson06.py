@@ -434,6 +434,31 @@ def test_the_benchmarks_step_runs_its_backward_on_the_thread_it_is_asked_to(monk
     assert threads == {not autograd_thread}  # False: every backward on this thread; True: on autograd's
 
 
+def test_the_steps_kernels_and_wall_clock_with_a_fake_clock_and_profiler(monkeypatch):
+    # section 8's tables from made-up timings: each op set's kernels (the 12 longest, then all), and
+    # its wall clock against their sum, with the backward on this thread and on autograd's (a runner
+    # each: the clock tells them apart by the thread the step's backward asks for)
+    from common import bench, profile
+    walls = {("torch", False): 30.0, ("torch", True): 33.0, ("course", False): 40.0, ("course", True): 50.0}
+    made = []
+
+    def runner(ops, *args, autograd_thread=False, **kwargs):
+        made.append((ops, autograd_thread))
+        return lambda: None  # nothing runs: the fake clock and profiler below answer for it
+
+    kernels = {"torch": [("gemm", 40, 6000.0), ("softmax", 4, 2000.0)], "course": [("matmul_kernel_tma", 20, 8000.0)]}
+    monkeypatch.setattr(chapter, "train_runner", runner)
+    monkeypatch.setattr(chapter.chapter, "sizes", lambda table: dict(model=TOY, batch=2, lr=1e-3))
+    monkeypatch.setattr(bench, "call_time_ms", lambda fn: walls[made[-1]])
+    monkeypatch.setattr(profile, "kernels_launched", lambda fn, repeat: kernels[made[-1][0]])
+    torch_kernels, course_kernels, bound = chapter.profile_section()
+    assert made == [("torch", False), ("torch", True), ("course", False), ("course", True)]
+    assert torch_kernels.rows[-1] == ["(all kernels)", 22, 4.0, 100.0]  # over repeat=2 steps: per step
+    assert course_kernels.rows[0] == ["matmul_kernel_tma", 10, 4.0, 100.0]
+    assert bound.rows == [["torch ops", 30.0, 4.0, 7.5], ["torch ops, backward on autograd's thread", 33.0, 4.0, 8.25],
+                          ["course ops", 40.0, 4.0, 10.0], ["course ops, backward on autograd's thread", 50.0, 4.0, 12.5]]
+
+
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     cells = run_as_notebook("lesson06_gpt")
     text = "".join(cells)
