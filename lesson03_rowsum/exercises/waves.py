@@ -1,9 +1,10 @@
 """Exercise 3.2 (predict): how long programs take when they come in waves.
 
 The question (lesson 3, sections 3 and 4). Each program of spin_kernel is 1024 threads doing a
-fixed chain of multiply-adds, touching no memory. An H200 has 132 SMs, and one such program
-alone keeps an SM's cores busy: two side by side on one SM take twice as long. Measured on the
-H200, 1 program takes about 146 µs, and so do 132 (one on each SM, all at once). How long, in
+fixed chain of multiply-adds, touching no memory. An H100 or H200 has 132 SMs, and one such
+program alone keeps an SM's cores busy: two side by side on one SM take twice as long. Measured on
+an H100 (lesson 3's RESULTS.md), 1 program takes about 146 µs, and so do 132 (one on each SM, all
+at once). How long, in
 µs, do 300 programs take?
 
 Write a number below (µs; within 10% counts), then run this file. (Section 4's RESULTS table has

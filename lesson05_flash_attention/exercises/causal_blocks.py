@@ -1,7 +1,7 @@
 """Exercise 5.3 (predict): how many key blocks causal attention reads, and why not half.
 
 The question (lesson 5, section 3, "Causal attention"). The lesson's kernel, causal, with its
-first configuration on the H200: BLOCK_M = 128 query rows per program, BLOCK_N = 64 keys per key
+first configuration for head dims to 128: BLOCK_M = 128 query rows per program, BLOCK_N = 64 keys per key
 block. One (batch, head) of seq 512: 4 query blocks, each of which could read all 8 key blocks,
 32 key-block reads in all without the causal mask. With it, key blocks wholly above the diagonal
 are skipped (exercise 5.2). How many key-block reads are left, over the 4 query blocks together?
