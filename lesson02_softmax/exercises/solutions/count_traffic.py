@@ -30,8 +30,8 @@ class Traffic(TorchDispatchMode):
 WHY = ("Reads 5MN and writes 3MN, plus a few M (the max, its indices and the sum: one per row). A fused kernel "
        "moves 2MN, one read of x and one write of y: a quarter. Softmax does a handful of FLOPs per element, so its "
        "time follows its traffic: on an H100, 4096 x 4096 float32, 227 µs for the five steps against 45 µs for the "
-       "one-pass kernel (RESULTS.md, section 10: 5x, more than the traffic's 4x, as five small kernels also each fall short of the "
-       "copy bandwidth).")
+       "one-pass kernel (RESULTS.md, section 10: 5x, more than the traffic's 4x, as five small kernels also "
+       "each fall short of the copy bandwidth).")
 
 
 def answer():
