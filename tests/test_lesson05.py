@@ -6,8 +6,9 @@ import pytest
 import torch
 
 from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, parse_command_line, run_trace
-from common.checks import rel_error
-from lesson05_flash_attention.attention import attention
+from common.checks import dtype_name, rel_error
+from lesson05_flash_attention import main as chapter
+from lesson05_flash_attention.attention import DTYPES, attention
 from lesson05_flash_attention.main import (SCORES, SECTIONS, TOLERANCE as TOL, VALUES, attention_standard, check,
                                            online_softmax_demo)
 
@@ -241,9 +242,14 @@ def test_backward_trace_matches_autograd(traced_backward):
     assert all(log[f"max |{name} - autograd's|"][0] < 1e-5 for name in ("dQ", "dK", "dV"))  # the chapter's lines
 
 
-def test_check_passes():
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_check_passes(monkeypatch, dtype):
+    # section 7's check, a dtype at a time (each compiles its own kernels: on a GPU, a test each runs
+    # on a worker of its own)
+    monkeypatch.setattr(chapter, "DTYPES", (dtype,))
     plain, shapes = check()
-    assert all(plain.column("ok")) and all(shapes.column("ok")) and len(shapes.rows) == 24
+    assert all(plain.column("ok")) and all(shapes.column("ok")) and len(plain.rows) == 6 and len(shapes.rows) == 8
+    assert set(plain.column("dtype")) == set(shapes.column("dtype")) == {dtype_name(dtype)}
 
 
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
