@@ -140,8 +140,7 @@ def launch(kernel, a, b, activation=None, precision="tf32", index_type=None, gra
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     if index_type is None:
         index_type = index_type_of(a, b, c)
-    if grad is not None:
-        grad = interpretable(grad)
+    grad = interpretable(grad) if grad is not None else None
 
     def grid(meta):  # meta: the block sizes in use, given here or picked by the autotuner
         return (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # one program per tile of C

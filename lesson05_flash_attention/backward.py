@@ -448,18 +448,17 @@ def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, atomi
     """dq, dk, dv for attention's output o (with its lse) and the gradient do, for every shape the
     forward takes: q (B, H, seq_q, D), k and v (B, H_KV, seq_k, D).
 
-    By default three kernels: Delta; dK and dV, a program per key block (and per part of a key head's
-    query heads, dkdv_parts, or `parts`: then sum_parts_kernel adds the parts' float32 sums, a fourth
-    launch), summed over the query heads that read it; dQ, a program per query block. Deterministic:
-    the same bits on every run. atomic_dq=True: FlashAttention-2's way, two kernels: the dK/dV pass also adds each key block's share of dQ with atomics into a float32
-    accumulator, cast to q's dtype at the end (the order of the additions varies from run to run, so
-    the last bits do; under torch.use_deterministic_algorithms(True) the three kernels run instead).
-    atomic_dq takes head dims to 128. tma_dq=True (with atomic_dq, on Hopper or newer, a head dim that
-    is a power of two):
+    By default three kernels: Delta; dK and dV, a program per key block, summed over the query heads
+    that read it (where a key head's query heads run in parts, dkdv_parts or `parts`, sum_parts_kernel
+    then adds the parts' float32 sums: a fourth launch); dQ, a program per query block. Deterministic:
+    the same bits on every run. atomic_dq=True: FlashAttention-2's way, two kernels: the dK/dV pass
+    also adds each key block's share of dQ with atomics into a float32 accumulator, cast to q's dtype
+    at the end (the order of the additions varies from run to run, so the last bits do; under
+    torch.use_deterministic_algorithms(True) the three kernels run instead). atomic_dq takes head
+    dims to 128. tma_dq=True (with atomic_dq, on Hopper or newer, a head dim that is a power of two):
     FlashAttention-3's way of adding, a whole dQ tile per TMA reduce-add instead of an atomic per
     element (Triton's interpreter has no such copy engine: GPU only). atomic_dq and tma_dq are this
-    function's only: attention() runs the default. Section 16 times all three
-    (RESULTS.md).
+    function's only: attention() runs the default. Section 16 times all three (RESULTS.md).
     dkdv, dq: the kernels (autotuned by default: fused_kernel_tuned or dkdv_kernel_tuned for the
     dK/dV pass; the trace and the block-size sweep hand in plain ones, with their block sizes in
     dkdv_meta, dq_meta). The kernels read q, k, v, do and o through their strides, as the forward
