@@ -51,10 +51,10 @@ be in, a row's), every barrier's phase is counted by hand, and a wrong count is 
 error. It runs on Hopper only (sm_90: wgmma and setmaxnreg), for float16 and bfloat16, q, k and v of
 one contiguous shape, head_dim 64 or 128 and seq a multiple of 128 (takes()). Whether it pays is a
 measurement: lesson 7 times it beside the Triton kernel and cuDNN (RESULTS.md), and attention.py's
-route() sends it the head dims where it was the faster (FASTER_HEAD_DIMS), everything else to the
-Triton kernel. Why the head dim matters: a turn's barriers and waits cost the same at either head
-dim, while its tensor-core work (Q K^T and P V) halves at 64, so the hand-made schedule's fixed
-cost is twice the share there.
+route() sends it the head dims where it was the faster at every length and mask (FASTER_HEAD_DIMS),
+everything else to the Triton kernel. Why the head dim matters: a turn's barriers and waits cost
+the same at either head dim, while its tensor-core work (Q K^T and P V) halves at 64, so the
+hand-made schedule's fixed cost is twice the share there.
 
 The file's second kernel is the backward, in the same pieces (its comment block, "The backward in
 Gluon", has its barriers, timeline and registers): FlashAttention-3's one kernel per key block, dQ
@@ -87,7 +87,8 @@ LOG2E = gl.constexpr(1.4426950408889634)  # exp(x) = exp2(x * LOG2E)
 BLOCK_M = 128        # query rows per program: 64 per consumer warpgroup
 BLOCK_N = 128        # keys per block
 NUM_BUFFERS = 3      # key/value slots in the ring: as many as fit an H100's shared memory at head_dim 128
-# Where attention() runs this kernel: where lesson 7's table (RESULTS.md) timed it faster than attention.py's.
+# Where attention() runs this kernel: the head dims where lesson 7's table (RESULTS.md, section 10) timed
+# it faster than attention.py's at every length and mask.
 FASTER_HEAD_DIMS = (128,)
 # Registers per thread, by partition. An SM has 64K. setmaxnreg (Hopper: a warpgroup gives
 # registers back or takes more, while the kernel runs) works on whole warpgroups, so the launch has

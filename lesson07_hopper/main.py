@@ -19,8 +19,8 @@ machine-code tables (sections 5, 9, 12 and 13) and read their notes.
 Run:   python lesson07_hopper/main.py            (every section)
        python lesson07_hopper/main.py --help     (sections)
 Without a CUDA GPU the TMA kernel runs under Triton's interpreter, the Gluon kernels are compiled
-for sm_90 and counted, and the sections that need a GPU show what an H200 (and, for the backward, an
-H100) printed (RESULTS.md).
+for sm_90 and counted, and the sections that need a GPU show what a GPU printed (RESULTS.md, which
+names it).
 """
 # %% Set-up: common.device chooses GPU or interpreter before triton is imported
 import functools
@@ -368,9 +368,10 @@ chapter.run("gluon", machine_code.compiled_forward)
 # The same forward written twice, side by side with SDPA's cuDNN and flash backends, float16: with
 # --full (RESULTS.md) batch 4, 32 heads of 64 and 16 of 128, seq 1024, 4096 and 16384; a quick look
 # takes 16 heads of 128 at seq 4096. What the table says decides lesson 5's route: the head dims
-# where the warps split by hand pay are hopper.FASTER_HEAD_DIMS. Why the head dim matters: a turn's
-# barriers and waits cost the same at either head dim, while its tensor-core work halves at 64, so
-# the hand-made schedule's fixed cost is twice the share there.
+# where the warps split by hand pay at every length and mask (the Gluon rows' 'x Triton' above 1)
+# are hopper.FASTER_HEAD_DIMS. Why the head dim matters: a turn's barriers and waits cost the same
+# at either head dim, while its tensor-core work halves at 64, so the hand-made schedule's fixed
+# cost is twice the share there.
 
 
 # %%

@@ -290,7 +290,7 @@ def test_runs_as_a_notebook_each_sections_output_under_its_cell():
     assert "ipykernel" not in text and "usage:" not in text  # the kernel's own arguments were ignored
     if INTERPRET:  # the sections that need a GPU print the recorded tables, the stamp once
         assert text.count("This section needs a GPU") == 3 and "no record of it yet" not in text
-        assert text.count("| GPU | driver |") == 1 and "NVIDIA H100" in text  # (the backward's: an H100's)
+        assert text.count("| GPU | driver |") == 1 and "NVIDIA H100" in text  # (the page's GPU: an H100)
 
 
 def test_script_and_its_command_line():
