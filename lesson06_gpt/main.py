@@ -10,8 +10,8 @@ residual add fused into it; the loss is a cross-entropy by lesson 2's online sof
 parameter in one element-wise launch (adamw.py, lesson 1's kind of kernel). The data needs no
 download: the bytes of this repository's own text.
 
-What to look at: the first loss, ln(256) (section 2); the two op sets agreeing from the same weights
-on the same batches (section 5); the loss falling (section 6); which kernels a training step
+What to look at: the first loss, near ln(256) (section 2); the two op sets agreeing from the same
+weights on the same batches (section 5); the loss falling (section 6); which kernels a training step
 launches, in order (section 7); and on a GPU, the step's time kernel by kernel, tokens per second and
 peak memory against PyTorch eager and torch.compile, the cross-entropy alone at real vocabularies,
 and what each op's call costs the host against PyTorch's (sections 8-11). Section 12 runs the same
@@ -176,10 +176,11 @@ def model_section():
             ("each byte's frequency alone (the train split's unigram entropy)", unigram, bits_per_byte(unigram))]
     return print_table(rows, ["predictor", "loss (nats)", "bits per byte"], floatfmt=".3f",
                        title="The first loss, and what beats it",
-                       note="A fresh model's logits are near 0, its softmax near uniform: the loss starts at ln(256), "
-                            "within a few hundredths of it either way (the logits' small random spread raises it; the "
-                            "tied head, which gives the input byte a slightly higher logit where a tenth of this "
-                            "text's bytes repeat the one before, lowers it). "
+                       note="A fresh model's logits are near 0, its softmax near uniform: the loss starts near "
+                            "ln(256), below it by as much as a tenth or two where the windows' bytes often repeat the "
+                            "one before (the tied head gives the input byte a slightly higher logit; a tenth of this "
+                            "text's bytes repeat the one before, more in some windows), above it by a few hundredths "
+                            "where they rarely do (the logits' small random spread raises it). "
                             "The unigram line is what knowing only how often each byte occurs reaches; training "
                             "(section 6) must go below it.")
 
