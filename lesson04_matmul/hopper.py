@@ -36,7 +36,8 @@ config()'s configuration, no autotuner. Each program builds its descriptors once
 per tile that is once per tile, with a persistent grid once per SM. A short kernel pays the
 descriptors' cost on a larger share of its time, and a small problem leaves SMs idle, so below
 some size the pointer kernel is the faster: on an H100 at 2048^3 it was, at 4096^3 this kernel
-was (lesson 4, section 10); TMA_FROM, the smallest product of lesson 6's step, lies between.
+was (lesson 4, section 10); TMA_FROM, the smallest product of lesson 6's transformer blocks, lies
+between (the model's LM head, smaller, takes the pointer kernel).
 
 This file is an op file: the kernel, its configurations, its preconditions and its launcher.
 matmul.py's route imports it (not the other way round); lesson 7's chapter (lesson07_hopper/main.py)
@@ -52,8 +53,8 @@ from common.launch import cdiv, scratch
 from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's, fused as in matmul.py
 
 TMA_FROM = 16384 * 768 * 768  # M * N * K from which the route takes this kernel: the smallest product of
-                               # lesson 6's step, between 2048^3, where the pointer kernel was the faster,
-                               # and 4096^3, where this kernel was (main.py, section 10)
+                               # lesson 6's transformer blocks, between 2048^3, where the pointer kernel was
+                               # the faster, and 4096^3, where this kernel was (main.py, section 10)
 
 
 # %% The kernel: matmul.py's, with descriptor loads and a loop over tiles
