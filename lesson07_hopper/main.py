@@ -244,7 +244,8 @@ chapter.run("ptx", machine_code.copy_instructions)
 # ## 6. What each step bought: TMA and a persistent grid, timed against cuBLAS
 # One tile shape throughout (section 3's); each step added to the one before, all timed side by
 # side with cuBLAS. matmul() takes this kernel from M * N * K = 16384 x 768 x 768 up
-# (hopper.TMA_FROM, the smallest product of lesson 6's step, about 2130^3): at 4096^3 and above it
+# (hopper.TMA_FROM, about 2130^3, the smallest product of lesson 6's transformer blocks; its LM
+# head's, 16384 x 256 x 768, takes the pointer kernel): at 4096^3 and above it
 # was the faster in this table and in lesson 4's timing table (section 10), in float16 and bfloat16,
 # and at 2048^3 the pointer kernel was.
 
