@@ -4,6 +4,7 @@ hot path), two processes under DDP, and the chapter's runs (notebook, script).""
 import copy
 import math
 import os
+import re
 import subprocess
 import sys
 
@@ -396,9 +397,10 @@ def test_two_processes_under_ddp_draw_their_own_batches_and_keep_equal_replicas(
                            os.path.join(ROOT, "lesson06_gpt", "ddp.py"), "--steps", "1", "--size", "toy"],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
-    ranks = [line for line in done.stdout.splitlines() if "parameters' sum" in line]
-    sums = [line.split("sum ")[1] for line in ranks]
-    losses = [line.split("first loss ")[1].split(",")[0] for line in ranks]
+    # two processes write to one pipe: a line's text and its newline can reach it apart, so another
+    # rank's line may start on the same line; each rank's report is found by its pattern, not by line
+    ranks = re.findall(r"rank (\d) of 2: first loss (-?\d+\.\d{6}), parameters' sum (-?\d+\.\d{10})", done.stdout)
+    losses, sums = [loss for _, loss, _ in ranks], [total for _, _, total in ranks]
     assert len(sums) == 2 and sums[0] == sums[1], done.stdout  # the replicas stay equal
     assert losses[0] != losses[1], done.stdout  # each on batches of its own: the same weights, other losses
 
