@@ -256,21 +256,20 @@ chapter.run("trace", trace, trace=True)
 
 # %% [markdown]
 # ## 7. The public function: matmul(), and which kernel it runs
-# matmul() (matmul.py) checks the input, then one function decides which kernel runs:
-# choose_kernel, the route. It picks hopper.py's TMA kernel (TMA, Hopper's tensor memory
-# accelerator: a copy engine that moves whole tiles, section 15) where it can run and pays: a
-# Hopper GPU, float16 or bfloat16, operands the copy engine can address, M * N * K from 16384 x 768
-# x 768, the smallest product of lesson 6's transformer blocks (lesson 7 takes it apart; the model's
-# LM head, 16384 x 256 x 768 (256 bytes), is smaller and takes the pointer kernel); otherwise the
-# autotuned pointer kernel. Whether TMA can read a tensor depends on where its memory starts and how
-# far apart its rows are (both multiples of 16 bytes), so the route is asked on the tensors the
-# kernel reads, in the forward of section 9's autograd function (Matmul). (matmul() also takes a
-# float32 weight b beside 16-bit a, mixed precision's: Matmul casts it first, and the route asks
-# on the cast.) Under torch.compile a traced tensor
-# has no address yet: the route reads its offset in its storage instead, as the compiler does for
-# its own kernels (hopper.starts_aligned). The table: each of the route's conditions, in the order
-# it asks them, with an example it decides (a meta tensor: a shape and strides, no memory), and the
-# kernel it picks.
+# matmul() (matmul.py) checks the input, then one function decides which kernel runs: choose_kernel,
+# the route. It picks hopper.py's TMA kernel (TMA, Hopper's tensor memory accelerator: a copy engine
+# that moves whole tiles, section 15) where it can run and pays: a Hopper GPU, float16 or bfloat16,
+# operands the copy engine can address, M * N * K from 16384 x 768 x 768, the smallest product of
+# lesson 6's transformer blocks (lesson 7 takes it apart; the model's LM head, 16384 x 256 x 768 (a
+# vocabulary of 256 bytes), is smaller and takes the pointer kernel); otherwise the autotuned
+# pointer kernel. Whether TMA can read a tensor depends on where its memory starts and how far apart
+# its rows are (both multiples of 16 bytes), so the route is asked on the tensors the kernel reads,
+# in the forward of section 9's autograd function (Matmul). (matmul() also takes a float32 weight b
+# beside 16-bit a, mixed precision's: Matmul casts it first, and the route asks on the cast.) Under
+# torch.compile a traced tensor has no address yet: the route reads its offset in its storage
+# instead, as the compiler does for its own kernels (hopper.starts_aligned). The table: each of the
+# route's conditions, in the order it asks them, with an example it decides (a meta tensor: a shape
+# and strides, no memory), and the kernel it picks.
 
 
 # %%

@@ -707,10 +707,10 @@ chapter.run("bench", bench_training, gpu=True)
 # ## 10. The cross-entropy alone, at the vocabularies models use
 # A language model's logits are rows x vocabulary: 4096 rows of Llama-3's 128,256 are 1 GB in
 # bfloat16, and F.cross_entropy in eager mode (log_softmax, then nll_loss) keeps its log_softmax, as
-# large again, for the backward, which writes two more of that size: nll_loss's gradient with respect
-# to the log-probabilities (zeros but one entry per row), then from it the logits' gradient. The
-# course's kernel keeps two float32 numbers per row and writes only the gradient. Forward and backward together,
-# kernel time and peak memory, against F.cross_entropy and torch.compile of it.
+# large again, for the backward, which writes two more of that size: nll_loss's gradient with
+# respect to the log-probabilities (zeros but one entry per row), then from it the logits' gradient.
+# The course's kernel keeps two float32 numbers per row and writes only the gradient. Forward and
+# backward together, kernel time and peak memory, against F.cross_entropy and torch.compile of it.
 
 
 # %%
