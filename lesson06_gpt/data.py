@@ -63,9 +63,7 @@ def batch(data: torch.Tensor, batch_size: int, seq: int, generator: torch.Genera
     starts = torch.randint(0, len(data) - seq - 1, (batch_size,), generator=generator).tolist()
     x = torch.stack([data[s:s + seq] for s in starts])
     y = torch.stack([data[s + 1:s + seq + 1] for s in starts])
-    if DEVICE == "cuda":  # pinned and non_blocking: the copy is queued behind the GPU's work and the host
-        # goes on; from ordinary (pageable) memory, or blocking, the host first waits for everything
-        # queued (main.py, section 8). Each tensor pinned as built: a non-contiguous view of a pinned
-        # tensor would first be made contiguous in ordinary memory, and that copy waits.
+    if DEVICE == "cuda":  # pinned whole and non_blocking: the host goes on while the copy waits its turn
+        # (main.py, section 8, says why a pageable copy, or a strided view of a pinned one, would wait)
         return x.pin_memory().to(DEVICE, non_blocking=True), y.pin_memory().to(DEVICE, non_blocking=True)
     return x, y

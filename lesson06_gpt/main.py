@@ -685,8 +685,8 @@ def bench_training():
                            f"key heads), seq {cfg.seq}, batch {B}, {params / 1e6:.1f} M parameters, {args.dtype}",
                      note=f"tokens/s: {steps - warmup} steps after {warmup} of warm-up, the time a caller pays "
                           "(wall clock, synchronized), every backward on the calling thread (section 8). Peak: "
-                          "torch.cuda.max_memory_allocated over the run, above what "
-                          f"was allocated before it; of it, {state:.2f} GiB are the float32 weights, their gradients and "
+                          "torch.cuda.max_memory_allocated over the run, above what was allocated before it;"
+                          f" of it, {state:.2f} GiB are the float32 weights, their gradients and "
                           "AdamW's two moments (16 bytes a parameter, in every run), the rest activations kept for the "
                           "backward and the step's temporaries. Gap to eager: the mean |loss - eager's loss| over the "
                           f"last quarter of the steps, in nats; '{NUDGED}' is the yardstick, what a difference of "
