@@ -50,6 +50,7 @@ import triton
 import triton.language as tl
 
 from common.launch import cdiv, scratch
+from common.tuned import recorded
 from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's, fused as in matmul.py
 
 TMA_FROM = 16384 * 768 * 768  # M * N * K from which the route takes this kernel: the smallest product of
@@ -201,7 +202,8 @@ def tma_gpu(cc: int, shared: int) -> bool:
 
 
 HOPPER = not INTERPRET and torch.cuda.is_available() and tma_gpu(capability(), shared_memory())  # the TMA path here?
-matmul_kernel_tma_tuned = triton.autotune(TMA_CONFIGS, key=["M", "N", "K"], cache_results=True)(matmul_kernel_tma)
+matmul_kernel_tma_tuned = recorded("matmul_kernel_tma_tuned",
+                                   triton.autotune(TMA_CONFIGS, key=["M", "N", "K"], cache_results=True)(matmul_kernel_tma))
 
 
 # %% Which products take this kernel, and its launcher

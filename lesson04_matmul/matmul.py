@@ -20,6 +20,7 @@ import triton.language as tl
 
 from common.checks import check_tensors, flag, index_type as index_type_of
 from common.launch import cdiv, traced_config
+from common.tuned import recorded
 from common.trace import show
 from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's GELU and its derivative
 from lesson04_matmul import hopper  # the TMA kernel, one of the route's two paths
@@ -116,9 +117,11 @@ def small_problems_untuned(configs, named_args, **kwargs):
     return configs if named_args["M"] * named_args["N"] * named_args["K"] >= 512**3 else configs[-1:]
 
 
-# cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it.
-matmul_kernel_tuned = triton.autotune(CONFIGS, key=["M", "N", "K"], cache_results=True,
-                                      prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel)
+# cache_results: the choice per shape kept on disk too (Triton's cache), so a second run starts with it;
+# recorded: the choices of a run on this GPU model, if the course has one (common/tuned.py), so a first does.
+matmul_kernel_tuned = recorded("matmul_kernel_tuned", triton.autotune(
+    CONFIGS, key=["M", "N", "K"], cache_results=True,
+    prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel))
 def pointer_kernel(dtype: torch.dtype) -> tuple:
     """(kernel, its block sizes) for the pointer path: the autotuned kernel, or, while torch.compile
     traces, matmul_kernel with one configuration (common.launch.traced_config says why)."""

@@ -30,6 +30,7 @@ from common import checks
 from common.checks import check_tensors, flag, real
 from common.launch import cdiv, dot_block, traced_config
 from common.trace import show
+from common.tuned import recorded
 from lesson05_flash_attention import backward, decode, hopper  # the lesson's other op files
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -216,10 +217,11 @@ def configs_for(configs, named_args, **kwargs):
     return configs if named_args["seq_q"] * named_args["seq_k"] >= 512 * 512 else configs[-1:]
 
 
-attention_kernel_tuned = triton.autotune(INTERPRETED if INTERPRET else NARROW + WIDE,
-                                         key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
-                                         prune_configs_by={"early_config_prune": configs_for},
-                                         cache_results=True)(attention_kernel)
+attention_kernel_tuned = recorded("attention_kernel_tuned", triton.autotune(
+    INTERPRETED if INTERPRET else NARROW + WIDE, key=["seq_q", "seq_k", "BLOCK_D", "CAUSAL"],
+    prune_configs_by={"early_config_prune": configs_for}, cache_results=True)(attention_kernel))
+
+
 def traced(q, causal: bool) -> dict:
     """The forward's one configuration while torch.compile traces (common.launch.traced_config):
     the first of the head dim's list, but at head dims to 64 with the causal mask 64 x 64, 4 warps,
@@ -230,8 +232,8 @@ def traced(q, causal: bool) -> dict:
 
 # decode.py's launch: the same kernel, PACKED, tuned over the key blocks per share (its BLOCK_M is the
 # packed rows)
-attention_kernel_decode = triton.autotune(decode.CONFIGS, key=decode.KEY, prune_configs_by=decode.PRUNE,
-                                          cache_results=True)(attention_kernel)
+attention_kernel_decode = recorded("attention_kernel_decode", triton.autotune(
+    decode.CONFIGS, key=decode.KEY, prune_configs_by=decode.PRUNE, cache_results=True)(attention_kernel))
 
 
 # %% The launcher

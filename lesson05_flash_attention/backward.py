@@ -62,6 +62,7 @@ from common.checks import dtype_name, flag, index_type
 from common.launch import cdiv, dot_block, next_power_of_2, scratch, splits_to_fill, traced_config
 from common.table import print_table
 from common.trace import show
+from common.tuned import recorded
 
 LOG2E = tl.constexpr(1.4426950408889634)
 
@@ -370,7 +371,8 @@ def dq_kernel(q_ptr, k_ptr, v_ptr, do_ptr, lse_ptr, delta_ptr, dq_ptr, sm_scale,
 # in dkdv_kernel). The last of each list is what small problems run untimed: it fits every GPU's
 # shared memory in float32 (tests/test_gpus.py). The dQ kernel is the forward's shape. Section 16
 # (bench_configs, RESULTS.md "Backward designs and block sizes") times the candidates; the
-# autotuner picks among them per (lengths, head dim, causal), and keeps its pick on disk.
+# autotuner picks among them per (lengths, head dim, causal) and keeps its pick on disk; on a GPU
+# model the course has recorded, a first run starts with that run's picks (common/tuned.py).
 def configs(rows, dim_split: bool = True):
     """triton.Configs of (BLOCK_M, BLOCK_N, num_warps, num_stages, DIM_SPLIT) rows. Every dK/dV one
     names its DIM_SPLIT, 1 included: torch.compile's tracer fills a kernel's arguments from an
@@ -412,8 +414,9 @@ KEY = ["seq_q", "seq_k", "BLOCK_D", "CAUSAL"]
 def tuned(kernel, name: str, key: list, **kwargs):
     narrow, wide = LISTS[name]
     interpreted = configs([(32, 32, 4, 1, 1)], dim_split=name != "dq")  # the interpreter: one small configuration
-    return triton.autotune(interpreted if INTERPRET else narrow + wide, key=key, prune_configs_by=configs_for(name),
-                           cache_results=True, **kwargs)(kernel)
+    return recorded(f"{name}_kernel_tuned", triton.autotune(interpreted if INTERPRET else narrow + wide, key=key,
+                                                            prune_configs_by=configs_for(name), cache_results=True,
+                                                            **kwargs)(kernel))
 
 
 def traced_kernels(q) -> dict:

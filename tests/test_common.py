@@ -508,3 +508,49 @@ def test_whole_numbers_at_their_bounds():
     for value in (True, 2.0, "3", None):
         with pytest.raises(TypeError, match="n must be"):
             whole("n", value)
+
+
+@triton.jit
+def _double_kernel(x_ptr, y_ptr, N, BLOCK: tl.constexpr):
+    offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offsets, 2 * tl.load(x_ptr + offsets, mask=offsets < N), mask=offsets < N)
+
+
+def test_a_recorded_pick_runs_without_timing_and_a_stale_one_is_left_out():
+    # common/tuned.py: a key with a pick recorded for it launches that configuration, untimed; a pick
+    # whose configuration the list no longer holds is dropped (that key is timed as before)
+    from common import tuned
+    configs = [triton.Config({"BLOCK": 16}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2)]
+    autotuner = triton.autotune(configs, key=["N"])(_double_kernel)
+    tuned.seed(autotuner, [[[40, "torch.float32", "torch.float32"], {"BLOCK": 64, "num_warps": 2, "num_stages": 3}],
+                           [[8, "torch.float32", "torch.float32"], {"BLOCK": 32, "num_warps": 2, "num_stages": 3}]])
+    assert list(autotuner.cache) == [(40, "torch.float32", "torch.float32")]
+    x = torch.arange(40.0, device=DEVICE)
+    y = torch.empty_like(x)
+    autotuner[lambda meta: (triton.cdiv(40, meta["BLOCK"]),)](x, y, 40)
+    assert autotuner.best_config is configs[1] and torch.equal(y, 2 * x)
+
+
+def test_picks_are_written_per_gpu_and_merged_key_by_key(tmp_path, monkeypatch):
+    from common import tuned
+    configs = [triton.Config({"BLOCK": 16}, num_warps=1), triton.Config({"BLOCK": 64}, num_warps=2)]
+    autotuner = triton.autotune(configs, key=["N"])(_double_kernel)
+    monkeypatch.setattr(tuned, "FOLDER", str(tmp_path))
+    monkeypatch.setattr(tuned, "AUTOTUNERS", {"double_kernel_tuned": autotuner})
+    monkeypatch.setattr(tuned, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    autotuner.cache.update({(1024, "torch.float16", "torch.float16"): configs[0], (8, "torch.float32", True): configs[1]})
+    tuned.write()
+    autotuner.cache.clear()
+    autotuner.cache.update({(1024, "torch.float16", "torch.float16"): configs[1], (4096, "torch.float16", False): configs[0]})
+    tuned.write()  # a second process of the run: the same key takes its pick, the others stay
+    assert os.listdir(tmp_path) == ["nvidia_h100_80gb_hbm3.json"]
+    tuned.read.cache_clear()
+    rows = tuned.read("NVIDIA H100 80GB HBM3")["double_kernel_tuned"]
+    assert sorted(rows) == sorted([[[1024, "torch.float16", "torch.float16"], tuned.described(configs[1])],
+                                   [[8, "torch.float32", True], tuned.described(configs[1])],
+                                   [[4096, "torch.float16", False], tuned.described(configs[0])]])
+    fresh = triton.autotune(configs, key=["N"])(_double_kernel)
+    tuned.seed(fresh, rows)  # read back, the keys are the autotuner's own: tuples of ints, bools and strings
+    assert fresh.cache == {(1024, "torch.float16", "torch.float16"): configs[1], (8, "torch.float32", True): configs[1],
+                           (4096, "torch.float16", False): configs[0]}
+    tuned.read.cache_clear()
