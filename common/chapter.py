@@ -25,6 +25,8 @@ writes them to RESULTS.md). Three kinds of section are run differently:
   under the interpreter. Without a GPU, the runner prints the section as RESULTS.md recorded it on
   a GPU instead, with that machine's stamp once per run; stand_in names the recorded tables
   that stand in for it (by words of their titles: a sweep of many rows can stay on the page).
+- full=True: a sweep (many configurations, each compiled and timed: minutes on a fresh GPU) that
+  runs with --full only; a default run prints RESULTS.md's record of it, as a CPU does.
 - fresh=True: the section times what a call costs the host, which a process that has run the
   profiler or torch.compile pays more for: it runs in a fresh process.
 A default run on a GPU so starts two processes at most: the traces' and the host table's.
@@ -107,19 +109,20 @@ class Chapter:
         return table["full" if self.args.full else "quick"]
 
     def run(self, name: str, section, *, gpu: bool = False, trace: bool = False, fresh: bool = False,
-            stand_in: tuple | None = None) -> None:
+            full: bool = False, stand_in: tuple | None = None) -> None:
         """Run section() under its heading, if this run includes it, and keep the tables it returns.
         gpu: it needs a CUDA GPU (without one, RESULTS.md's record of it is printed: the tables whose
         titles hold one of the words in stand_in, every table by default); trace: it runs
         under the interpreter (in a child process on a GPU machine); fresh: it runs in a fresh
-        process (host timings: a process that has run the profiler pays more per call). A section
+        process (host timings: a process that has run the profiler pays more per call); full: it runs
+        with --full only (a sweep; otherwise the record is printed, as without a GPU). A section
         run in a child process must be a function of the module, without arguments."""
         heading = self.sections[name]  # (a KeyError here: the name is not in SECTIONS)
         if not self.running or name not in self.args.sections:
             return
         print(f"\n=== {heading} ===")
-        if gpu and INTERPRET:
-            return self.recorded(name, stand_in)
+        if (gpu and INTERPRET) or (full and not self.args.full):
+            return self.recorded(name, stand_in, why="needs a GPU" if INTERPRET else "is a sweep that --full runs")
         if (trace and not INTERPRET) or fresh:
             result = self.in_child(section, trace=trace)
         else:
@@ -127,16 +130,16 @@ class Chapter:
         tables = result if isinstance(result, (list, tuple)) else [result]
         self.tables[name] = [t for t in tables if isinstance(t, Table) and t.title]
 
-    def recorded(self, name: str, stand_in: tuple | None = None) -> None:
+    def recorded(self, name: str, stand_in: tuple | None = None, why: str = "needs a GPU") -> None:
         """Print section `name` as this lesson's RESULTS.md recorded it, the page's stamp the first time:
         its tables whose titles hold one of the words in stand_in (all of them by default), and the
-        titles of the others."""
+        titles of the others. why: what keeps the section from running here."""
         path = os.path.join(ROOT, self.lesson, "RESULTS.md")
         page = read_page(path)
         block = page and page["sections"].get(name)
         where = os.path.relpath(path, ROOT)
         if not block:
-            print(f"This section needs a GPU, and {where} has no record of it yet: `python -m common.results "
+            print(f"This section {why}, and {where} has no record of it yet: `python -m common.results "
                   f"{self.lesson}` on a GPU writes it.")
             return
         left = ""
@@ -145,15 +148,15 @@ class Chapter:
             shown = [p for p in parts if not p.startswith("### ") or any(w in p.split("\n")[0] for w in stand_in)]
             left = "; ".join(p.split("\n")[0][4:] for p in parts if p not in shown)
             if not any(p.startswith("### ") for p in shown):  # none (a sweep of many rows, say): where they are
-                print(f"This section needs a GPU. {where} records what it printed there: {left}.")
+                print(f"This section {why}. {where} records what it printed on a GPU: {left}.")
                 return
             block = "".join(shown).rstrip("\n")
         if not self.stamped:
-            print(f"This section needs a GPU. What it printed on {page['stamp'].get('GPU', 'a GPU')}, recorded in "
+            print(f"This section {why}. What it printed on {page['stamp'].get('GPU', 'a GPU')}, recorded in "
                   f"{where} (the machine, once for this run):\n" + "\n".join(page["stamp_lines"]) + "\n")
             self.stamped = True
         else:
-            print(f"This section needs a GPU. What it printed there ({where}):\n")
+            print(f"This section {why}. What it printed there ({where}):\n")
         print("\n".join(line for line in block.splitlines() if not line.startswith("![")))
         if left:
             print(f"Also recorded there: {left}.")

@@ -28,6 +28,8 @@ import json
 import os
 import re
 
+import torch
+
 from common.device import INTERPRET, ROOT, gpu_name
 
 FOLDER = os.path.join(ROOT, "common", "tuned")
@@ -59,7 +61,7 @@ def recorded(name: str, autotuner):
     """`autotuner` (a triton.autotune of an op file, `name` its variable's name), its cache holding
     the picks recorded for this GPU. Returns it."""
     AUTOTUNERS[name] = autotuner
-    if not (INTERPRET or RECORDING):
+    if not (INTERPRET or RECORDING) and torch.cuda.is_available():  # (a compile-only process has no GPU)
         seed(autotuner, read(gpu_name()).get(name, []))
     return autotuner
 
@@ -78,7 +80,6 @@ def write() -> None:
     """Add this process's picks to its GPU's file, under a lock (a run's processes may write at once)."""
     import fcntl
 
-    import torch
     import triton
 
     gpu = gpu_name()

@@ -593,10 +593,10 @@ def bench_backward(impls: dict, seqs, shapes, dtype=torch.float16, *, kernel_of=
 
 
 def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), causals=(False, True),
-                  dtype=torch.float16, *, most: int | None = None):
+                  dtype=torch.float16):
     """Every candidate block size of both designs' kernels, timed side by side (the autotuner's
-    job done by hand; its lists for head dims to 128 are NARROW_DKDV, NARROW_DQ and NARROW_FUSED), or
-    the first `most` of each (a quick look). forward(q, k, v, causal, sm_scale): attention.py's launch
+    job done by hand; its lists for head dims to 128 are NARROW_DKDV, NARROW_DQ and NARROW_FUSED).
+    forward(q, k, v, causal, sm_scale): attention.py's launch
     with the autotuned kernel, which gives (o, lse). GPU only."""
     rows, left_out = [], set()
     for B, H, D in shapes:
@@ -608,7 +608,7 @@ def bench_configs(forward, seq: int = 4096, shapes=((4, 32, 64), (4, 16, 128)), 
             if not INTERPRET and capability() >= 90:  # Hopper and newer: TMA's reduce-add too
                 kinds.append(("dK, dV + TMA reduce-add dQ", NARROW_FUSED))
             for kind, candidates in kinds:
-                for config in candidates[:most]:  # this kernel plain, with `config`; the other autotuned
+                for config in candidates:  # this kernel plain, with `config`; the other autotuned
                     meta = config.all_kwargs()  # BLOCK_M, BLOCK_N, num_warps, num_stages...
                     varied = (dict(dq=dq_kernel, dq_meta=meta) if kind == "dQ" else
                               dict(dkdv=dkdv_kernel, dkdv_meta=meta, atomic_dq=kind != "dK, dV", tma_dq="TMA" in kind))

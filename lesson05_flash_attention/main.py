@@ -72,19 +72,17 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "leaderboard": "18. CS336's leaderboard shape, forward and backward (tuning.py)",
 }
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). seqs: section
-# 9's sequence lengths; shapes: the (batch, heads, head_dim) of sections 9, 10, 12, 15 and 16; dtypes:
-# section 9's; memory: section 8's sequence lengths (section 1 takes the full list); backward: section
-# 15's sequence lengths; causal: the block-size sweeps' (sections 10 and 16) causal cases; sweep: how
-# many of each sweep's candidates they time (all with --full); general: section 17's shapes
-# (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)).
+# 9's sequence lengths; shapes: the (batch, heads, head_dim) of sections 9, 12 and 15; dtypes: section
+# 9's; checked: the dtypes sections 7 and 14 check; memory: section 8's sequence lengths (section 1
+# takes the full list); backward: section 15's sequence lengths; general: section 17's shapes
+# (tuning.BENCH_CASES: (B, H, H_KV, seq_q, seq_k, head_dim, causal)). The block-size sweeps (sections
+# 10 and 16) run with --full only.
 SIZES = {
-    "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], memory=[1024, 4096, 16384],
-                  backward=[4096], causal=[False], sweep=2,
-                  general=[tuning.BENCH_CASES[1], tuning.BENCH_CASES[6]]),
+    "quick": dict(seqs=[4096], shapes=[(4, 16, 128)], dtypes=[torch.float16], checked=[torch.float16],
+                  memory=[1024, 4096, 16384], backward=[4096], general=[tuning.BENCH_CASES[1], tuning.BENCH_CASES[6]]),
     "full": dict(seqs=[512, 1024, 2048, 4096, 8192, 16384], shapes=[(4, 32, 64), (4, 16, 128)],
-                 dtypes=[torch.float16, torch.bfloat16], memory=[1024, 4096, 8192, 16384, 32768],
-                 backward=[4096, 16384], causal=[False, True], sweep=None,
-                 general=tuning.BENCH_CASES),
+                 dtypes=[torch.float16, torch.bfloat16], checked=DTYPES, memory=[1024, 4096, 8192, 16384, 32768],
+                 backward=[4096, 16384], general=tuning.BENCH_CASES),
 }
 chapter = Chapter("lesson05_flash_attention", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--seqs", type=positive_int, nargs="+", metavar="SEQ",
@@ -579,17 +577,18 @@ chapter.run("route", route_table)
 # %% [markdown]
 # ## 7. Correctness: against float64 standard attention
 # attention(), whichever kernel its route takes. Lengths of one row, below a block and past one
-# (50, 129: the masks), in every dtype, causal and not; then the shapes of section 4. Each dtype
-# has its tolerance, relative to the size of the output: float16 keeps 11 significant bits and
-# bfloat16 8 (p is rounded to them for the second tl.dot); float32 inputs multiply in full fp32, so
-# only the summation order differs from float64.
+# (50, 129: the masks), causal and not; then the shapes of section 4. In float16, the dtype the
+# timings use; --full (RESULTS.md) and the tests check bfloat16 and float32 too, each a compile of
+# every kernel again. Each dtype has its tolerance, relative to the size of the output: float16
+# keeps 11 significant bits and bfloat16 8 (p is rounded to them for the second tl.dot); float32
+# inputs multiply in full fp32, so only the summation order differs from float64.
 
 
 # %%
 def check():
     rows = []
     cases = [(1, 1, 1, 64), (2, 3, 50, 64), (1, 2, 129, 64)]  # B, H, seq, head_dim (the tests take every head_dim)
-    for dtype in DTYPES:
+    for dtype in chapter.sizes(SIZES)["checked"]:
         for B, H, seq, D in cases:
             q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
             for causal in (False, True):
@@ -604,7 +603,7 @@ def check():
     # The shapes real models pass (grouped-query heads, q and k/v of different lengths, other head
     # dims, decoding's few queries against many keys), against standard attention
     rows = []
-    for dtype in DTYPES:
+    for dtype in chapter.sizes(SIZES)["checked"]:
         for B, H, H_KV, seq_q, seq_k, D in [(1, 4, 2, 20, 20, 64), (1, 2, 1, 7, 30, 80), (1, 1, 1, 17, 9, 256),
                                             (1, 4, 1, 2, 1100, 64)]:  # the last: decoding (decode.py)
             q = torch.randn(B, H, seq_q, D, device=DEVICE, dtype=dtype)
@@ -715,15 +714,13 @@ chapter.run("bench", timing, gpu=True, stand_in=("x 64, float16", "Roofline"))
 # %% [markdown]
 # ## 10. Block sizes, side by side (tuning.py)
 # The autotuner's job done by hand: every candidate configuration of the sweep (BLOCK_M, BLOCK_N,
-# num_warps, num_stages) timed in turns, at seq 4096 (a quick look: the first two). NARROW (section 6)
-# holds the winners. The sweep's table is long: without a GPU the chapter names it, RESULTS.md holds it.
+# num_warps, num_stages) timed in turns, at seq 4096. NARROW (section 6) holds the winners. Each
+# candidate compiles for each head dim and mask: the sweep runs with --full, and a default run names
+# its table, which RESULTS.md holds.
 
 
 # %%
-chapter.run("configs", lambda: tuning.bench_configs(launch, attention_kernel, shapes=chapter.sizes(SIZES)["shapes"],
-                                                    causals=chapter.sizes(SIZES)["causal"],
-                                                    configs=tuning.SWEEP[:chapter.sizes(SIZES)["sweep"]]), gpu=True,
-            stand_in=())
+chapter.run("configs", lambda: tuning.bench_configs(launch, attention_kernel), gpu=True, full=True, stand_in=())
 
 # %% [markdown]
 # ## 11. What a call costs the host (tuning.py)
@@ -785,14 +782,15 @@ chapter.run("backward", trace_backward, trace=True)
 # %% [markdown]
 # ## 14. Training: the gradients against float64 autograd
 # dQ, dK, dV through attention (its autograd function: section 6) on awkward sizes: one row,
-# lengths that are not a multiple of any block, causal and not (more in tests/test_training.py).
+# lengths that are not a multiple of any block, causal and not, in section 7's dtypes (more in
+# tests/test_training.py).
 
 
 # %%
 def grad_check():
     """Gradients through attention against torch's autograd of standard attention (common.checks.grad_errors)."""
     rows = []
-    for dtype in DTYPES:
+    for dtype in chapter.sizes(SIZES)["checked"]:
         for B, H, seq, D in [(1, 1, 1, 64), (2, 3, 50, 32)]:
             q, k, v = (torch.randn(B, H, seq, D, device=DEVICE, dtype=dtype) for _ in range(3))
             for causal in (False, True):
@@ -840,14 +838,13 @@ chapter.run("bench_backward", timing_backward, gpu=True, stand_in=("x 64, float1
 # else to tune) and, on Hopper, tma_dq=True (the same, each dQ tile added by one TMA request).
 # backward.py's default is the three kernels: of its designs the faster where it was timed
 # (RESULTS.md), and the same bits on every run. attention() runs it where the Gluon backward does
-# not (section 6's route). The table is long: without a GPU the chapter names it, RESULTS.md
-# holds it.
+# not (section 6's route). A sweep, as section 10's: it runs with --full, and a default run names
+# its table, which RESULTS.md holds.
 
 
 # %%
-chapter.run("configs_backward", lambda: backward.bench_configs(
-    functools.partial(launch, attention_kernel_tuned), shapes=chapter.sizes(SIZES)["shapes"],
-    causals=chapter.sizes(SIZES)["causal"], most=chapter.sizes(SIZES)["sweep"]), gpu=True, stand_in=())
+chapter.run("configs_backward", lambda: backward.bench_configs(functools.partial(launch, attention_kernel_tuned)),
+            gpu=True, full=True, stand_in=())
 
 # %% [markdown]
 # ## 17. The shapes models pass, timed against SDPA's backends (tuning.py)

@@ -610,16 +610,18 @@ chapter.run("profile", profile_section, gpu=True)
 # ## 9. Training side by side
 # Four runs of the same model from the same weights on the same batches: torch eager, torch.compile of
 # the torch model, the course's ops, and the course's ops under torch.compile (which sees into every
-# course kernel inside its autograd function and fuses the casts and reshapes between them).
-# Tokens per second over the steps after the warm-up (compilation and autotuning stay out), the
-# peak memory of the whole run (weights, gradients, optimizer state and activations), and the loss
-# at each step. The four curves lie on top of each other for the first steps; then bfloat16's
-# roundings, which differ between any two implementations (eager and torch.compile of the same torch
-# model too), are amplified step by step as in any training run, and the curves part by a few
-# hundredths of a nat or more: the same training, another trajectory. How far is "a few"? A fifth
-# run measures it: torch eager again, each starting weight nudged by a relative 2^-9 (a quarter of
-# bfloat16's rounding step), nothing else changed. Its gap to eager is what rounding alone does to
-# this training; the table sets each implementation's gap beside it (RESULTS.md has the numbers).
+# course kernel inside its autograd function and fuses the casts and reshapes between them). The two
+# compiled runs come with --full: torch.compile spends most of a minute on each model before its first
+# step, and a default run stays within one (RESULTS.md has all four). Tokens per second over the steps
+# after the warm-up (compilation and autotuning stay out), the peak memory of the whole run (weights,
+# gradients, optimizer state and activations), and the loss at each step. The four curves lie on top of
+# each other for the first steps; then bfloat16's roundings, which differ between any two
+# implementations (eager and torch.compile of the same torch model too), are amplified step by step as
+# in any training run, and the curves part by a few hundredths of a nat or more: the same training,
+# another trajectory. How far is "a few"? A fifth run measures it: torch eager again, each starting
+# weight nudged by a relative 2^-9 (a quarter of bfloat16's rounding step), nothing else changed. Its
+# gap to eager is what rounding alone does to this training; the table sets each implementation's gap
+# beside it (RESULTS.md has the numbers).
 #
 # Where do the curves part? Look for a step where the loss jumps in every run at once: a batch that
 # the weights of that moment predict badly (this short run has no learning-rate warm-up and no
@@ -644,6 +646,8 @@ def bench_training():
     runs = {"torch eager": ("torch", False, 0.0), "torch.compile": ("torch", True, 0.0),
             "course": ("course", False, 0.0), "course, torch.compile": ("course", True, 0.0),
             NUDGED: ("torch", False, 2**-9)}  # the yardstick: rounding's size of difference, nothing else
+    if not args.full:  # (torch.compile compiles each model for most of a minute before its first step)
+        runs = {name: run for name, run in runs.items() if not run[1]}
     losses, rows = {}, []
     for name, (ops, compiled, nudge) in runs.items():
         torch.cuda.empty_cache()
@@ -672,14 +676,16 @@ def bench_training():
         step = train_runner("torch", cfg, B, sizes["lr"], nudge=2**-9, draw=draw)
         yardstick.append(gap_to_eager([step().item() for _ in range(steps)]))
         del step
-    eager, compiled, eager_peak = rows[0][1], rows[1][1], rows[0][2]
+    tokens = {name: tps for name, tps, _, _ in rows}
+    eager, compiled, eager_peak = tokens["torch eager"], tokens.get("torch.compile"), rows[0][2]
     params = sum(p.numel() for p in GPT(cfg, "torch").parameters())
     state = 16 * params / 2**30  # float32 weights, gradients and AdamW's two moments: the same in every run
     gap = {name: gap_to_eager(losses[name]) for name in runs}
-    rows = [[name, tps, tps / eager, tps / compiled, peak, peak / eager_peak, peak - state, loss, gap[name]]
-            for name, tps, peak, loss in rows]
-    t1 = print_table(rows, ["implementation", "tokens/s", "x eager", "x torch.compile", "peak GiB", "peak x eager",
-                            "of it not weights nor AdamW, GiB", "loss, last step", "gap to eager, last quarter"],
+    rows = [[name, tps, tps / eager, *([tps / compiled] if compiled else []), peak, peak / eager_peak, peak - state,
+             loss, gap[name]] for name, tps, peak, loss in rows]
+    t1 = print_table(rows, ["implementation", "tokens/s", "x eager", *(["x torch.compile"] if compiled else []),
+                            "peak GiB", "peak x eager", "of it not weights nor AdamW, GiB", "loss, last step",
+                            "gap to eager, last quarter"],
                      floatfmt=".3f",
                      title=f"Training: {cfg.layers} layers, d_model {cfg.d_model}, {cfg.heads} heads ({cfg.kv_heads} "
                            f"key heads), seq {cfg.seq}, batch {B}, {params / 1e6:.1f} M parameters, {args.dtype}",
@@ -692,7 +698,9 @@ def bench_training():
                           f"last quarter of the steps, in nats; '{NUDGED}' is the yardstick, what a difference of "
                           f"rounding's size does to this training: over {NUDGE_DRAWS} draws of the nudge's signs (the "
                           f"row shows the first), gaps of {min([gap[NUDGED], *yardstick]):.3f} to "
-                          f"{max([gap[NUDGED], *yardstick]):.3f}.")
+                          f"{max([gap[NUDGED], *yardstick]):.3f}."
+                          + ("" if compiled else " torch.compile's two runs (the torch model, the course's) run with "
+                                                 "--full: each compiles for most of a minute first (RESULTS.md)."))
     every = max(1, steps // 20)
     curve_rows = [[i + 1] + [losses[name][i] for name in runs] for i in range(0, steps, every)]
     t2 = print_table(curve_rows, ["step", *runs], floatfmt=".3f", title="Training loss by step (nats)",
@@ -710,7 +718,8 @@ chapter.run("bench", bench_training, gpu=True)
 # large again, for the backward, which writes two more of that size: nll_loss's gradient with
 # respect to the log-probabilities (zeros but one entry per row), then from it the logits' gradient.
 # The course's kernel keeps two float32 numbers per row and writes only the gradient. Forward and
-# backward together, kernel time and peak memory, against F.cross_entropy and torch.compile of it.
+# backward together, kernel time and peak memory, against F.cross_entropy and (with --full, as in
+# section 9) torch.compile of it.
 
 
 # %%
@@ -727,6 +736,8 @@ def bench_loss():
 
         cases = {"F.cross_entropy": step(F.cross_entropy), "torch.compile(F.cross_entropy)":
                  step(torch.compile(F.cross_entropy)), "course cross_entropy": step(cross_entropy)}
+        if not args.full:  # (torch.compile: tens of seconds to compile, and the record has it)
+            del cases["torch.compile(F.cross_entropy)"]
         peaks = {}
         for name, fn in cases.items():
             fn()  # (compilation and the autotuner first)

@@ -153,10 +153,26 @@ def test_a_gpu_section_prints_the_recorded_tables_that_stand_in_for_it(tmp_path,
     assert out.rstrip().endswith("Also recorded there: Timing, float32.")
     chapter.run("bench", lambda: 1 / 0, gpu=True, stand_in=())  # none: the titles alone
     out = capsys.readouterr().out
-    assert "###" not in out and "RESULTS.md records what it printed there: Timing, float32; Another." in out
+    assert "###" not in out and "RESULTS.md records what it printed on a GPU: Timing, float32; Another." in out
     chapter.run("bench", lambda: 1 / 0, gpu=True, stand_in=("float32",))
     out = capsys.readouterr().out
     assert "| 1024 | 3000.5 |" in out and "A note." in out and "### Another" not in out
+
+
+def test_a_sweep_runs_with_full_only_and_its_record_stands_in_otherwise(tmp_path, monkeypatch, capsys):
+    # full=True: on a GPU a default run prints the page's record of the section; --full runs it
+    page(tmp_path)
+    monkeypatch.setattr(chapter_module, "ROOT", str(tmp_path))
+    monkeypatch.setattr(chapter_module, "INTERPRET", False)
+    for argv, ran in ((["main.py"], False), (["main.py", "--full"], True)):
+        monkeypatch.setattr(sys, "argv", [str(tmp_path / "lesson09_test" / "main.py"), *argv[1:]])
+        chapter = Chapter("lesson09_test", "Lesson 9: a test.", SECTIONS, running=True)
+        chapter.start()
+        capsys.readouterr()
+        chapter.run("bench", lambda: print_table([[1]], ["x"], title="Swept"), gpu=True, full=True)
+        out = capsys.readouterr().out
+        assert ("| 1024 | 3000.5 |" in out and "This section is a sweep that --full runs." in out) != ran
+        assert ("Swept" in out) == ran
 
 
 def test_a_section_runs_in_a_child_process_and_its_tables_come_back(monkeypatch, capsys):

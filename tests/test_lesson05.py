@@ -246,7 +246,7 @@ def test_backward_trace_matches_autograd(traced_backward):
 def test_check_passes(monkeypatch, dtype):
     # section 7's check, a dtype at a time (each compiles its own kernels: on a GPU, a test each runs
     # on a worker of its own)
-    monkeypatch.setattr(chapter, "DTYPES", (dtype,))
+    monkeypatch.setitem(chapter.SIZES["quick"], "checked", [dtype])
     plain, shapes = check()
     assert all(plain.column("ok")) and all(shapes.column("ok")) and len(plain.rows) == 6 and len(shapes.rows) == 8
     assert set(plain.column("dtype")) == set(shapes.column("dtype")) == {dtype_name(dtype)}
