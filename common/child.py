@@ -22,6 +22,7 @@ does, as a learner types it.
 import atexit
 import json
 import os
+import signal
 import subprocess
 import sys
 
@@ -69,10 +70,6 @@ def _environment(interpret: bool | None, path: tuple) -> dict:
                PYTHONPATH=os.pathsep.join([ROOT, *path, os.environ.get("PYTHONPATH", "")]))
     if interpret is not None:
         env["TRITON_INTERPRET"] = "1" if interpret else "0"
-    # A child runs a few functions. The one that calls torch.compile compiles one small kernel;
-    # inductor would first start its pool of compile workers, a process per core each importing
-    # torch, which costs more than it saves there. One thread: in-process.
-    env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     return env
 
 
@@ -81,8 +78,12 @@ class Child:
 
     def __init__(self, interpret: bool | None, path: tuple = ()):
         read, write = os.pipe()
+        # A child runs a few functions. The one that calls torch.compile compiles one small kernel;
+        # inductor would first start its pool of compile workers, a process per core each importing
+        # torch, which costs more than it saves there. One thread: in-process.
+        env = {"TORCHINDUCTOR_COMPILE_THREADS": "1", **_environment(interpret, path)}
         self.process = subprocess.Popen([sys.executable, "-c", PROGRAM, str(write)], stdin=subprocess.PIPE,
-                                        env=_environment(interpret, path), cwd=ROOT, pass_fds=(write,), text=True)
+                                        env=env, cwd=ROOT, pass_fds=(write,), text=True)
         os.close(write)
         self.answers = os.fdopen(read)
         self.asked = []
@@ -158,7 +159,16 @@ def _close_kept() -> None:
     _kept.clear()
 
 
-def script(path: str, *argv: str, cwd: str = ROOT) -> subprocess.CompletedProcess:
-    """`python path *argv`, as a learner runs it, from `cwd`: its exit code, stdout and stderr."""
-    return subprocess.run([sys.executable, path, *argv], cwd=cwd, env=_environment(None, ()), capture_output=True,
-                          text=True)
+def script(path: str, *argv: str, cwd: str = ROOT, env: dict | None = None,
+           timeout: float | None = None) -> subprocess.CompletedProcess | None:
+    """`python path *argv`, as a learner runs it, from `cwd`, `env` added to the environment: its exit
+    code, stdout and stderr; None if it ran past `timeout` seconds (it and its children are stopped)."""
+    process = subprocess.Popen([sys.executable, path, *argv], cwd=cwd, env={**_environment(None, ()), **(env or {})},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)  # (its session: the lesson's own child processes too)
+        process.communicate()
+        return None
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)

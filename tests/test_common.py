@@ -3,6 +3,7 @@ formatting, the results pages, the launch helpers."""
 import argparse
 import os
 import sys
+import time
 
 import pytest
 import torch
@@ -570,3 +571,26 @@ def test_picks_are_written_per_gpu_and_merged_key_by_key(tmp_path, monkeypatch):
     assert fresh.cache == {(1024, "torch.float16", "torch.float16"): configs[1], (8, "torch.float32", True): configs[1],
                            (4096, "torch.float16", False): configs[0]}
     tuned.read.cache_clear()
+
+
+def test_a_first_run_is_timed_in_empty_caches_and_stopped_past_its_limit(tmp_path, monkeypatch):
+    # common/first_run.py: the lesson's script in a fresh process, with Triton's and Inductor's caches
+    # empty; what it compiled and timed is counted from Triton's; a run past the limit is stopped
+    from common import first_run
+    lesson = tmp_path / "lesson09_test"
+    lesson.mkdir()
+    (lesson / "main.py").write_text(
+        "import os, sys\n"
+        "cache = os.environ['TRITON_CACHE_DIR']\n"
+        "assert not os.listdir(cache) and not os.listdir(os.environ['TORCHINDUCTOR_CACHE_DIR'])\n"
+        "os.makedirs(os.path.join(cache, 'a'))\n"
+        "for name in ('a/k.cubin', 'a/k.ptx', 'a/k.autotune.json', 'b.cubin'):\n"
+        "    open(os.path.join(cache, name), 'w').close()\n"
+        "if os.environ.get('COURSE_RECORD_PICKS') == '1':\n"
+        "    import time; time.sleep(60)\n")
+    monkeypatch.setattr(first_run, "ROOT", str(tmp_path))
+    seconds, code, compiled, timed = first_run.first_run("lesson09_test")
+    assert (code, compiled, timed) == (0, 2, 1) and seconds < 30
+    monkeypatch.setattr(first_run, "LIMIT", 2)
+    start = time.perf_counter()
+    assert first_run.first_run("lesson09_test", record=True)[1] == "stopped" and time.perf_counter() - start < 30

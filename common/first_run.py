@@ -1,0 +1,84 @@
+"""How long a newcomer waits: each lesson's default run on a fresh GPU, timed.
+
+    python -m common.first_run                      # every lesson; or name some
+    python -m common.first_run --record lesson05_flash_attention   # the picks of common/tuned.py, recorded
+
+Each lesson runs as a learner first runs it, `python lessonNN_*/main.py`, in a process of its own
+with empty caches: a fresh TRITON_CACHE_DIR (Triton's compiled kernels, and the autotuners' picks
+that cache_results keeps) and TORCHINDUCTOR_CACHE_DIR (torch.compile's). So every kernel compiles,
+and every autotuner times its list for each key that common/tuned.py has no pick for on this GPU
+model. The wall clock of the whole run (the interpreter's start and the imports included), the
+kernels compiled and the autotuner keys timed (files in the fresh Triton cache) are printed, and
+written to FIRST_RUN.md with the machine's stamp. --record: the runs with COURSE_RECORD_PICKS=1,
+which time every key (no pick used) and record the picks; their table is printed only.
+"""
+import os
+import sys
+import tempfile
+import time
+
+from common import child
+from common.device import INTERPRET, ROOT
+from common.results import LESSONS, machine_stamp
+from common.table import Table, print_table
+
+LIMIT = 600  # seconds a lesson may take before it is stopped (its row says so)
+
+
+def first_run(lesson: str, record: bool = False) -> tuple:
+    """(seconds, exit code or 'stopped', kernels compiled, autotuner keys timed) of the lesson's default run."""
+    with tempfile.TemporaryDirectory() as triton_cache, tempfile.TemporaryDirectory() as inductor_cache:
+        env = dict(TRITON_CACHE_DIR=triton_cache, TORCHINDUCTOR_CACHE_DIR=inductor_cache,
+                   **({"COURSE_RECORD_PICKS": "1"} if record else {}))
+        start = time.perf_counter()
+        done = child.script(os.path.join(ROOT, lesson, "main.py"), env=env, timeout=LIMIT)
+        seconds = time.perf_counter() - start
+        files = [name for _, _, names in os.walk(triton_cache) for name in names]
+    if done is not None and done.returncode != 0:
+        print(f"{lesson} failed; the end of what it printed to stderr:\n{done.stderr[-3000:]}")
+    compiled = sum(name.endswith(".cubin") for name in files)
+    timed = sum(name.endswith(".autotune.json") for name in files)
+    return seconds, "stopped" if done is None else done.returncode, compiled, timed
+
+
+def main(argv: list) -> int:
+    record = "--record" in argv
+    lessons = [name for name in argv if name != "--record"] or LESSONS
+    if INTERPRET:
+        print("common.first_run needs a CUDA GPU: it times a first run there.")
+        return 2
+    unknown = [name for name in lessons if name not in LESSONS]
+    if unknown:
+        print(f"unknown lesson {', '.join(unknown)}: the lessons are {', '.join(LESSONS)}")
+        return 2
+    rows = []
+    for name in lessons:
+        seconds, code, compiled, timed = first_run(name, record)
+        rows.append((name, seconds, code, compiled, timed))
+        print(f"{name}: {seconds:.0f} s, exit code {code}", flush=True)
+    table = print_table(rows, ["lesson", "seconds", "exit code", "kernels compiled", "autotuner keys timed"],
+                        floatfmt=".0f", title="A lesson's default run on a fresh GPU"
+                                              + (", every key timed and its pick recorded" if record else ""),
+                        note="`python LESSON/main.py` in a fresh process, with empty Triton and Inductor caches; "
+                             "seconds: the whole run's wall clock. Kernels compiled: the cubins the run left in its "
+                             "Triton cache; keys timed: the autotuner keys it timed (the others took a pick of "
+                             f"common/tuned.py). 'stopped': still running after {LIMIT} s.")
+    if not record:
+        write(table)
+    return 0 if all(code == 0 for _, _, code, _, _ in rows) else 1
+
+
+def write(table: Table) -> None:
+    stamp = machine_stamp(ceilings=False)
+    lines = ["# A first run on a fresh GPU", "",
+             "Measured by `python -m common.first_run` (see the README and common/first_run.py) on the machine "
+             "below.", "",
+             "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
+             "| " + " | ".join(str(v) for v in stamp.values()) + " |", "",
+             f"### {table.title}", "", table.note, "", table.markdown(), ""]
+    with open(os.path.join(ROOT, "FIRST_RUN.md"), "w") as f:
+        f.write("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
