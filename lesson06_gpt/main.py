@@ -734,10 +734,8 @@ def bench_loss():
         def step(fn):  # (torch.autograd.grad: the gradient returned, not accumulated into logits.grad)
             return lambda: torch.autograd.grad(fn(logits, targets), logits)
 
-        cases = {"F.cross_entropy": step(F.cross_entropy), "torch.compile(F.cross_entropy)":
-                 step(torch.compile(F.cross_entropy)), "course cross_entropy": step(cross_entropy)}
-        if not args.full:  # (torch.compile: tens of seconds to compile, and the record has it)
-            del cases["torch.compile(F.cross_entropy)"]
+        compiled = {"torch.compile(F.cross_entropy)": step(torch.compile(F.cross_entropy))} if args.full else {}
+        cases = {"F.cross_entropy": step(F.cross_entropy), **compiled, "course cross_entropy": step(cross_entropy)}
         peaks = {}
         for name, fn in cases.items():
             fn()  # (compilation and the autotuner first)
