@@ -29,7 +29,9 @@ writes them to RESULTS.md). Three kinds of section are run differently:
   runs with --full only; a default run prints RESULTS.md's record of it, as a CPU does.
 - fresh=True: the section times what a call costs the host, which a process that has run the
   profiler or torch.compile pays more for: it runs in a fresh process.
-A default run on a GPU so starts two processes at most: the traces' and the host table's.
+A default run on a GPU so starts two processes at most: the traces' (at the start of a run that
+includes the section named "trace": it imports the lesson while the sections before it run) and
+the host table's.
 """
 import argparse
 import os
@@ -100,6 +102,9 @@ class Chapter:
         as_script = self.running and os.path.realpath(sys.argv[0]) == script
         self.args = self.parser.parse_args(sys.argv[1:] if as_script else [])
         self.args.sections = [s for s in self.args.sections if s not in self.args.skip]
+        if self.running and not INTERPRET and "trace" in self.args.sections:
+            child.prepare(interpret=True, module=f"{self.lesson}.main")  # the traces' process: it imports the
+            # lesson (seconds) while the sections before the first trace run here
         if self.running:
             print(banner())
         return self.args

@@ -145,11 +145,25 @@ def run(function: str, kwargs: dict | None = None, interpret: bool | None = None
             return child.result()
         finally:
             child.close()
+    kept = prepare(interpret, path)
+    while kept.asked:  # prepare's import, a head start only: where it failed, the request's answer says why
+        try:
+            kept.result()
+        except RuntimeError:
+            kept = prepare(interpret, path)  # (a new process, if that one ended)
+    kept.ask(function, kwargs, capture)
+    return kept.result()
+
+
+def prepare(interpret: bool | None = None, path: tuple = (), module: str | None = None) -> Child:
+    """The process keep=True runs of this mode use, started if none is running, without waiting:
+    given a module, it imports it (torch, triton, the kernels: seconds) while this process goes on."""
     key = (_mode(interpret), tuple(path))
     if key not in _kept or _kept[key].process.poll() is not None:
         _kept[key] = Child(*key)
-    _kept[key].ask(function, kwargs, capture)
-    return _kept[key].result()
+        if module:
+            _kept[key].ask("importlib:import_module", {"name": module})
+    return _kept[key]
 
 
 @atexit.register

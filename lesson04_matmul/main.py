@@ -55,9 +55,12 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
     "offsets": "16. 64-bit offsets: what they cost the pointer kernel",
     "layers": "17. The products a model trains: a linear layer's forward and both gradients",
 }
-SIZES = {"quick": [(4096, 4096, 4096)],  # section 10's (M, N, K); the last two of "full": a Llama-7B MLP, up and down
-         "full": [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
-                  (4096, 11008, 4096), (4096, 4096, 11008)]}
+# A quick look, or with --full what RESULTS.md holds. shapes: section 10's (M, N, K), the last two of
+# "full" a Llama-7B MLP, up and down; checked: the dtypes sections 8 and 9 check (each one compiles
+# every kernel again; the tests check all three).
+SIZES = {"quick": dict(shapes=[(4096, 4096, 4096)], checked=[torch.float16]),
+         "full": dict(shapes=[(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096),
+                              (8192, 8192, 8192), (4096, 11008, 4096), (4096, 4096, 11008)], checked=DTYPES)}
 
 chapter = Chapter("lesson04_matmul", __doc__, SECTIONS, running=__name__ == "__main__")
 chapter.parser.add_argument("--sizes", type=positive_int, nargs="+", metavar="N",
@@ -316,7 +319,8 @@ chapter.run("route", route_table)
 # Shapes that are not multiples of any tile (1, 33, 45, 127, 255) exercise the masks on all three
 # dimensions; x.t() @ y.t() reads transposed views through their strides. The error is relative, over
 # the whole of C, against float64: float16 and bfloat16 are as good as their output's rounding,
-# float32 as good as TF32 (or fp32 itself, with precision="ieee").
+# float32 as good as TF32 (or fp32 itself, with precision="ieee"). A default run checks the shapes
+# in float16, the dtype section 10 times; --full (RESULTS.md) and the tests in all three.
 
 
 # %%
@@ -331,11 +335,12 @@ TOLERANCE = {torch.float16: 2e-3, torch.bfloat16: 1e-2, torch.float32: 2e-3}  # 
 
 
 def check(n: int = 128) -> Table:
-    """Relative error ||C - C_ref|| / ||C_ref|| against float64, every dtype and activation; then
-    float32 at n^3 in TF32 and in full precision."""
+    """Relative error ||C - C_ref|| / ||C_ref|| against float64, in the run's checked dtypes (SIZES),
+    every activation; then float32 views, and float32 at n^3 in TF32 and in full precision."""
     rows, x, y = [], torch.randn(64, 96, device=DEVICE), torch.randn(80, 64, device=DEVICE)
     cases = [(f"{M} x {N} x {K}", torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype))
-             for dtype in DTYPES for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255), (16, 24, 700)]]
+             for dtype in chapter.sizes(SIZES)["checked"] for M, N, K in [(1, 1, 1), (70, 50, 45), (127, 33, 255),
+                                                                         (16, 24, 700)]]
     for label, a, b in cases + [("x.t() @ y.t(): views", x.t(), y.t())]:
         for act in ACTIVATIONS:
             err = rel_error(matmul(a, b, activation=act), reference(a.double(), b.double(), act))
@@ -383,9 +388,10 @@ chapter.run("check", check)
 
 # %%
 def grad_check(shapes=((1, 1, 1), (70, 50, 45))) -> Table:
-    """dA, dB through matmul() against torch's autograd, every dtype and activation (common.checks.grad_errors)."""
+    """dA, dB through matmul() against torch's autograd, in section 8's dtypes, every activation
+    (common.checks.grad_errors)."""
     rows = []
-    for dtype in DTYPES:
+    for dtype in chapter.sizes(SIZES)["checked"]:
         for M, N, K in shapes:
             a, b = torch.randn(M, K, device=DEVICE, dtype=dtype), torch.randn(K, N, device=DEVICE, dtype=dtype)
             for act in ACTIVATIONS:
@@ -450,7 +456,7 @@ def bench_all(shapes, dtypes=(torch.float16, torch.bfloat16)) -> Table:
 
 
 def timing() -> Table:
-    shapes = [(n, n, n) for n in args.sizes] if args.sizes else chapter.sizes(SIZES)
+    shapes = [(n, n, n) for n in args.sizes] if args.sizes else chapter.sizes(SIZES)["shapes"]
     return bench_all(shapes, dtypes=(torch.float16, torch.bfloat16) if args.full else (torch.float16,))
 
 

@@ -4,6 +4,7 @@ import argparse
 import os
 import sys
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -71,20 +72,25 @@ def test_command_line_types():
         shape_arg("4096")
 
 
-def test_a_chapter_starts_no_process_until_a_section_needs_one(monkeypatch):
-    # no spare processes: starting a chapter, as a script or a notebook, on a GPU or not, starts none
+def test_a_chapter_starts_no_process_but_the_traces_one_ahead_of_its_first_trace(monkeypatch):
+    # no spare processes: starting a chapter, as a script or a notebook, starts none, but on a GPU,
+    # where a "trace" section will run in the interpreter's process, that one, importing the lesson
     from common import chapter as chapter_module
 
     started = []
-    monkeypatch.setattr(chapter_module.child, "Child", lambda *a, **k: started.append(a))
+    monkeypatch.setattr(chapter_module.child, "_kept", {})
+    monkeypatch.setattr(chapter_module.child, "Child", lambda *a, **k: started.append(a) or SimpleNamespace(
+        ask=lambda function, kwargs: started.append((function, kwargs)), process=SimpleNamespace(poll=lambda: None)))
     monkeypatch.setattr(chapter_module, "banner", lambda: "Mode: a GPU")
     script = os.path.join(ROOT, "lesson01_vector_add", "main.py")
     for interpret in (False, True):
         monkeypatch.setattr(chapter_module, "INTERPRET", interpret)
-        for argv in ([script], ["ipykernel_launcher.py", "-f", "k.json"]):
+        for argv in ([script], [script, "--skip", "trace"], ["ipykernel_launcher.py", "-f", "k.json"]):
             monkeypatch.setattr(sys, "argv", argv)
-            Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True).start()
-    assert started == []
+            Chapter("lesson01_vector_add", "Doc.", {**SECTIONS, "trace": "2. Trace"}, running=True).start()
+            Chapter("lesson01_vector_add", "Doc.", SECTIONS, running=True).start()  # (no trace section)
+    mode = chapter_module.child._mode(True)  # (None where the interpreter is this process's mode: a CPU)
+    assert started == [(mode, ()), ("importlib:import_module", {"name": "lesson01_vector_add.main"})]
 
 
 def test_a_chapter_reads_its_command_line_only_when_it_is_the_script(monkeypatch, capsys):
@@ -165,6 +171,7 @@ def test_a_sweep_runs_with_full_only_and_its_record_stands_in_otherwise(tmp_path
     page(tmp_path)
     monkeypatch.setattr(chapter_module, "ROOT", str(tmp_path))
     monkeypatch.setattr(chapter_module, "INTERPRET", False)
+    monkeypatch.setattr(chapter_module.child, "prepare", lambda *args, **kwargs: None)  # (no traces' process)
     for argv, ran in ((["main.py"], False), (["main.py", "--full"], True)):
         monkeypatch.setattr(sys, "argv", [str(tmp_path / "lesson09_test" / "main.py"), *argv[1:]])
         chapter = Chapter("lesson09_test", "Lesson 9: a test.", SECTIONS, running=True)
@@ -206,6 +213,25 @@ def test_kept_processes_serve_their_mode_and_fresh_ones_serve_once(monkeypatch):
     processes = list(child._kept.values())
     child._close_kept()
     assert child._kept == {} and all(p.process.returncode == 0 for p in processes)
+
+
+def test_a_prepared_process_imports_its_module_ahead_and_serves_the_kept_runs(monkeypatch):
+    # child.prepare: the chapter starts the traces' process early (common/chapter.py), and it imports
+    # the lesson while the run goes on; the first trace then finds the module imported
+    from common import child
+
+    monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
+    monkeypatch.setattr(child, "_kept", {})
+    prepared = child.prepare(interpret=True, module="sections")
+    assert child.prepare(interpret=True, module="sections") is prepared  # started once
+    time.sleep(2)
+    pid, since_import = child.run("sections:whose_process", interpret=True, keep=True)[0].split()
+    assert int(pid) == prepared.process.pid and float(since_import) > 1.0
+    assert child.run("sections:whose_process", interpret=True, keep=True)[0].split()[0] == pid
+    child._close_kept()
+    child.prepare(interpret=True, module="no_such_module")  # a head start that fails costs the run nothing
+    assert child.run("sections:whose_process", interpret=True, keep=True)[0].split()[0].isdigit()
+    child._close_kept()
 
 
 def test_a_childs_error_comes_back_with_its_traceback_and_a_kept_process_goes_on(monkeypatch):

@@ -231,14 +231,19 @@ def test_order_demo_prints_the_tile_counts():
     assert [v for label, v in trace.LOG[before:] if label == "input tiles read by the first wave"] == [90, 54]
 
 
-def test_check_passes():
-    assert all(check().column("ok"))
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_check_passes(monkeypatch, dtype):
+    # section 8's check, a dtype at a time, with its float32 rows (views, TF32 and full precision)
+    monkeypatch.setitem(chapter.SIZES["quick"], "checked", [dtype])
+    table = check()
+    assert all(table.column("ok")) and set(table.column("dtype")) == {dtype_name(dtype), "float32"}
+    assert len(table.rows) == 4 * 3 + 3 + 2
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_grad_check_passes(monkeypatch, dtype):
     # section 9's check, a dtype at a time (on a GPU each compiles its own kernels: side by side on workers)
-    monkeypatch.setattr(chapter, "DTYPES", (dtype,))
+    monkeypatch.setitem(chapter.SIZES["quick"], "checked", [dtype])
     table = grad_check()
     assert all(table.column("ok")) and set(table.column("dtype")) == {dtype_name(dtype)}
     assert len(table.rows) == 6  # 2 shapes x 3 activations
