@@ -213,19 +213,15 @@ def layout(t) -> tuple[bool, int]:
     return (False, t.stride(0)) if t.stride(1) == 1 or t.shape[1] == 1 else (True, t.stride(1))
 
 
-@torch.compiler.assume_constant_result
-def storage_offset_bytes(t) -> int:
-    """t's first element's distance from its storage's start, in bytes, as a constant of the traced
-    graph (Dynamo does not trace storage_offset(), an int; this runs at trace time instead)."""
-    return t.storage_offset() * t.element_size()
-
-
 def starts_aligned(t) -> bool:
     """Does t's first element sit on a 16-byte boundary? Read from its address; while torch.compile
-    traces, from its offset in its storage (a traced tensor has no address yet), as inductor itself
-    reads it: PyTorch's allocator starts every storage on a 512-byte boundary, and inductor's code
-    copies an input that arrives misaligned where it was aligned when traced, so the choice holds."""
+    traces, from its offset in its storage (a traced tensor has no address yet: common/traced.py), as
+    inductor itself reads it: PyTorch's allocator starts every storage on a 512-byte boundary, and
+    inductor's code copies an input that arrives misaligned where it was aligned when traced, so the
+    choice holds."""
     if torch.compiler.is_compiling():
+        from common.traced import storage_offset_bytes  # (imported here: it imports the compiler)
+
         return storage_offset_bytes(t) % 16 == 0
     return t.data_ptr() % 16 == 0
 

@@ -180,12 +180,14 @@ def test_the_import_check_sees_an_op_file_import_a_chapter(tmp_path):
 
 @pytest.mark.parametrize("lesson", LESSONS)
 def test_an_op_file_imports_without_a_chapter_or_a_command_line(lesson):
-    # in a fresh process with a command line no chapter could parse: the op files load, no chapter does
+    # in a fresh process with a command line no chapter could parse: the op files load, no chapter does;
+    # nor the compiler (torch._dynamo: seconds on a GPU machine, for a run that never compiles)
     ops = [module for module in modules_of(lesson) if not module.endswith(".main")]
     code = (f"import sys; sys.argv = ['x', '--no-such-option']\n"
             f"import {', '.join(ops) or 'common'}\n"
             "chapters = sorted(m for m in sys.modules if m.endswith('.main') and m.startswith('lesson'))\n"
-            "assert not chapters, chapters")
+            "assert not chapters, chapters\n"
+            "assert 'torch._dynamo' not in sys.modules, 'an op file imports the compiler'")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                           env={**{k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}, "PYTHONPATH": ROOT})
     # (no TRITON_INTERPRET inherited: as a user's fresh process, where an op file that imports triton
