@@ -25,6 +25,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 from common.device import INTERPRET, ROOT
 from common.table import Table
@@ -173,16 +174,32 @@ def _close_kept() -> None:
     _kept.clear()
 
 
-def script(path: str, *argv: str, cwd: str = ROOT, env: dict | None = None,
-           timeout: float | None = None) -> subprocess.CompletedProcess | None:
+def script(path: str, *argv: str, cwd: str = ROOT, env: dict | None = None, timeout: float | None = None,
+           each_line=None) -> subprocess.CompletedProcess | None:
     """`python path *argv`, as a learner runs it, from `cwd`, `env` added to the environment: its exit
-    code, stdout and stderr; None if it ran past `timeout` seconds (it and its children are stopped)."""
-    process = subprocess.Popen([sys.executable, path, *argv], cwd=cwd, env={**_environment(None, ()), **(env or {})},
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)  # (its session: the lesson's own child processes too)
-        process.communicate()
-        return None
-    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+    code, stdout and stderr; None if it ran past `timeout` seconds (it and its children are stopped).
+    each_line(line): called with each line it prints, as it prints it."""
+    stopped, out, err = [], [], []
+    with subprocess.Popen([sys.executable, path, *argv], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          env={**_environment(None, ()), **(env or {})}, text=True, start_new_session=True) as process:
+
+        def stop():  # its session: the lesson's own child processes too
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+                stopped.append(True)
+            except ProcessLookupError:  # (it ended as the time ran out)
+                pass
+
+        timer = threading.Timer(timeout or 0, stop)
+        if timeout:
+            timer.start()
+        reader = threading.Thread(target=lambda: err.append(process.stderr.read()))  # (both pipes drained at once)
+        reader.start()
+        for line in process.stdout:
+            out.append(line)
+            if each_line is not None:
+                each_line(line)
+        reader.join()
+        process.wait()
+        timer.cancel()
+    return None if stopped else subprocess.CompletedProcess(process.args, process.returncode, "".join(out), err[0])

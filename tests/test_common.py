@@ -612,11 +612,15 @@ def test_a_first_run_is_timed_in_empty_caches_and_stopped_past_its_limit(tmp_pat
         "os.makedirs(os.path.join(cache, 'a'))\n"
         "for name in ('a/k.cubin', 'a/k.ptx', 'a/k.autotune.json', 'b.cubin'):\n"
         "    open(os.path.join(cache, name), 'w').close()\n"
+        "import time\n"
+        "print('=== 1. A ===', flush=True); time.sleep(1.5); print('=== 2. B ===', flush=True)\n"
         "if os.environ.get('COURSE_RECORD_PICKS') == '1':\n"
-        "    import time; time.sleep(60)\n")
+        "    time.sleep(60)\n")
     monkeypatch.setattr(first_run, "ROOT", str(tmp_path))
-    seconds, code, compiled, timed = first_run.first_run("lesson09_test")
+    seconds, code, compiled, timed, sections = first_run.first_run("lesson09_test")
     assert (code, compiled, timed) == (0, 2, 1) and seconds < 30
+    assert list(sections) == ["start", "1", "2"] and 1.5 <= sections["1"] < 10 and sections["2"] < 1  # (as printed)
+    assert abs(sum(sections.values()) - seconds) < 1e-6
     monkeypatch.setattr(first_run, "LIMIT", 2)
     start = time.perf_counter()
     assert first_run.first_run("lesson09_test", record=True)[1] == "stopped" and time.perf_counter() - start < 30
