@@ -20,7 +20,7 @@ import time
 
 from common import child
 from common.device import INTERPRET, ROOT
-from common.results import LESSONS, machine_stamp
+from common.results import LESSONS, machine_stamp, stamp_table, unknown
 from common.table import Table, print_table
 
 LIMIT = 600  # seconds a lesson may take before it is stopped (its row says so)
@@ -58,9 +58,8 @@ def main(argv: list) -> int:
     if INTERPRET:
         print("common.first_run needs a CUDA GPU: it times a first run there.")
         return 2
-    unknown = [name for name in lessons if name not in LESSONS]
-    if unknown:
-        print(f"unknown lesson {', '.join(unknown)}: the lessons are {', '.join(LESSONS)}")
+    if unknown(lessons):
+        print(unknown(lessons))
         return 2
     rows = []
     for name in lessons:
@@ -88,8 +87,7 @@ def write(table: Table) -> None:
     lines = ["# A first run on a fresh GPU", "",
              "Measured by `python -m common.first_run` (see the README and common/first_run.py) on the machine "
              "below.", "",
-             "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
-             "| " + " | ".join(str(v) for v in stamp.values()) + " |", "",
+             *stamp_table(stamp), "",
              f"### {table.title}", "", table.note, "", table.markdown(), ""]
     with open(os.path.join(ROOT, "FIRST_RUN.md"), "w") as f:
         f.write("\n".join(lines))

@@ -112,6 +112,18 @@ def section_block(folder: str, name: str, heading: str, tables: list, refreshed:
     return "\n".join(lines)
 
 
+def stamp_table(stamp: dict) -> list:
+    """The machine's stamp as a markdown table of one row, its lines."""
+    return ["| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
+            "| " + " | ".join(str(v) for v in stamp.values()) + " |"]
+
+
+def unknown(lessons: list) -> str | None:
+    """What to print where `lessons` names one that is not a lesson; None where all are."""
+    names = [name for name in lessons if name not in LESSONS]
+    return f"unknown lesson {', '.join(names)}: the lessons are {', '.join(LESSONS)}" if names else None
+
+
 def write_page(folder: str, title: str, stamp: dict, sections: list) -> str:
     """Write folder/RESULTS.md (and its plots) from sections = [(name, heading, [tables])]."""
     for old in glob.glob(os.path.join(folder, "results_*.png")):
@@ -120,8 +132,7 @@ def write_page(folder: str, title: str, stamp: dict, sections: list) -> str:
     lines = [f"# {title}", "",
              f"Measured by `python -m common.results {lesson}` (see the README) on the machine below. Every",
              "table comes from that run, except in a section that says it was refreshed apart.", "",
-             "| " + " | ".join(stamp) + " |", "|" + "---|" * len(stamp),
-             "| " + " | ".join(str(v) for v in stamp.values()) + " |", ""]
+             *stamp_table(stamp), ""]
     text = "\n".join(lines) + "\n" + "\n".join(section_block(folder, *section) for section in sections)
     with open(os.path.join(folder, "RESULTS.md"), "w") as f:
         f.write(text)
@@ -259,9 +270,8 @@ def main(argv: list) -> int:
     if INTERPRET:
         print("common.results needs a CUDA GPU: the results pages hold real GPU numbers.")
         return 2
-    unknown = [name for name in argv if name not in LESSONS]
-    if unknown:
-        print(f"unknown lesson {', '.join(unknown)}: the lessons are {', '.join(LESSONS)}")
+    if unknown(argv):
+        print(unknown(argv))
         return 2
     lessons = argv or LESSONS
     failed = []

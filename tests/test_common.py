@@ -624,3 +624,9 @@ def test_a_first_run_is_timed_in_empty_caches_and_stopped_past_its_limit(tmp_pat
     monkeypatch.setattr(first_run, "LIMIT", 2)
     start = time.perf_counter()
     assert first_run.first_run("lesson09_test", record=True)[1] == "stopped" and time.perf_counter() - start < 30
+    monkeypatch.setattr(first_run, "machine_stamp", lambda ceilings: {"GPU": "NVIDIA H100 80GB HBM3", "triton": "3.6.0"})
+    first_run.write(Table(["lesson", "seconds"], [["lesson09_test", 41.0]], title="A first run", note="A note."))
+    page = (tmp_path / "FIRST_RUN.md").read_text()
+    assert "| NVIDIA H100 80GB HBM3 | 3.6.0 |" in page and "### A first run\n\nA note." in page and "41" in page
+    if INTERPRET:
+        assert first_run.main(["lesson01_vector_add"]) == 2  # (it times a GPU's first run only)
