@@ -255,6 +255,10 @@ chapter.run("trace", trace, trace=True)
 # runs untimed. The interpreter runs one small configuration. (Autotune times each
 # configuration once, briefly: near-equal ones can swap from run to run.) The list, the rule for
 # small problems and matmul_kernel_tuned, the autotuned kernel, are in matmul.py (GPU_CONFIGS).
+# Timing a list means compiling each configuration first: on a fresh GPU that is most of a first
+# run. A pick depends only on the key and the GPU model, so the course ships the picks of one run
+# per model (common/tuned.py, common/tuned/*.json) and hands them to the autotuner before its first
+# launch: on a recorded model a first run times nothing; elsewhere, or at a new shape, it times.
 
 
 # %% [markdown]
