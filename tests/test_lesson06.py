@@ -486,3 +486,21 @@ def test_script_and_its_command_line():
     assert "Sections: data: 1. The data" in parse_command_line("lesson06_gpt", "--help")[1]
     code, _, err = parse_command_line("lesson06_gpt", "--steps", "0")
     assert code == 2 and "must be at least 1" in err
+
+
+def test_a_default_runs_training_table_leaves_torch_compile_to_full(monkeypatch):
+    # section 9 without --full: torch eager, the course and the nudged yardstick, no compiled run and
+    # no column against one (torch.compile spends most of a minute per model); the GPU's memory counters
+    # answered by made-up numbers where there is no GPU
+    monkeypatch.setattr(chapter.chapter, "sizes", lambda table: dict(model=TOY, batch=1, steps=4, warmup=1, lr=1e-3))
+    monkeypatch.setattr(chapter, "NUDGE_DRAWS", 2)
+    compiled = []
+    monkeypatch.setattr(torch, "compile", lambda model: compiled.append(model) or model)
+    if INTERPRET:
+        for name, answer in dict(empty_cache=None, reset_peak_memory_stats=None, synchronize=None,
+                                 memory_allocated=0, max_memory_allocated=2**30).items():
+            monkeypatch.setattr(torch.cuda, name, lambda answer=answer: answer)
+    table, curves = chapter.bench_training()
+    assert table.column("implementation") == ["torch eager", "course", chapter.NUDGED] and not compiled
+    assert "x torch.compile" not in table.headers and "--full" in table.note
+    assert curves.headers == ["step", "torch eager", "course", chapter.NUDGED]
