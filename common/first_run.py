@@ -19,8 +19,8 @@ import tempfile
 import time
 
 from common import child
-from common.device import INTERPRET, ROOT
-from common.results import LESSONS, machine_stamp, stamp_table, unknown
+from common.device import ROOT
+from common.results import LESSONS, machine_stamp, refusal, stamp_table
 from common.table import Table, print_table
 
 LIMIT = 600  # seconds a lesson may take before it is stopped (its row says so)
@@ -55,11 +55,8 @@ def first_run(lesson: str, record: bool = False) -> tuple:
 def main(argv: list) -> int:
     record = "--record" in argv
     lessons = [name for name in argv if name != "--record"] or LESSONS
-    if INTERPRET:
-        print("common.first_run needs a CUDA GPU: it times a first run there.")
-        return 2
-    if unknown(lessons):
-        print(unknown(lessons))
+    if refusal(lessons, "common.first_run"):
+        print(refusal(lessons, "common.first_run"))
         return 2
     rows = []
     for name in lessons:

@@ -118,9 +118,12 @@ def stamp_table(stamp: dict) -> list:
             "| " + " | ".join(str(v) for v in stamp.values()) + " |"]
 
 
-def unknown(lessons: list) -> str | None:
-    """What to print where `lessons` names one that is not a lesson; None where all are."""
+def refusal(lessons: list, command: str) -> str | None:
+    """Why `command` (a module's name) will not run on these lessons here: no GPU, or a name that is no
+    lesson; None where it will."""
     names = [name for name in lessons if name not in LESSONS]
+    if INTERPRET:
+        return f"{command} needs a CUDA GPU: it measures a GPU."
     return f"unknown lesson {', '.join(names)}: the lessons are {', '.join(LESSONS)}" if names else None
 
 
@@ -267,11 +270,8 @@ def main(argv: list) -> int:
         if not sections or any(name in LESSONS for name in sections):
             print("usage: python -m common.results [lesson ...] --sections section [section ...] (lessons first)")
             return 2
-    if INTERPRET:
-        print("common.results needs a CUDA GPU: the results pages hold real GPU numbers.")
-        return 2
-    if unknown(argv):
-        print(unknown(argv))
+    if refusal(argv, "common.results"):
+        print(refusal(argv, "common.results"))
         return 2
     lessons = argv or LESSONS
     failed = []

@@ -392,6 +392,17 @@ def test_results_usage_errors(capsys):
     assert "lessons first" in capsys.readouterr().out
 
 
+def test_the_gpu_commands_refuse_a_cpu_and_a_name_that_is_no_lesson(monkeypatch):
+    # common.results and common.first_run: results.refusal, printed before anything runs
+    monkeypatch.setattr(results, "INTERPRET", True)
+    assert results.refusal(["lesson02_softmax"], "common.first_run") == \
+        "common.first_run needs a CUDA GPU: it measures a GPU."
+    monkeypatch.setattr(results, "INTERPRET", False)
+    assert results.refusal(["lesson02_softmax", "lesson9"], "common.results").startswith(
+        "unknown lesson lesson9: the lessons are lesson01_vector_add, ")
+    assert results.refusal(["lesson02_softmax"], "common.results") is None and results.refusal([], "x") is None
+
+
 def test_each_lessons_page_runs_a_command_line_its_chapter_accepts():
     # a page skips the trace where the lesson has one; lesson 7 has none (--skip trace would be refused)
     for name in results.LESSONS:
