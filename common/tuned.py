@@ -13,8 +13,10 @@ this process's GPU in the autotuner's cache (its public `cache` attribute: key -
 had timed them. A key without a pick (another size, another GPU model) is timed as before. A
 configuration that is no longer in the autotuner's list is left out: the list decides.
 
-Recording, on the GPU, one lesson at a time (its default run meets the keys a first run meets):
+Recording, on the GPU: the lessons' default runs, which meet the keys a first run meets, each with
+empty caches (common/first_run.py), or one lesson's run as it is:
 
+    python -m common.first_run --record lesson04_matmul lesson05_flash_attention lesson06_gpt lesson07_hopper
     COURSE_RECORD_PICKS=1 python lesson05_flash_attention/main.py
 
 With COURSE_RECORD_PICKS=1 in the environment (read once, at import, as common/device.py reads
