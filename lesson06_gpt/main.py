@@ -612,7 +612,7 @@ chapter.run("profile", profile_section, gpu=True)
 # the torch model, the course's ops, and the course's ops under torch.compile (which sees into every
 # course kernel inside its autograd function and fuses the casts and reshapes between them). The two
 # compiled runs come with --full: torch.compile spends most of a minute on each model before its first
-# step, and a default run stays within one (RESULTS.md has all four). Tokens per second over the steps
+# step, which a default run leaves out (RESULTS.md has all four). Tokens per second over the steps
 # after the warm-up (compilation and autotuning stay out), the peak memory of the whole run (weights,
 # gradients, optimizer state and activations), and the loss at each step. The four curves lie on top of
 # each other for the first steps; then bfloat16's roundings, which differ between any two
