@@ -20,7 +20,7 @@ import time
 
 from common import child
 from common.device import ROOT
-from common.results import LESSONS, machine_stamp, refusal, stamp_table
+from common.results import LESSONS, machine_stamp, read_page, read_tables, refusal, stamp_table
 from common.table import Table, print_table
 
 LIMIT = 600  # seconds a lesson may take before it is stopped (its row says so)
@@ -80,13 +80,23 @@ def main(argv: list) -> int:
 
 
 def write(table: Table) -> None:
-    stamp = machine_stamp(ceilings=False)
+    """FIRST_RUN.md: the table, and the rows of the lessons it lacks from the page as it was, where that
+    page was measured on the same GPU, driver, CUDA, torch and triton (a run of some lessons refreshes
+    their rows: a device's time limit may not hold every lesson's run in one)."""
+    path = os.path.join(ROOT, "FIRST_RUN.md")
+    stamp, page = machine_stamp(ceilings=False), read_page(path)
+    rows = {row[0]: list(row) for row in table.rows}
+    if page and all(page["stamp"].get(key) == str(stamp[key]) for key in ("GPU", "driver", "CUDA", "torch", "triton")):
+        with open(path) as f:
+            for old in read_tables(f.read())[0]["rows"]:
+                rows.setdefault(old["lesson"], [old.get(header, "") for header in table.headers])
+    table.rows = [rows[name] for name in LESSONS if name in rows]
     lines = ["# A first run on a fresh GPU", "",
              "Measured by `python -m common.first_run` (see the README and common/first_run.py) on the machine "
-             "below.", "",
+             "below; `python -m common.first_run LESSON` measures that lesson again, its row replaced.", "",
              *stamp_table(stamp), "",
              f"### {table.title}", "", table.note, "", table.markdown(), ""]
-    with open(os.path.join(ROOT, "FIRST_RUN.md"), "w") as f:
+    with open(path, "w") as f:
         f.write("\n".join(lines))
 
 

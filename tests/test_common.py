@@ -635,9 +635,21 @@ def test_a_first_run_is_timed_in_empty_caches_and_stopped_past_its_limit(tmp_pat
     monkeypatch.setattr(first_run, "LIMIT", 2)
     start = time.perf_counter()
     assert first_run.first_run("lesson09_test", record=True)[1] == "stopped" and time.perf_counter() - start < 30
-    monkeypatch.setattr(first_run, "machine_stamp", lambda ceilings: {"GPU": "NVIDIA H100 80GB HBM3", "triton": "3.6.0"})
-    first_run.write(Table(["lesson", "seconds"], [["lesson09_test", 41.0]], title="A first run", note="A note."))
-    page = (tmp_path / "FIRST_RUN.md").read_text()
-    assert "| NVIDIA H100 80GB HBM3 | 3.6.0 |" in page and "### A first run\n\nA note." in page and "41" in page
+    stamp = {"GPU": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "CUDA": "13.0", "torch": "2.11.0",
+             "triton": "3.6.0", "date": "2026-12-07"}
+    monkeypatch.setattr(first_run, "machine_stamp", lambda ceilings: stamp)
+
+    def write(lesson, seconds):  # FIRST_RUN.md after a run of one lesson: its rows, in the lessons' order
+        first_run.write(Table(["lesson", "seconds"], [[lesson, seconds]], "A first run", "A note.", floatfmt=".0f"))
+        page = results.read_page(str(tmp_path / "FIRST_RUN.md"))
+        assert page["stamp"] == stamp and "### A first run\n\nA note." in (tmp_path / "FIRST_RUN.md").read_text()
+        return [(row["lesson"], row["seconds"]) for row in results.read_tables(
+            (tmp_path / "FIRST_RUN.md").read_text())[0]["rows"]]
+
+    assert write("lesson05_flash_attention", 101.0) == [("lesson05_flash_attention", "101")]
+    assert write("lesson02_softmax", 53.0) == [("lesson02_softmax", "53"), ("lesson05_flash_attention", "101")]
+    assert write("lesson05_flash_attention", 88.0) == [("lesson02_softmax", "53"), ("lesson05_flash_attention", "88")]
+    stamp["triton"] = "3.7.0"  # another version: the page starts again
+    assert write("lesson01_vector_add", 50.0) == [("lesson01_vector_add", "50")]
     if INTERPRET:
         assert first_run.main(["lesson01_vector_add"]) == 2  # (it times a GPU's first run only)
