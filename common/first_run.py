@@ -1,6 +1,6 @@
 """How long a newcomer waits: each lesson's default run on a fresh GPU, timed.
 
-    python -m common.first_run                      # every lesson; or name some
+    python -m common.first_run                      # every lesson; or name some (their rows replaced)
     python -m common.first_run --record lesson05_flash_attention   # the picks of common/tuned.py, recorded
 
 Each lesson runs as a learner first runs it, `python lessonNN_*/main.py`, in a process of its own
