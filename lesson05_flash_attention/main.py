@@ -522,15 +522,16 @@ chapter.run("stages", trace_stages, trace=True)
 # One launch path: attention.py's launch(), `kernel[grid](...)` of the autotuned kernel, whose grid
 # is a function of the block sizes it picks. The rule for the block sizes: on a GPU the autotuner
 # (lesson 4) times three configurations on the first call per (lengths, head dim, causal) and keeps
-# the fastest (on disk too: a second run starts with the choice made), except below 512 x 512
-# (query, key) pairs, where timing them costs more than it saves and the smallest runs untimed;
-# under the interpreter one small configuration runs. BLOCK_M query rows share each K/V block
-# loaded, so bigger is better until the registers run out (the float32 score tile and the BLOCK_M x
-# HEAD_DIM accumulator live there); num_stages = 3 has the loads of the next K/V blocks issued while
-# the tensor cores work on this one (software pipelining: the blocks in flight wait in shared
-# memory); num_warps sets the warps (groups of 32 threads that run in lockstep: lesson 1, section 1)
-# that share a program's work. A configuration that needs more shared memory than the GPU has is
-# skipped by the autotuner, and the one small problems run untimed fits every GPU the course runs on
+# the fastest (on disk too: a second run starts with the choice made; on a GPU model the course has
+# recorded, so does a first: common/tuned.py, lesson 4 section 6), except below 512 x 512 (query,
+# key) pairs, where timing them costs more than it saves and the smallest runs untimed; under the
+# interpreter one small configuration runs. BLOCK_M query rows share each K/V block loaded, so
+# bigger is better until the registers run out (the float32 score tile and the BLOCK_M x HEAD_DIM
+# accumulator live there); num_stages = 3 has the loads of the next K/V blocks issued while the
+# tensor cores work on this one (software pipelining: the blocks in flight wait in shared memory);
+# num_warps sets the warps (groups of 32 threads that run in lockstep: lesson 1, section 1) that
+# share a program's work. A configuration that needs more shared memory than the GPU has is skipped
+# by the autotuner, and the one small problems run untimed fits every GPU the course runs on
 # (tests/test_gpus.py compiles them for each). The lists: attention.py's NARROW, to head dim 128,
 # and WIDE, at 256, where a row's tiles are twice as wide; section 10 times the candidates.
 #
