@@ -55,8 +55,9 @@ def first_run(lesson: str, record: bool = False) -> tuple:
 def main(argv: list) -> int:
     record = "--record" in argv
     lessons = [name for name in argv if name != "--record"] or LESSONS
-    if refusal(lessons, "common.first_run"):
-        print(refusal(lessons, "common.first_run"))
+    problem = refusal(lessons, "common.first_run")
+    if problem:
+        print(problem)
         return 2
     rows = []
     for name in lessons:

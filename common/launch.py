@@ -1,10 +1,11 @@
 """Launching: the grid arithmetic, and the memory TMA descriptors built on the device live in.
 
-A launcher computes its grid with plain integers: `triton.cdiv` is a "constexpr function" (the
-same function runs inside kernels), and a call from Python goes through that machinery, far slower
-than `(a + b - 1) // b`, which is a few bytecodes. Then it launches the one way Triton documents, `kernel[grid](...)`, passing every argument
-of the kernel, defaults too: torch.compile records the launch as it is written, and its analysis of
-which tensors a kernel writes needs them all (without them it takes every input to be written).
+A launcher computes its grid with plain integers: `triton.cdiv` is a "constexpr function" (the same
+function runs inside kernels), and a call from Python goes through that machinery, far slower than
+`(a + b - 1) // b`, which is a few bytecodes. Then it launches the one way Triton documents,
+`kernel[grid](...)`, passing every argument of the kernel, defaults too: torch.compile records the
+launch as it is written, and its analysis of which tensors a kernel writes needs them all (without
+them it takes every input to be written).
 """
 import torch
 

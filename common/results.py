@@ -270,8 +270,9 @@ def main(argv: list) -> int:
         if not sections or any(name in LESSONS for name in sections):
             print("usage: python -m common.results [lesson ...] --sections section [section ...] (lessons first)")
             return 2
-    if refusal(argv, "common.results"):
-        print(refusal(argv, "common.results"))
+    problem = refusal(argv, "common.results")
+    if problem:
+        print(problem)
         return 2
     lessons = argv or LESSONS
     failed = []

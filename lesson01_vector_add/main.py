@@ -195,11 +195,11 @@ chapter.run("check", check)
 # tensor-level tools (FlopCounterMode, a TorchDispatchMode) see it as one operation, and a CPU
 # implementation can be registered beside the GPU one. Inside the operator a launch is written
 # `torch.library.wrap_triton(kernel)[grid](...)`: while torch.compile traces the operator it records
-# the launch instead of running it (it is the kernel itself otherwise), and it wants every argument of
-# the kernel, defaults included (TRACE). A call of a Python-registered operator passes the
+# the launch instead of running it (it is the kernel itself otherwise), and it wants every argument
+# of the kernel, defaults included (TRACE). A call of a Python-registered operator passes the
 # dispatcher's registered kernels before ours, which adds host time to every call: section 12 times
-# add() through Add beside the same add registered as torch.ops.lessons.add. The lessons' ops are autograd functions; register an operator where
-# the dispatcher's services are the point.
+# add() through Add beside the same add registered as torch.ops.lessons.add. The lessons' ops are
+# autograd functions; register an operator where the dispatcher's services are the point.
 
 
 # %%

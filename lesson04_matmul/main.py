@@ -2,16 +2,17 @@
 
 C = A @ B with A (M, K) and B (K, N). Each output element is a row of A times a column of B; done
 one element at a time, every element of A and B is read N or M times over. So a program owns a
-BLOCK_M x BLOCK_N tile of C and walks K in steps of BLOCK_K: each step loads a tile of A and a
-tile of B once and uses every loaded number BLOCK_N (or BLOCK_M) times, in one tl.dot on the
-tensor cores (the units that multiply small matrix tiles in one instruction: section 2). An fp32
-accumulator collects the steps; an activation can be applied to it before the store, a few
-instructions per element instead of a second pass over C (a fused epilogue). The order in which programs run decides how much of A and B the L2 cache can
-share (grouped order), and the best block sizes depend on the shape and the GPU (autotuning). A
-first reading can stop after section 9 (training); sections 10-17 time the kernel against
-cuBLAS. The kernels, their launchers, the route between them and the op live in op files, what a
-model imports: matmul.py (the pointer kernel, matmul() and its backward) and hopper.py (the TMA
-kernel, which the route takes on Hopper: lesson 7, lesson07_hopper/main.py, takes it apart).
+BLOCK_M x BLOCK_N tile of C and walks K in steps of BLOCK_K: each step loads a tile of A and a tile
+of B once and uses every loaded number BLOCK_N (or BLOCK_M) times, in one tl.dot on the tensor cores
+(the units that multiply small matrix tiles in one instruction: section 2). An fp32 accumulator
+collects the steps; an activation can be applied to it before the store, a few instructions per
+element instead of a second pass over C (a fused epilogue). The order in which programs run decides
+how much of A and B the L2 cache can share (grouped order), and the best block sizes depend on the
+shape and the GPU (autotuning). A first reading can stop after section 9 (training); sections 10-17
+time the kernel against cuBLAS. The kernels, their launchers, the route between them and the op live
+in op files, what a model imports: matmul.py (the pointer kernel, matmul() and its backward) and
+hopper.py (the TMA kernel, which the route takes on Hopper: lesson 7, lesson07_hopper/main.py, takes
+it apart).
 
 Run:   python lesson04_matmul/main.py            (every section)
        python lesson04_matmul/main.py --help     (sections, sizes)

@@ -808,11 +808,11 @@ chapter.run("grad", grad_check)
 
 # %% [markdown]
 # ## 15. Timing the backward against SDPA's backends (backward.py)
-# Forward and backward side by side, against SDPA's FlashAttention-2 backend and cuDNN's (which
-# on Hopper works in FlashAttention-3's style, section 9). The backward is the gradient call, by the
+# Forward and backward side by side, against SDPA's FlashAttention-2 backend and cuDNN's (which on
+# Hopper works in FlashAttention-3's style, section 9). The backward is the gradient call, by the
 # kernels route() chooses: backward.py's on most GPUs; on an H100 or H200 at head dims 64 and 128,
-# hopper.py's Gluon backward (the route, section 6; lesson 7 takes it apart). Each row names the one it ran.
-# Without a GPU the chapter prints the table at head_dim 64, as in section 9.
+# hopper.py's Gluon backward (the route, section 6; lesson 7 takes it apart). Each row names the one
+# it ran. Without a GPU the chapter prints the table at head_dim 64, as in section 9.
 
 
 # %%
@@ -850,17 +850,17 @@ chapter.run("configs_backward", lambda: backward.bench_configs(functools.partial
 # %% [markdown]
 # ## 17. The shapes models pass, timed against SDPA's backends (tuning.py)
 # The same kernels, forward and backward, on grouped-query and multi-query heads, head dims 80, 96
-# and 256, queries against a longer KV cache, and decoding (one query, and four) by decode.py's split
-# keys, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal mask
-# bottom-right). At head dim 256 the block sizes are smaller, and the dK/dV kernel splits the head
-# dim between two programs (its float32 accumulators would not fit in registers whole). Decoding
-# reads every key and value once and computes little: its time is memory traffic, and the measure is
-# against cuDNN's, not TFLOP/s. A quick look times two of the shapes (grouped-query causal, and
-# queries against a longer KV cache); --full (RESULTS.md) times them all. Read the page for where
-# each stands: SDPA's cuDNN backend, written for Hopper (section 9), is the faster on most shapes;
-# against FlashAttention-2, attention()'s backward is the slower, or about level, where one key head
-# serves all 32 query heads, and the slower at head dim 256. Decoding's backward is timed as the shape's, though no model
-# trains on one query at a time.
+# and 256, queries against a longer KV cache, and decoding (one query, and four) by decode.py's
+# split keys, against SDPA's flash and cuDNN backends given the same shapes (enable_gqa, the causal
+# mask bottom-right). At head dim 256 the block sizes are smaller, and the dK/dV kernel splits the
+# head dim between two programs (its float32 accumulators would not fit in registers whole).
+# Decoding reads every key and value once and computes little: its time is memory traffic, and the
+# measure is against cuDNN's, not TFLOP/s. A quick look times two of the shapes (grouped-query
+# causal, and queries against a longer KV cache); --full (RESULTS.md) times them all. Read the page
+# for where each stands: SDPA's cuDNN backend, written for Hopper (section 9), is the faster on most
+# shapes; against FlashAttention-2, attention()'s backward is the slower, or about level, where one
+# key head serves all 32 query heads, and the slower at head dim 256. Decoding's backward is timed
+# as the shape's, though no model trains on one query at a time.
 
 
 # %%

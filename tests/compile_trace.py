@@ -37,9 +37,10 @@ def linear(x, w):
 
 def joint_graphs(cases: list) -> list:
     """For each case {"op": "module:function", "shapes": [...], "dtype": "float16" (or "dtypes", one a
-    leaf), "kwargs": {...}, "offset": 2 (the first operand that many elements into its storage), "hopper": True (matmul's route as on an H100 or H200: lesson04_matmul.hopper.HOPPER)}:
-    (the error torch.compile raised, or None; the kernels in the joint graph, in order; what the
-    tracer warned of: "Encountered an exception" is its fallback, every input taken as written)."""
+    leaf), "kwargs": {...}, "offset": 2 (the first operand that many elements into its storage),
+    "hopper": True (matmul's route as on an H100 or H200: lesson04_matmul.hopper.HOPPER)}: (the error
+    torch.compile raised, or None; the kernels in the joint graph, in order; what the tracer warned of:
+    "Encountered an exception" is its fallback, every input taken as written)."""
     triton.runtime.driver.set_active(H200())
     torch.utils._triton.has_triton = lambda: True  # (it looks for a GPU: without, Dynamo traces into Triton's launcher)
     common.checks.ON_GPU = False  # the inputs are CPU tensors

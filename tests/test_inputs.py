@@ -3,9 +3,10 @@ gradients), views with
 PyTorch's negative bit, offsets past 2^31, grids past 65535 programs, flags that are not booleans,
 block sizes that are not powers of two, and command lines with bad sizes.
 
-The tensors past 2^31 elements need a GPU's memory (4 to 13 GB each): those tests run on a GPU
-only, one at a time (`pytest -n 0 -m big`: pytest.ini's -n auto would run them side by side).
-Under the interpreter, views whose row stride is 2^30 take the same 64-bit path while touching a few pages of a large virtual allocation."""
+The tensors past 2^31 elements need a GPU's memory (4 to 13 GB each): those tests run on a GPU only,
+one at a time (`pytest -n 0 -m big`: pytest.ini's -n auto would run them side by side). Under the
+interpreter, views whose row stride is 2^30 take the same 64-bit path while touching a few pages of
+a large virtual allocation."""
 import re
 
 import numpy as np
