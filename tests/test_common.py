@@ -184,12 +184,20 @@ def test_a_sweep_runs_with_full_only_and_its_record_stands_in_otherwise(tmp_path
 
 
 def test_a_section_runs_in_a_child_process_and_its_tables_come_back(monkeypatch, capsys):
+    from common import child
+
     sys.path.insert(0, os.path.join(ROOT, "tests"))
     import sections
 
     monkeypatch.setenv("PYTHONPATH", os.path.join(ROOT, "tests"))
+    # a process of its own: one kept by an earlier test in this worker was started without tests/ on
+    # its path and cannot import `sections`
+    monkeypatch.setattr(child, "_kept", {})
     chapter = Chapter("lesson01_vector_add", "Doc.", {"t": "1. T"}, running=True)
-    tables = chapter.in_child(sections.a_table, trace=True)
+    try:
+        tables = chapter.in_child(sections.a_table, trace=True)
+    finally:
+        child._close_kept()
     assert "printed in the child" in capsys.readouterr().out
     assert [(t.title, t.rows, t.note) for t in tables] == [("From the child", [["a", 1.5]], "A note.")]
     with pytest.raises(TypeError, match="not a lambda"):
