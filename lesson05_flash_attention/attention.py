@@ -303,7 +303,8 @@ ROUTES = [
     ("forward", "triton", "everything else (an empty q, k or v too)", "attention_kernel_tuned",
      (4, 32, 8, 4096, 4096, 128)),
     ("backward", "gluon", "sm_90, head_dim in hopper.FASTER_BACKWARD_HEAD_DIMS, hopper.backward_takes (as takes, "
-     "grouped-query heads too; not under torch.use_deterministic_algorithms); not under torch.compile",
+     "grouped-query heads too, and a QKV projection's views; not under torch.use_deterministic_algorithms); not "
+     "under torch.compile",
      "backward.preprocess_kernel, hopper.attention_bwd_kernel_hopper", (4, 32, 8, 4096, 4096, 128)),
     ("backward", "triton", "everything else (an empty q, k or v too)", "backward.preprocess_kernel, dkdv_kernel_tuned (a key head's query "
      "heads in parts: dkdv_parts, then sum_parts_kernel; the head dim split at 256), dq_kernel_tuned", (4, 16, 16, 4096, 4096, 80)),
@@ -399,9 +400,10 @@ class AttentionQKV(torch.autograd.Function):
     a transformer computes them in one matmul. Given q, k and v as three views, autograd would join
     their three gradients into d(qkv) with a copy (torch.cat, split's backward); this function takes
     qkv itself, so the backward writes dq, dk and dv straight into one d(qkv) buffer, through the
-    views' strides (backward.launch_backward's `out`). The Triton kernels: route() takes them for
-    such views (Gluon's kernels read contiguous heads; decoding's split keys need few queries
-    against many keys, and one projection gives q and k the same length)."""
+    views' strides (the launchers' `out`). The forward: the Triton kernel (Gluon's forward reads
+    contiguous heads; decoding's split keys need few queries against many keys, and one projection
+    gives q and k the same length). The backward: route()'s, Gluon's on Hopper (it reads and writes
+    heads side by side in a row, hopper.rows_readable), else Triton's."""
 
     @staticmethod
     def forward(ctx, qkv, heads, causal, sm_scale):
@@ -425,7 +427,11 @@ class AttentionQKV(torch.autograd.Function):
                                              **backward.traced_kernels(qkv))
             return torch.cat([g.transpose(1, 2) for g in grads], dim=2), None, None, None
         dqkv = torch.empty_like(qkv)  # dq, dk and dv: views of it, written by the kernels in place
-        backward.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, out=split_heads(dqkv, ctx.heads))
+        out = split_heads(dqkv, ctx.heads)
+        if route(q, k, v, "backward") == "gluon":
+            hopper.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, out=out)
+        else:
+            backward.launch_backward(do, q, k, v, o, lse, ctx.causal, ctx.sm_scale, out=out)
         return dqkv, None, None, None  # none for heads, causal, sm_scale
 
 

@@ -58,8 +58,9 @@ hand-made schedule's fixed cost is twice the share there.
 
 The file's second kernel is the backward, in the same pieces (its comment block, "The backward in
 Gluon", has its barriers, timeline and registers): FlashAttention-3's one kernel per key block, dQ
-added by TMA's reduce-add. attention()'s backward runs it where lesson 7's table found it faster
-than backward.py's Triton kernels (FASTER_BACKWARD_HEAD_DIMS).
+added by TMA's reduce-add; it reads q, k and v in any layout TMA reads as rows, a QKV projection's
+views included (backward_takes). attention()'s backward, and attention_qkv's, run it where lesson
+7's table found it faster than backward.py's Triton kernels (FASTER_BACKWARD_HEAD_DIMS).
 
 This file is an op file: the kernels, their preconditions and their launchers, which attention.py's
 route runs; lesson 7's chapter (lesson07_hopper/main.py) compiles them for sm_90 and times them.
@@ -403,6 +404,11 @@ def host_cases(attention, B=4, H=16, seq=1024, D=128) -> dict:
 # the exponentials to interleave dS^T's arithmetic with them (`WARPGROUP.DEPBAR.LE gsb0, 0x0` among
 # the `MUFU.EX2`: lesson 7's reading of the SASS counts the exponentials that run under dP^T).
 #
+# Layouts: q, k, v and dO are read as TMA reads a 2-D tensor, rows of their seq stride, each head's
+# tile from its row and column (origin(): heads apart, contiguous; or side by side in one row, as
+# the heads of a QKV projection lie, so that a transformer's backward reads them where they are and
+# writes dK and dV into its d(QKV) buffer by their strides).
+#
 # Grouped-query heads: the walk goes over the query blocks of every query head that reads the key
 # head, so dK and dV are summed in registers (no atomics for them); dQ's additions are per query
 # head. Causal: a key block's walk starts at its own diagonal (query block start_n / M), whose
@@ -452,6 +458,15 @@ else:  # a release that does not name it: the same operation, built as async_ato
 
 
 @gluon.jit
+def origin(bh, heads, stride_b, stride_h, stride_s):
+    """Where head bh (batch * heads + head) of a (B, heads, seq, D) tensor starts among the rows TMA
+    reads it as (rows stride_s elements apart: heads apart, or side by side in a row as in a QKV
+    projection): (row, column)."""
+    offset = (bh // heads).to(gl.int64) * stride_b + (bh % heads).to(gl.int64) * stride_h
+    return (offset // stride_s).to(gl.int32), (offset % stride_s).to(gl.int32)
+
+
+@gluon.jit
 def bwd_step(i, per_head, first, n_qb, CAUSAL: gl.constexpr):
     """Step i of a key block's walk: (g, j, qb) = the query head within the group, the step within
     that head, and the query block."""
@@ -466,24 +481,28 @@ def bwd_step(i, per_head, first, n_qb, CAUSAL: gl.constexpr):
 
 @gluon.jit
 def bwd_producer(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                 k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, per_head, first, n_qb, n_steps,
+                 k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, k_row, k_col, q_head0, H, per_head, first, n_qb,
+                 n_steps, stride_qb, stride_qh, stride_qs, stride_dob, stride_doh, stride_dos,
                  NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
-    """One warp: the program's keys and values once, then Q, dO, lse and Delta of each step's query
-    block (lse and Delta seen as rows of BLOCK_M values: row b is query block b, over all heads)."""
+    """One warp: the program's keys and values once (from row k_row, column k_col), then Q, dO, lse
+    and Delta of each step's query block (lse and Delta seen as rows of BLOCK_M values: row b is
+    query block b, over all heads)."""
     SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     mbarrier.expect(kv_bar, 4 * k_desc.block_type.nbytes)
     for c in gl.static_range(2):
-        tma_load(k_desc, [kv_row + c * SPLIT_N, 0], kv_bar, k_smem.index(c))
-        tma_load(v_desc, [kv_row + c * SPLIT_N, 0], kv_bar, v_smem.index(c))
+        tma_load(k_desc, [k_row + c * SPLIT_N, k_col], kv_bar, k_smem.index(c))
+        tma_load(v_desc, [k_row + c * SPLIT_N, k_col], kv_bar, v_smem.index(c))
     for i in range(n_steps):
         g, j, qb = bwd_step(i, per_head, first, n_qb, CAUSAL)
         block = (q_head0 + g) * n_qb + qb
+        q_row, q_col = origin(q_head0 + g, H, stride_qb, stride_qh, stride_qs)
+        do_row, do_col = origin(q_head0 + g, H, stride_dob, stride_doh, stride_dos)
         slot = i % NUM_BUFFERS
         mbarrier.wait(qdo_empty.index(slot), ((i // NUM_BUFFERS) & 1) ^ 1)  # (round 0: a fresh barrier passes)
         mbarrier.expect(qdo_ready.index(slot), 2 * q_desc.block_type.nbytes + 2 * lse_desc.block_type.nbytes)
-        tma_load(q_desc, [block * BLOCK_M, 0], qdo_ready.index(slot), q_bufs.index(slot))
-        tma_load(do_desc, [block * BLOCK_M, 0], qdo_ready.index(slot), do_bufs.index(slot))
+        tma_load(q_desc, [q_row + qb * BLOCK_M, q_col], qdo_ready.index(slot), q_bufs.index(slot))
+        tma_load(do_desc, [do_row + qb * BLOCK_M, do_col], qdo_ready.index(slot), do_bufs.index(slot))
         tma_load(lse_desc, [block, 0], qdo_ready.index(slot), lse_bufs.index(slot))
         tma_load(delta_desc, [block, 0], qdo_ready.index(slot), delta_bufs.index(slot))
 
@@ -573,9 +592,10 @@ def bwd_consumer_step(i, g, qb, dk, dv, keys, q_bufs, do_bufs, lse_bufs, delta_b
 
 @gluon.jit
 def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem, dq_smem,
-                 kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP, start_n,
-                 sm_scale, qk_scale, WHICH: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
-    """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk."""
+                 kv_bar, qdo_ready, qdo_empty, ds_ready, dk_head, stride_dks, q_head0, per_head, first, n_qb, GROUP,
+                 start_n, sm_scale, qk_scale, WHICH: gl.constexpr, NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup: keys start_n + WHICH * 64 ... + 63 against every query block of the walk; their
+    dK and dV stored at the end, rows stride_dks elements apart from dk_head (the key head's first)."""
     dtype: gl.constexpr = dk_ptr.dtype.element_ty
     BLOCK_M: gl.constexpr = q_bufs.shape[1]
     HEAD_DIM: gl.constexpr = q_bufs.shape[2]
@@ -605,23 +625,26 @@ def bwd_consumer(dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
                                        ds_smem, dq_smem, dq_desc, qdo_ready, qdo_empty, ds_ready, q_head0, n_qb,
                                        sm_scale, qk_scale, WHICH, NUM_BUFFERS, False)
     tma.store_wait(pendings=0)
-    key_rows = kv_row + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
+    key_rows = start_n + WHICH * SPLIT_N + gl.arange(0, SPLIT_N, layout=gl.SliceLayout(1, acc_layout))
     dims = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, acc_layout))
     # (rows fit 32 bits, as TMA's coordinates must; their elements may not: 64-bit offsets, once)
-    offsets = key_rows.to(gl.int64)[:, None] * HEAD_DIM + dims[None, :]
+    offsets = dk_head + key_rows.to(gl.int64)[:, None] * stride_dks + dims[None, :]
     gl.store(dk_ptr + offsets, (dk * sm_scale).to(dtype))
     gl.store(dv_ptr + offsets, dv.to(dtype))
 
 
 @gluon.jit
 def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, dq_desc, dk_ptr, dv_ptr,
-                                sm_scale, seq_len, H_KV, GROUP, HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr,
-                                NUM_BUFFERS: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-                                PRODUCER_REGS: gl.constexpr):
+                                sm_scale, seq_len, H_KV, GROUP, stride_qb, stride_qh, stride_qs, stride_kb, stride_kh,
+                                stride_ks, stride_dob, stride_doh, stride_dos, stride_dkb, stride_dkh, stride_dks,
+                                HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUFFERS: gl.constexpr,
+                                CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, PRODUCER_REGS: gl.constexpr):
     """One program per BLOCK_N keys of one (batch, key head): its rows of dK and dV, summed over the
     GROUP query heads that read them, and their share of every dQ row, added into dQ (float32,
-    zeroed) by TMA. q, do, dq as (B * H_KV * GROUP * seq, D), k, v as (B * H_KV * seq, D), lse and
-    Delta as (B * H_KV * GROUP * seq / BLOCK_M, BLOCK_M), BLOCK_M the query rows of q_desc's tile."""
+    zeroed) by TMA. q, k, v and do, (B, heads, seq, D) with their strides, as the rows TMA reads
+    (origin(): each head's tile from its row and column); dq as (B * H_KV * GROUP * seq, D); dk and
+    dv, k's shape, with their strides (v's and dv's: k's and dk's); lse and Delta as (B * H_KV *
+    GROUP * seq / BLOCK_M, BLOCK_M), BLOCK_M the query rows of q_desc's tile."""
     BLOCK_M: gl.constexpr = q_desc.block_type.shape[0]
     SPLIT_N: gl.constexpr = k_desc.block_type.shape[0]
     gl.static_assert(BLOCK_N == 2 * SPLIT_N, "two consumers, half the keys each")
@@ -631,7 +654,9 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta
     pid_n = pid % n_kb
     bhk = pid // n_kb
     start_n = pid_n * BLOCK_N
-    kv_row = bhk * seq_len + start_n
+    k_row, k_col = origin(bhk, H_KV, stride_kb, stride_kh, stride_ks)
+    k_row += start_n
+    dk_head = (bhk // H_KV).to(gl.int64) * stride_dkb + (bhk % H_KV).to(gl.int64) * stride_dkh
     q_head0 = (bhk // H_KV) * (H_KV * GROUP) + (bhk % H_KV) * GROUP   # the first query head reading key head bhk
     n_qb = seq_len // BLOCK_M
     first = start_n // BLOCK_M
@@ -666,27 +691,50 @@ def attention_bwd_kernel_hopper(q_desc, k_desc, v_desc, do_desc, lse_desc, delta
 
     gl.warp_specialize([
         (bwd_consumer, (dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem,
-                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP,
-                        start_n, sm_scale, qk_scale, 0, NUM_BUFFERS, CAUSAL)),
+                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, dk_head, stride_dks, q_head0, per_head, first,
+                        n_qb, GROUP, start_n, sm_scale, qk_scale, 0, NUM_BUFFERS, CAUSAL)),
         (bwd_consumer, (dk_ptr, dv_ptr, dq_desc, q_bufs, do_bufs, lse_bufs, delta_bufs, k_smem, v_smem, ds_smem,
-                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, kv_row, q_head0, per_head, first, n_qb, GROUP,
-                        start_n, sm_scale, qk_scale, 1, NUM_BUFFERS, CAUSAL)),
+                        dq_smem, kv_bar, qdo_ready, qdo_empty, ds_ready, dk_head, stride_dks, q_head0, per_head, first,
+                        n_qb, GROUP, start_n, sm_scale, qk_scale, 1, NUM_BUFFERS, CAUSAL)),
         (bwd_producer, (q_desc, k_desc, v_desc, do_desc, lse_desc, delta_desc, q_bufs, do_bufs, lse_bufs, delta_bufs,
-                        k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, kv_row, q_head0, per_head, first, n_qb,
-                        per_head * GROUP, NUM_BUFFERS, CAUSAL)),
+                        k_smem, v_smem, kv_bar, qdo_ready, qdo_empty, k_row, k_col, q_head0, H_KV * GROUP, per_head,
+                        first, n_qb, per_head * GROUP, stride_qb, stride_qh, stride_qs, stride_dob, stride_doh,
+                        stride_dos, NUM_BUFFERS, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
+def rows_readable(t) -> bool:
+    """Can TMA read (B, heads, seq, D) tensor t as rows of its seq stride (rows_descriptor)? Its
+    elements in a row contiguous, the rows 16-byte aligned, and each head's rows either apart
+    (contiguous heads) or side by side in one row (the heads of a QKV projection, viewed by head)."""
+    B, heads, seq, D = t.shape
+    sb, sh, ss, sd = t.stride()
+    return (sd == 1 and t.data_ptr() % 16 == 0 and ss * t.element_size() % 16 == 0 and ss >= D and sb % ss == 0
+            and (sh % ss == 0 or (heads - 1) * sh + D <= ss)
+            and ((B - 1) * sb + (heads - 1) * sh) // ss + seq < 2**31)  # (TMA coordinates: int32)
+
+
 def backward_takes(q, k, v) -> bool:
-    """Can attention_bwd_kernel_hopper compute these inputs' gradients, here and now? As takes(),
-    but grouped-query heads too (k and v of one shape, their heads dividing q's), and never where
-    deterministic algorithms are asked for."""
+    """Can attention_bwd_kernel_hopper compute these inputs' gradients, here and now? q, k, v of one
+    dtype, float16 or bfloat16, k and v of one shape and layout, their heads dividing q's (grouped-
+    query heads), in any layout TMA can read (rows_readable: contiguous, or the views of one QKV
+    projection), seq a multiple of 128, and never where deterministic algorithms are asked for."""
     return (HOPPER and q.is_cuda and q.dtype in GL_DTYPES and q.dtype == k.dtype == v.dtype and q.numel() > 0
-            and k.shape == v.shape and q.shape[0] == k.shape[0] and q.shape[2:] == k.shape[2:]
-            and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0 and q.shape[-1] in HEAD_DIMS
-            and q.shape[-2] % BLOCK_N_BWD == 0 and q.numel() // q.shape[-1] < 2**31  # (TMA coordinates: int32)
-            and all(t.is_contiguous() and t.data_ptr() % 16 == 0 for t in (q, k, v))
-            and not torch.are_deterministic_algorithms_enabled())
+            and k.shape == v.shape and k.stride() == v.stride() and q.shape[0] == k.shape[0]
+            and q.shape[2:] == k.shape[2:] and k.shape[1] > 0 and q.shape[1] % k.shape[1] == 0
+            and q.shape[-1] in HEAD_DIMS and q.shape[-2] % BLOCK_N_BWD == 0
+            and all(rows_readable(t) for t in (q, k, v)) and not torch.are_deterministic_algorithms_enabled())
+
+
+def rows_descriptor(t, rows: int) -> TensorDescriptor:
+    """A TMA descriptor over (B, heads, seq, D) tensor t seen as rows of its seq stride, tiles of
+    `rows` x D: head h of batch b starts at row (b * stride_b + h * stride_h) // stride_s, column
+    (...) % stride_s (the kernel's origin()); the descriptor spans up to the last head's end."""
+    B, heads, seq, D = t.shape
+    sb, sh, ss, _ = t.stride()
+    last = (B - 1) * sb + (heads - 1) * sh  # where the last head starts
+    return TensorDescriptor(base=t, shape=[last // ss + seq, last % ss + D], strides=[ss, 1], block_shape=[rows, D],
+                            layout=tile_layout(rows, D, t.dtype))
 
 
 # The layout of a row of lse or Delta in shared memory: plain, no swizzle (nothing reads it by wgmma).
@@ -695,26 +743,33 @@ ROW_LAYOUT = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=32, ran
 DQ_LAYOUT = gl.NVMMASharedLayout.get_default_for(DQ_TILE, gl.float32)
 
 
-def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float) -> tuple:
+def launch_backward(do, q, k, v, o, lse, causal: bool, sm_scale: float, *, out: tuple | None = None) -> tuple:
     """(dq, dk, dv) as backward.launch_backward returns them, for inputs backward_takes() accepts:
-    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32."""
+    Delta by backward.py's preprocess kernel, then this file's kernel; dQ summed in float32. out:
+    where to write them (views of one d(QKV) buffer, say: dk and dv of one layout), else new."""
     B, H, seq_len, D = q.shape
     H_KV = k.shape[1]
     block_m = bwd_block_m(D)
-    do, lse = do.contiguous(), lse.contiguous()  # (the descriptors read rows of them; Delta's kernel reads o's strides)
+    lse = lse.contiguous()  # (the descriptors read rows of it; Delta's kernel reads o's strides)
+    do = do if rows_readable(do) else do.contiguous()
     delta = torch.empty_like(lse)
     preprocess_kernel[(seq_len // 64 * B * H,)](o, do, delta, H, seq_len, *o.stride(), *do.stride(), HEAD_DIM=D,
                                                 BLOCK_D=D, BLOCK_M=64,
                                                 INDEX_TYPE=index_type(o, do))
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)
-    q2, k2, v2, do2 = (t.view(-1, D) for t in (q, k, v, do))
+    dk, dv = out[1:] if out is not None else (k.new_empty(k.shape), v.new_empty(v.shape))
+    if dk.stride() != dv.stride():
+        raise ValueError(f"out: dk and dv of one layout, got strides {dk.stride()} and {dv.stride()}")
     rows = [TensorDescriptor.from_tensor(t.view(-1, block_m), [1, block_m], ROW_LAYOUT) for t in (lse, delta)]
     dq_desc = TensorDescriptor.from_tensor(dq.view(-1, D), DQ_TILE, DQ_LAYOUT)
     grid = (seq_len // BLOCK_N_BWD * B * H_KV,)
     attention_bwd_kernel_hopper[grid](
-        descriptor(q2, block_m), descriptor(k2, BLOCK_N_BWD // 2), descriptor(v2, BLOCK_N_BWD // 2),
-        descriptor(do2, block_m), *rows, dq_desc, dk, dv, sm_scale, seq_len, H_KV, H // H_KV, HEAD_DIM=D,
-        BLOCK_N=BLOCK_N_BWD, NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS,
-        PRODUCER_REGS=PRODUCER_REGS, num_warps=4, maxnreg=MAXNREG)
-    return dq.to(q.dtype), dk, dv
+        rows_descriptor(q, block_m), rows_descriptor(k, BLOCK_N_BWD // 2), rows_descriptor(v, BLOCK_N_BWD // 2),
+        rows_descriptor(do, block_m), *rows, dq_desc, dk, dv, sm_scale, seq_len, H_KV, H // H_KV,
+        *q.stride()[:3], *k.stride()[:3], *do.stride()[:3], *dk.stride()[:3], HEAD_DIM=D, BLOCK_N=BLOCK_N_BWD,
+        NUM_BUFFERS=NUM_BUFFERS_BWD, CAUSAL=causal, CONSUMER_REGS=CONSUMER_REGS, PRODUCER_REGS=PRODUCER_REGS,
+        num_warps=4, maxnreg=MAXNREG)
+    if out is None:
+        return dq.to(q.dtype), dk, dv
+    out[0].copy_(dq)  # (the cast to q's dtype, written where out's dq lies)
+    return out

@@ -439,7 +439,8 @@ KERNELS = {  # the course's autograd functions and the kernels each one launches
                       "split_k_sum_kernel where K is split); where the GELU was fused, first once more: Z "
                       "recomputed, dL/dZ = dL/dC * gelu'(Z) in its epilogue",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
-    "AttentionQKVBackward": "preprocess_kernel, dkdv_kernel (sum_parts_kernel where it runs in parts), dq_kernel, "
+    "AttentionQKVBackward": "preprocess_kernel, then on Hopper at head_dim 64 or 128 attention_bwd_kernel_hopper "
+                            "(Gluon), else dkdv_kernel (sum_parts_kernel where it runs in parts) and dq_kernel, "
                             "writing d(QKV) in one buffer",
     "RMSNorm": "rms_norm_kernel", "AddRMSNorm": "rms_norm_kernel (HAS_RESIDUAL)",
     "RMSNormBackward": "rms_norm_backward_kernel, then row_sum's kernels for dw",

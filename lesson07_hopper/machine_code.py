@@ -98,7 +98,8 @@ def backward_signature(head_dim: int, dtype: str = "fp16") -> dict:
             "do_desc": desc(block_m), "lse_desc": tensordesc_type(1, block_m, "fp32", h.ROW_LAYOUT),
             "delta_desc": tensordesc_type(1, block_m, "fp32", h.ROW_LAYOUT),
             "dq_desc": tensordesc_type(*h.DQ_TILE, "fp32", h.DQ_LAYOUT), "dk_ptr": f"*{dtype}", "dv_ptr": f"*{dtype}",
-            "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32", "GROUP": "i32"}
+            "sm_scale": "fp32", "seq_len": "i32", "H_KV": "i32", "GROUP": "i32",
+            **{f"stride_{t}{d}": "i32" for t in ("q", "k", "do", "dk") for d in "bhs"}}
 
 
 def budgets(code: str) -> str:
@@ -151,7 +152,9 @@ def compiled_backward(cases=BOTH_HEAD_DIMS) -> list:
                  signature=backward_signature(D),
                  constexprs=dict(HEAD_DIM=D, BLOCK_N=h.BLOCK_N_BWD, NUM_BUFFERS=h.NUM_BUFFERS_BWD, CAUSAL=causal,
                                  CONSUMER_REGS=h.CONSUMER_REGS, PRODUCER_REGS=h.PRODUCER_REGS),
-                 divisible_by_16=("dk_ptr", "dv_ptr", "seq_len"), options={"maxnreg": h.MAXNREG}, asm=("ptx", "sass"))
+                 divisible_by_16=("dk_ptr", "dv_ptr", "seq_len", *(f"stride_{t}{d}" for t in ("q", "k", "do", "dk")
+                                                                 for d in "bhs")),
+                 options={"maxnreg": h.MAXNREG}, asm=("ptx", "sass"))
             for D, causal in cases]
     return ptx.compile_kernels(jobs)
 

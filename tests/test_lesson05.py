@@ -913,6 +913,65 @@ def test_each_dq_row_lands_on_its_own_query(path, causal):
         assert grad_ok(ours, theirs), f"d{name}: {ours:.2e} against torch's {theirs:.2e}"
 
 
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("path", ["triton", "gluon"])
+def test_the_backward_reads_and_writes_a_qkv_projections_heads_where_they_lie(path, causal):
+    # lesson 6's layout: q, k and v the heads of one (B, seq, H + 2 H_KV, D) projection, side by side in
+    # each row, dO a transposed view as the model's; the backward writes dq, dk and dv into one d(QKV)
+    # buffer through out (AttentionQKV). The buffer starts as NaN: every element written, each
+    # gradient within twice torch's error against float64 autograd on the same views. The Gluon
+    # backward (each head's tile from its row and column: hopper.origin) on an H100 or H200 only.
+    from common.checks import errors_against_autograd, grad_ok
+    from lesson05_flash_attention.attention import split_heads
+
+    if path == "gluon" and not hopper.HOPPER:
+        pytest.skip("the Gluon backward runs on sm_90 (H100, H200) only")
+    B, H, H_KV, seq, D = (2, 4, 2, 384, 64) if path == "gluon" else (2, 4, 2, 80, 32)  # Gluon: seq in 128s
+    qkv = torch.randn(B, seq, H + 2 * H_KV, D, device=DEVICE, dtype=torch.float16)
+    q, k, v = split_heads(qkv, H)
+    do = torch.randn(B, seq, H, D, device=DEVICE, dtype=torch.float16).transpose(1, 2)
+    o, lse = launch(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
+    if path == "gluon":
+        assert hopper.backward_takes(q, k, v) and hopper.rows_readable(do)
+    dqkv = torch.full_like(qkv, float("nan"))
+    run = hopper.launch_backward if path == "gluon" else backward.launch_backward
+    run(do, q, k, v, o, lse, causal, D ** -0.5, out=split_heads(dqkv, H))
+    assert not dqkv.isnan().any(), f"{int(dqkv.isnan().sum())} elements of d(QKV) never written"
+    errors = errors_against_autograd(split_heads(dqkv, H), attention_standard, [q, k, v], do, causal=causal)
+    for name, (ours, theirs) in zip("qkv", errors):
+        assert grad_ok(ours, theirs), f"d{name}: {ours:.2e} against torch's {theirs:.2e}"
+
+
+@pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
+def test_attention_qkv_backward_takes_the_gluon_kernel_where_timed_faster(monkeypatch):
+    # lesson 6's op: attention_qkv's gradient runs hopper.launch_backward into its d(QKV) buffer at
+    # FASTER_BACKWARD_HEAD_DIMS (set here), within twice torch's float16 error against float64 autograd
+    from common.checks import grad_errors, grad_ok
+    from lesson05_flash_attention.attention import attention_qkv, split_heads
+
+    calls = []
+    real = hopper.launch_backward
+    monkeypatch.setattr(hopper, "launch_backward", lambda *a, **kw: calls.append(kw) or real(*a, **kw))
+    monkeypatch.setattr(hopper, "FASTER_BACKWARD_HEAD_DIMS", (64, 128))
+    qkv = torch.randn(2, 256, 12, 64, device=DEVICE, dtype=torch.float16)  # 8 query heads, 2 key heads
+    (ours, theirs), = grad_errors(lambda x: attention_qkv(x, 8, causal=True),
+                                  lambda x: attention_standard(*split_heads(x, 8), causal=True), [qkv])
+    assert len(calls) == 1 and "out" in calls[0] and grad_ok(ours, theirs), (ours, theirs)
+
+
+def test_the_gluon_backward_takes_the_layouts_tma_reads_as_rows():
+    # hopper.rows_readable: contiguous heads, and a projection's heads side by side in a row; not a
+    # layout whose rows are not contiguous, nor heads that overrun their row
+    from lesson05_flash_attention.attention import split_heads
+
+    qkv = torch.empty(2, 256, 8, 64, dtype=torch.float16)
+    q, k, v = split_heads(qkv, 4)
+    assert all(hopper.rows_readable(t) for t in (q, k, v, torch.empty(2, 4, 256, 64, dtype=torch.float16)))
+    assert not hopper.rows_readable(q.transpose(2, 3).contiguous().transpose(2, 3))  # (columns contiguous)
+    assert not hopper.rows_readable(torch.empty(2, 256, 4, 64, dtype=torch.float16).as_strided(
+        (2, 4, 256, 64), (256 * 128, 48, 128, 1)))  # heads 48 apart, 64 wide: the last overruns its 128-wide row
+
+
 @pytest.mark.skipif(not hopper.HOPPER, reason="the Gluon kernel runs on sm_90 (H100, H200) only")
 def test_attention_backward_takes_the_gluon_kernel_where_timed_faster(monkeypatch):
     # attention()'s gradient runs hopper.launch_backward at FASTER_BACKWARD_HEAD_DIMS (set here: the
