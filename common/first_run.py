@@ -10,7 +10,7 @@ and every autotuner times its list for each key that common/tuned.py has no pick
 model. The wall clock of the whole run (the interpreter's start and the imports included), the
 kernels compiled and the autotuner keys timed (files in the fresh Triton cache) and the slowest
 sections (timed from the headings the run prints) are printed, and written to FIRST_RUN.md with the
-machine's stamp. --record: the runs with COURSE_RECORD_PICKS=1, which time every key (no pick used)
+machine's stamp; every section's time is printed too. --record: the runs with COURSE_RECORD_PICKS=1, which time every key (no pick used)
 and record the picks (common/tuned.py); their table is printed only.
 """
 import os
@@ -64,7 +64,8 @@ def main(argv: list) -> int:
         seconds, code, compiled, timed, sections = first_run(name, record)
         slowest = sorted(sections, key=sections.get, reverse=True)[:3]
         rows.append((name, seconds, code, compiled, timed, ", ".join(f"{s}: {sections[s]:.0f}" for s in slowest)))
-        print(f"{name}: {seconds:.0f} s, exit code {code}", flush=True)
+        print(f"{name}: {seconds:.0f} s, exit code {code}; every section's seconds: "
+              + ", ".join(f"{s}: {t:.0f}" for s, t in sections.items()), flush=True)
     table = print_table(rows, ["lesson", "seconds", "exit code", "kernels compiled", "autotuner keys timed",
                                "slowest sections: seconds"],
                         floatfmt=".0f", title="A lesson's default run on a fresh GPU"

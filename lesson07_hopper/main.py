@@ -435,7 +435,13 @@ chapter.run("bench_gluon", lambda: bench_forward(**chapter.sizes(SIZES)["gluon"]
 #   64 x 64 float32 tile that TMA's reduce-add adds into dQ in memory (the copy engine reads the
 #   tile and adds it in L2 while the warps go on). dQ's last bits then depend on the order of the
 #   additions, so attention() takes this kernel only where deterministic algorithms are not asked
-#   for.
+#   for;
+# - the descriptors see q, k, v and dO as rows of their seq stride (hopper.rows_descriptor), and a
+#   head's tiles start at the row and column that origin() computes from the head's offset: column 0
+#   for contiguous heads, j x head_dim for the heads of one QKV projection, side by side in a row
+#   (j: the head's place in the row, q's heads first, then k's, then v's). So lesson 6's model,
+#   which hands attention views of its QKV projection, runs this kernel on them without a copy, and
+#   dK and dV are stored by their strides into its d(QKV) buffer.
 # Causal, a key block's walk starts at its diagonal, and the query blocks the diagonal crosses come
 # first, in a loop of their own, so that the rest of the walk carries no mask. hopper.py's comment
 # block "The backward in Gluon" has the barriers, the step's timeline and the register count.
