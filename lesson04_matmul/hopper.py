@@ -27,6 +27,10 @@ matmul.py's kernel does not use:
   wave and 12 more that leave 120 SMs idle). The tiles of the last wave (every tile, where there
   are fewer than SMs) run as SPLIT_K parts of K side by side, each into a float32 block, and
   split_k_sum_kernel adds each tile's parts (with the activation and the cast).
+- The epilogue in pieces: a TMA store goes from shared memory, so C's tile (or a part) is staged
+  there, in a buffer beside the stages of A and B. Stored in 2 or 4 pieces side by side
+  (EPILOGUE_SPLIT), the buffer is that much smaller: room for one more stage, or for a float32
+  tile (lesson 7, section 6, times a fourth stage for 128 x 256 tiles).
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
 copy from memory to shared memory that each thread starts and does not wait for), so on a large
 square product the gains are the last few percent (lesson 4, section 10, times both kernels).
@@ -60,6 +64,33 @@ TMA_FROM = 16384 * 768 * 768  # M * N * K from which the route takes this kernel
 
 # %% The kernel: matmul.py's, with descriptor loads and a loop over tiles
 @triton.jit
+def halves(tile):
+    """tile's left and right halves, column-wise: tl.reshape, tl.permute and tl.split."""
+    return tl.split(tl.permute(tl.reshape(tile, (tile.shape[0], 2, tile.shape[1] // 2)), (0, 2, 1)))
+
+
+@triton.jit
+def store_tile(desc, row, col, tile, PIECES: tl.constexpr):
+    """tile stored by desc at (row, col), whole (PIECES 1) or as 2 or 4 pieces side by side, each as
+    wide as desc's block."""
+    if PIECES == 1:
+        desc.store([row, col], tile)
+    elif PIECES == 2:
+        left, right = halves(tile)
+        desc.store([row, col], left)
+        desc.store([row, col + tile.shape[1] // 2], right)
+    else:
+        left, right = halves(tile)
+        p0, p1 = halves(left)
+        p2, p3 = halves(right)
+        W: tl.constexpr = tile.shape[1] // 4
+        desc.store([row, col], p0)
+        desc.store([row, col + W], p1)
+        desc.store([row, col + 2 * W], p2)
+        desc.store([row, col + 3 * W], p3)
+
+
+@triton.jit
 def matmul_kernel_tma(
     a_ptr, b_ptr, c_ptr,
     M, N, K,
@@ -73,6 +104,7 @@ def matmul_kernel_tma(
     SPLIT_K: tl.constexpr = 1,          # > 1: each tile from whole_tiles on runs as SPLIT_K parts of K
     whole_tiles=0,                      # tiles 0 ... whole_tiles - 1 (the full waves) run whole
     parts_ptr=None,                     # float32: one BLOCK_M x BLOCK_N block per part of a split tile
+    EPILOGUE_SPLIT: tl.constexpr = 1,   # C's tile (and a part's) stored in 1, 2 or 4 pieces side by side
 ):
     # The descriptors: each matrix's base, shape and strides as it lies in memory, and the tile a
     # load or store moves. TMA reads rows; a transposed operand is read as it lies (the tile of A^T
@@ -85,7 +117,11 @@ def matmul_kernel_tma(
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[stride_bk, 1], block_shape=[BLOCK_N, BLOCK_K])
     else:
         b_desc = tl.make_tensor_descriptor(b_ptr, shape=[K, N], strides=[stride_bk, 1], block_shape=[BLOCK_K, BLOCK_N])
-    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, BLOCK_N])
+    # A store by TMA goes from shared memory: the tile is staged there first, in a buffer of its own
+    # beside the stages of A and B. Stored in EPILOGUE_SPLIT pieces, the buffer is that much smaller
+    # (128 x 256 bfloat16: 64 KB whole, 32 KB in halves), which can make room for one more stage.
+    PIECE_N: tl.constexpr = BLOCK_N // EPILOGUE_SPLIT
+    c_desc = tl.make_tensor_descriptor(c_ptr, shape=[M, N], strides=[stride_cm, 1], block_shape=[BLOCK_M, PIECE_N])
     num_pid_m = tl.cdiv(M, BLOCK_M)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     k_steps = tl.cdiv(K, BLOCK_K)
@@ -98,7 +134,7 @@ def matmul_kernel_tma(
         split_tiles = work_count - whole_tiles
         work_count = whole_tiles + split_tiles * SPLIT_K
         parts_desc = tl.make_tensor_descriptor(parts_ptr, shape=[split_tiles * SPLIT_K * BLOCK_M, BLOCK_N],
-                                               strides=[BLOCK_N, 1], block_shape=[BLOCK_M, BLOCK_N])
+                                               strides=[BLOCK_N, 1], block_shape=[BLOCK_M, PIECE_N])
     # A grid of one program per unit of work runs this loop once; a smaller grid makes it
     # persistent: program p takes work p, p + programs, p + 2 programs, ...
     for work in tl.range(tl.program_id(0), work_count, tl.num_programs(0), flatten=FLATTEN):
@@ -130,7 +166,7 @@ def matmul_kernel_tma(
             if not is_whole:  # a partial sum, kept in float32 (bfloat16 would round each part), in
                 # block `unit` (tile by tile, part by part: split_k_sum_kernel reads the same order).
                 # The activation waits for the sum: gelu(p0 + p1) is not gelu(p0) + gelu(p1).
-                parts_desc.store([unit * BLOCK_M, 0], acc)
+                store_tile(parts_desc, unit * BLOCK_M, 0, acc, EPILOGUE_SPLIT)
         if is_whole:
             if ACTIVATION == "relu":
                 acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
@@ -141,7 +177,7 @@ def matmul_kernel_tma(
                 cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 g = tl.load(g_ptr + rows[:, None] * N + cols[None, :], mask=(rows < M)[:, None] & (cols < N)[None, :])
                 acc = g.to(tl.float32) * gelu_tanh_grad(acc)
-            c_desc.store([pid_m * BLOCK_M, pid_n * BLOCK_N], acc.to(c_desc.dtype))  # clipped at the edges
+            store_tile(c_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, acc.to(c_desc.dtype), EPILOGUE_SPLIT)  # clipped at the edges
 
 
 @triton.jit
@@ -189,9 +225,10 @@ TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [  # the interpreter: one sm
 
 def shared_bytes(config, itemsize: int = 2) -> int:
     """Shared memory a TMA configuration needs: num_stages tiles of A and B in flight, and C's tile
-    on its way out (fp16 / bf16: 2 bytes each). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB."""
+    on its way out, or its piece (EPILOGUE_SPLIT) (fp16 / bf16: 2 bytes each). (128, 128, 64), 4
+    stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4 stages, C in halves: 4 x 48 + 32 = 224 KB."""
     BM, BN, BK = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    return (config.num_stages * (BM * BK + BK * BN) + BM * BN) * itemsize
+    return (config.num_stages * (BM * BK + BK * BN) + BM * BN // config.kwargs.get("EPILOGUE_SPLIT", 1)) * itemsize
 
 
 def tma_gpu(cc: int, shared: int) -> bool:
@@ -313,6 +350,7 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     programs = programs or sm_count()
     if not (M and N and K):
         return c
+    meta = {"EPILOGUE_SPLIT": 1, **meta}  # (every argument, defaults too: common.launch says why)
     split, split_count = meta.get("SPLIT_K", 1), 0
     if split > 1:
         if "BLOCK_M" not in meta:

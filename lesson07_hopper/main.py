@@ -178,7 +178,8 @@ chapter.run("schedule", schedule)
 # sides are not multiples of the tile (the descriptors must pad the loads and clip the stores),
 # with 3 persistent programs looping over every tile, through hopper.py's own launcher, and with
 # split K: 64 x 96 has 2 tiles for 3 programs, so every tile splits; 200 x 48 has 4, 3 of them
-# whole and the last in 3 parts of 1, 2 and 2 steps of K (parts as even as the steps allow). The
+# whole and the last in 3 parts of 1, 2 and 2 steps of K (parts as even as the steps allow); and
+# with C's tiles stored in 2 or 4 pieces (section 6 says why), past C's edge too. The
 # error is relative, over the whole of C, against float64, and a float16 or bfloat16 output is as
 # good as its rounding: within two of its rounding steps (torch.finfo(dtype).eps).
 
@@ -193,34 +194,36 @@ def check(programs: int = 3) -> Table:
               "tiles); Triton's interpreter, on a machine without a GPU, runs it.")
         return None
     tiles = dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=64, GROUP_M=4, FLATTEN=True)  # small: several tiles a program
-    cases = [((104, 72, 40), "A @ B", 1), ((64, 96, 200), "A @ B^T (x @ W^T)", 2),
-             ((200, 48, 304), "A^T @ B (dY^T @ X)", 3), ((8, 8, 8), "A^T @ B^T", 1)]
+    cases = [((104, 72, 40), "A @ B", 1, 1), ((64, 96, 200), "A @ B^T (x @ W^T)", 2, 2),
+             ((200, 48, 304), "A^T @ B (dY^T @ X)", 3, 4), ((8, 8, 8), "A^T @ B^T", 1, 2)]
     rows = []
     for dtype in (torch.float16, torch.bfloat16):
-        for (M, N, K), layout, split in cases:
+        for (M, N, K), layout, split, pieces in cases:
             a = torch.randn(K, M, device=DEVICE, dtype=dtype).t() if "A^T" in layout else \
                 torch.randn(M, K, device=DEVICE, dtype=dtype)
             b = torch.randn(N, K, device=DEVICE, dtype=dtype).t() if "B^T" in layout else \
                 torch.randn(K, N, device=DEVICE, dtype=dtype)
             for activation in (None, "gelu"):
                 c = matmul_hopper.launch_tma(matmul_hopper.matmul_kernel_tma, a, b, activation, programs=programs,
-                                             SPLIT_K=split, **tiles)
+                                             SPLIT_K=split, EPILOGUE_SPLIT=pieces, **tiles)
                 exact = a.double() @ b.double()
                 if activation == "gelu":
                     exact = F.gelu(exact, approximate="tanh")
                 count = cdiv(M, tiles["BLOCK_M"]) * cdiv(N, tiles["BLOCK_N"])
                 err = rel_error(c, exact)
                 split_count = matmul_hopper.split_tiles(count, programs) if split > 1 else 0
-                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", layout, split, activation or "-", count,
+                rows.append((dtype_name(dtype), f"{M} x {N} x {K}", layout, split, pieces, activation or "-", count,
                              split_count, min(programs, count + split_count * (split - 1)), err,
                              err < 2 * torch.finfo(dtype).eps))
-    return print_table(rows, ["dtype", "M x N x K", "as they lie", "parts of K", "activation", "tiles",
+    return print_table(rows, ["dtype", "M x N x K", "as they lie", "parts of K", "pieces of C", "activation", "tiles",
                               "tiles split", "programs", "relative error", "ok"],
                        floatfmt=".1e", title="Check: matmul_kernel_tma against float64",
                        note="ok: within twice the dtype's rounding step (float16 9.8e-4, bfloat16 7.8e-3). Tiles of "
                             "64 x 64, 64 deep. A^T, B^T: the operand is a transposed view, read as it lies. Parts "
                             "of K: SPLIT_K, float32 partial sums added by split_k_sum_kernel, for the tiles past the last "
-                            "full wave of programs (all of them where there are fewer tiles than programs).")
+                            "full wave of programs (all of them where there are fewer tiles than programs). Pieces of "
+                            "C: EPILOGUE_SPLIT, each tile (and each part) stored as that many pieces side by side "
+                            "(section 6).")
 
 
 # %%
@@ -248,6 +251,13 @@ chapter.run("ptx", machine_code.copy_instructions)
 # head's, 16384 x 256 x 768, takes the pointer kernel): at 4096^3 and above it
 # was the faster in this table and in lesson 4's timing table (section 10), in float16 and bfloat16,
 # and at 2048^3 the pointer kernel was.
+#
+# The last step spends shared memory differently. A TMA store goes from shared memory, so the
+# kernel stages C's tile there, in a buffer beside the stages of A and B: 64 KB for 128 x 256 in
+# float16, beside 3 stages of 48 KB, 208 KB of the 227 KB a program may have. Stored in two halves
+# (EPILOGUE_SPLIT=2: hopper.store_pieces cuts the tile column-wise with tl.reshape, tl.permute and
+# tl.split), the buffer takes 32 KB and a fourth stage fits, 224 KB (hopper.shared_bytes): one more
+# tile of A and B in flight while the tensor cores work. The table says whether it pays here.
 
 
 # %%
@@ -265,21 +275,24 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> Table | None:
         tiles = cdiv(n, tile["BLOCK_M"]) * cdiv(n, tile["BLOCK_N"])
         triton.set_allocator(scratch)
 
-        def tma(programs, flatten):
-            matmul_hopper.matmul_kernel_tma[(programs,)](a, b, c, n, n, n, n, n, n, **tile, FLATTEN=flatten,
-                                                         ACTIVATION="")
+        def tma(programs, flatten, **more):  # more: what the last step changes of the tile's configuration
+            matmul_hopper.matmul_kernel_tma[(programs,)](a, b, c, n, n, n, n, n, n, **{**tile, **more},
+                                                         FLATTEN=flatten, ACTIVATION="")
 
         cases = {"cuBLAS (torch.matmul)": lambda: a @ b,
                  "tl.dot tiles, pointer loads (matmul_kernel)": lambda: launch_pointer(matmul_kernel, a, b, **tile),
                  "+ TMA loads and stores, one program per tile": lambda: tma(tiles, False),
                  "+ persistent: one program per SM": lambda: tma(min(sm_count(), tiles), False),
-                 "+ flatten: pipelined across tiles": lambda: tma(min(sm_count(), tiles), True)}
+                 "+ flatten: pipelined across tiles": lambda: tma(min(sm_count(), tiles), True),
+                 "+ C stored in halves: a fourth stage": lambda: tma(min(sm_count(), tiles), True, EPILOGUE_SPLIT=2,
+                                                                       num_stages=4)}
         times = bench.side_by_side(cases)
         for name, ms in times.items():
             rows.append((f"{n}^3", name, ms * 1e3, bench.tflops(2 * n**3, ms), 100 * times["cuBLAS (torch.matmul)"] / ms))
     return print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
                        title=f"What each step bought, {dtype_name(dtype)}",
-                       note="One tile: 128 x 256 x 64, 3 stages, 8 warps, grouped order. 'kernel µs': the kernels' "
+                       note="One tile: 128 x 256 x 64, 3 stages (4 in the last row), 8 warps, grouped order. "
+                            "'kernel µs': the kernels' "
                             "own time (profiler timestamps, L2 flushed between calls). " + bench.SIDE_BY_SIDE_NOTE)
 
 

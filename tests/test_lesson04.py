@@ -289,6 +289,27 @@ def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, prog
     assert rel_error(out, gelu_backward_reference(a, b, g)) < TOLERANCE[torch.bfloat16], split
 
 
+@pytest.mark.parametrize("pieces", [2, 4])
+@pytest.mark.parametrize("split", [1, 3])
+def test_tma_kernel_stores_its_tiles_in_pieces(pieces, split):
+    # EPILOGUE_SPLIT: C's tile (a part's, where K is split) stored as pieces side by side, in bfloat16
+    # and in float32 (a weight's gradient); N = 72 in 32-wide tiles: the last tile's pieces cross
+    # C's edge or lie past it, and TMA clips them
+    if not INTERPRET and not HOPPER:
+        pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
+    M, N, K = 104, 72, 200
+    a = torch.randn(K, M, device=DEVICE).t().to(torch.bfloat16)  # dW = dY^T @ X's layout: A transposed
+    b = torch.randn(K, N, device=DEVICE, dtype=torch.bfloat16)
+    tiles = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=split, EPILOGUE_SPLIT=pieces)
+    for act, out_dtype in ((None, None), ("gelu", None), (None, torch.float32)):
+        out = launch_tma(hopper.matmul_kernel_tma, a, b, act, programs=5, out_dtype=out_dtype, **tiles)
+        assert out.dtype == (out_dtype or torch.bfloat16)
+        assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[torch.bfloat16], (act, out_dtype)
+    g = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    out = launch_tma(hopper.matmul_kernel_tma, a, b, "gelu_backward", programs=5, grad=g, **tiles)
+    assert rel_error(out, gelu_backward_reference(a, b, g)) < TOLERANCE[torch.bfloat16]
+
+
 def test_the_tma_path_through_the_autograd_function_and_its_backward():
     # Matmul's forward decides tma on the tensors the kernel reads; the gelu backward
     # recomputes Z with the forward's choice; with tma=True dA and dB take the TMA kernel too, on

@@ -40,6 +40,7 @@ def test_the_tma_check_passes():
     assert all(table.column("ok")) and len(table.rows) == 16
     assert 3 in table.column("programs") and max(table.column("tiles")) > 3  # programs that loop over tiles
     assert set(table.column("parts of K")) == {1, 2, 3} and len(set(table.column("as they lie"))) == 4
+    assert set(table.column("pieces of C")) == {1, 2, 4}
     split = list(zip(table.column("tiles"), table.column("tiles split")))
     assert any(0 < s < t for t, s in split) and any(0 < s == t for t, s in split)  # the last wave's, and all
 
@@ -63,13 +64,13 @@ def fake_side_by_side(monkeypatch, times: list):
 
 
 def test_bench_steps_rows_on_a_fake_clock(monkeypatch):
-    # five rows per size, each step's % of cuBLAS its time over cuBLAS's
+    # six rows per size, each step's % of cuBLAS its time over cuBLAS's
     monkeypatch.setattr(matmul_hopper, "HOPPER", True)
-    fake_side_by_side(monkeypatch, [1.0, 2.0, 4.0, 1.25, 0.5])
+    fake_side_by_side(monkeypatch, [1.0, 2.0, 4.0, 1.25, 0.5, 0.8])
     table = bench_steps(sizes=(256,))
-    assert table.column("kernel")[0] == "cuBLAS (torch.matmul)" and len(table.rows) == 5
-    assert table.column("% of cuBLAS") == pytest.approx([100, 50, 25, 80, 200])
-    assert table.column("kernel µs") == [1000.0, 2000.0, 4000.0, 1250.0, 500.0]
+    assert table.column("kernel")[0] == "cuBLAS (torch.matmul)" and len(table.rows) == 6
+    assert table.column("% of cuBLAS") == pytest.approx([100, 50, 25, 80, 200, 125])
+    assert table.column("kernel µs") == [1000.0, 2000.0, 4000.0, 1250.0, 500.0, 800.0]
     assert table.column("TFLOP/s")[0] == pytest.approx(2 * 256**3 / 1e-3 / 1e12)
 
 
