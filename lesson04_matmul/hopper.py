@@ -177,7 +177,8 @@ def matmul_kernel_tma(
                 cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
                 g = tl.load(g_ptr + rows[:, None] * N + cols[None, :], mask=(rows < M)[:, None] & (cols < N)[None, :])
                 acc = g.to(tl.float32) * gelu_tanh_grad(acc)
-            store_tile(c_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, acc.to(c_desc.dtype), EPILOGUE_SPLIT)  # clipped at the edges
+            # (clipped at the edges: a piece past C's last column is not stored at all)
+            store_tile(c_desc, pid_m * BLOCK_M, pid_n * BLOCK_N, acc.to(c_desc.dtype), EPILOGUE_SPLIT)
 
 
 @triton.jit
@@ -351,6 +352,9 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     if not (M and N and K):
         return c
     meta = {"EPILOGUE_SPLIT": 1, **meta}  # (every argument, defaults too: common.launch says why)
+    if meta["EPILOGUE_SPLIT"] not in (1, 2, 4):
+        raise ValueError(f"EPILOGUE_SPLIT must be 1, 2 or 4 (C's tile stored whole, in halves or in quarters), "
+                         f"got {meta['EPILOGUE_SPLIT']!r}")
     split, split_count = meta.get("SPLIT_K", 1), 0
     if split > 1:
         if "BLOCK_M" not in meta:

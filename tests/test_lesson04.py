@@ -549,7 +549,10 @@ def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, 
     assert config["BLOCK_N"] == 128 or config["SPLIT_K"] == 1
 
 
-def test_split_k_without_its_tiles_is_refused_by_name():
+def test_a_configuration_launch_tma_cannot_run_is_refused_by_name():
+    # split K without its tiles (the autotuned kernel has none); C in pieces other than 1, 2 or 4
     a = torch.randn(64, 64, device=DEVICE, dtype=torch.float16)
     with pytest.raises(ValueError, match="SPLIT_K > 1 needs the whole configuration"):
         launch_tma(matmul_kernel_tma_tuned, a, a, SPLIT_K=2)
+    with pytest.raises(ValueError, match="EPILOGUE_SPLIT must be 1, 2 or 4"):
+        launch_tma(matmul_kernel_tma_tuned, a, a, EPILOGUE_SPLIT=3)
