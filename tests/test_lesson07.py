@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+import triton
 
 from conftest import DEVICE, INTERPRET, parse_command_line, run_as_notebook, run_script
 from common.checks import rel_error
@@ -53,6 +54,28 @@ def test_ptx_pointer_loads_become_cp_async_and_descriptors_become_tma():
     assert pointers[cp_async] > 0 and pointers[tma] == 0
     assert descriptors[tma] > 0 and descriptors[cp_async] == 0
     assert pointers[wgmma] > 0 and descriptors[wgmma] > 0
+
+
+def test_c_in_halves_makes_room_for_a_fourth_stage():
+    # section 6's last step, compiled for sm_90: 128 x 256 tiles with 4 stages need 256 KB with C's
+    # tile whole, past the 227 KB a program may have; with C stored in halves (EPILOGUE_SPLIT=2), 224
+    # KB. hopper.shared_bytes, the chapter's arithmetic, counts the same (the barriers aside)
+    from common import ptx
+    from lesson07_hopper.main import STEP_TILE
+
+    tile = {k: STEP_TILE[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
+    signature = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32", "K": "i32",
+                 "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32", **dict.fromkeys(tile, "constexpr"),
+                 "FLATTEN": "constexpr", "EPILOGUE_SPLIT": "constexpr"}
+    jobs = [dict(module="lesson04_matmul.hopper", kernel="matmul_kernel_tma", signature=signature,
+                 constexprs=dict(tile, FLATTEN=True, EPILOGUE_SPLIT=pieces), num_warps=8, num_stages=4,
+                 divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk", "stride_cm"),
+                 asm=("ptx",)) for pieces in (1, 2)]
+    whole, halves = (result["shared"] for result in ptx.compile_kernels(jobs))
+    limit = 227 * 1024
+    assert whole > limit >= halves
+    config = triton.Config(dict(tile, EPILOGUE_SPLIT=2), num_stages=4)
+    assert matmul_hopper.shared_bytes(config) <= halves <= matmul_hopper.shared_bytes(config) + 1024
 
 
 def fake_side_by_side(monkeypatch, times: list):
