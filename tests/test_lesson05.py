@@ -882,6 +882,16 @@ def test_attention_takes_the_gluon_kernel_on_hopper_forward_and_for_training(mon
     assert len(calls) == before  # head_dim 64: takes() would, but the Triton kernel is as fast there
 
 
+def backward_path(path: str) -> tuple:
+    """(B, H, H_KV, seq, D) and the backward's launcher for `path`: "gluon", hopper.py's, on an H100 or
+    H200 only (seq in 128s), or "triton", backward.py's, anywhere."""
+    if path == "gluon" and not hopper.HOPPER:
+        pytest.skip("the Gluon backward runs on sm_90 (H100, H200) only")
+    if path == "gluon":
+        return (2, 4, 2, 384, 64), hopper.launch_backward
+    return (2, 4, 2, 80, 32), backward.launch_backward
+
+
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("path", ["triton", "gluon"])
 def test_each_dq_row_lands_on_its_own_query(path, causal):
@@ -894,9 +904,7 @@ def test_each_dq_row_lands_on_its_own_query(path, causal):
     # backward's run here shows the test fails where rows are mixed.
     from common.checks import errors_against_autograd, grad_ok
 
-    if path == "gluon" and not hopper.HOPPER:
-        pytest.skip("the Gluon backward runs on sm_90 (H100, H200) only")
-    B, H, H_KV, seq, D = (2, 4, 2, 384, 64) if path == "gluon" else (2, 4, 2, 80, 32)  # Gluon: seq in 128s
+    (B, H, H_KV, seq, D), run = backward_path(path)
     q = torch.randn(B, H, seq, D, device=DEVICE, dtype=torch.float16)
     k, v = (torch.randn(B, H_KV, seq, D, device=DEVICE, dtype=torch.float16) for _ in range(2))
     silent = torch.rand(B, H, seq, 1, device=DEVICE) < 0.5
@@ -904,7 +912,6 @@ def test_each_dq_row_lands_on_its_own_query(path, causal):
     o, lse = launch(attention_kernel_tuned, q, k, v, causal, D ** -0.5)
     if path == "gluon":
         assert hopper.backward_takes(q, k, v)
-    run = hopper.launch_backward if path == "gluon" else backward.launch_backward
     dq, dk, dv = run(do, q, k, v, o, lse, causal, D ** -0.5)
     stray = dq.masked_select(silent).ne(0).view(-1, D).any(dim=1)  # (a query's row of dQ, where dO's is 0)
     assert not stray.any(), f"{int(stray.sum())} rows of dQ where dO is 0 hold numbers"
@@ -924,9 +931,7 @@ def test_the_backward_reads_and_writes_a_qkv_projections_heads_where_they_lie(pa
     from common.checks import errors_against_autograd, grad_ok
     from lesson05_flash_attention.attention import split_heads
 
-    if path == "gluon" and not hopper.HOPPER:
-        pytest.skip("the Gluon backward runs on sm_90 (H100, H200) only")
-    B, H, H_KV, seq, D = (2, 4, 2, 384, 64) if path == "gluon" else (2, 4, 2, 80, 32)  # Gluon: seq in 128s
+    (B, H, H_KV, seq, D), run = backward_path(path)
     qkv = torch.randn(B, seq, H + 2 * H_KV, D, device=DEVICE, dtype=torch.float16)
     q, k, v = split_heads(qkv, H)
     do = torch.randn(B, seq, H, D, device=DEVICE, dtype=torch.float16).transpose(1, 2)
@@ -934,7 +939,6 @@ def test_the_backward_reads_and_writes_a_qkv_projections_heads_where_they_lie(pa
     if path == "gluon":
         assert hopper.backward_takes(q, k, v) and hopper.rows_readable(do)
     dqkv = torch.full_like(qkv, float("nan"))
-    run = hopper.launch_backward if path == "gluon" else backward.launch_backward
     run(do, q, k, v, o, lse, causal, D ** -0.5, out=split_heads(dqkv, H))
     assert not dqkv.isnan().any(), f"{int(dqkv.isnan().sum())} elements of d(QKV) never written"
     errors = errors_against_autograd(split_heads(dqkv, H), attention_standard, [q, k, v], do, causal=causal)
