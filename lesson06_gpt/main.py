@@ -68,11 +68,12 @@ SECTIONS = {  # the chapter, in reading order: `--sections` picks some, `--skip`
 
 TOY_BATCH = 1  # windows per batch of the toy runs: the interpreter runs one program at a time
 # The GPU sections' sizes: a quick look, or with --full what RESULTS.md holds (minutes). model/batch/
-# steps/lr: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's.
+# steps/lr: section 9's training runs (steps timed after `warmup`); rows/vocabs: section 10's;
+# checked: the dtypes section 4 checks (each one compiles its own kernels: on a fresh GPU, seconds).
 SIZES = {"quick": dict(model=Config(layers=4, d_model=512, heads=8, kv_heads=4, seq=512), batch=8, steps=20,
-                       warmup=5, lr=1e-3, rows=4096, vocabs=[50264]),
+                       warmup=5, lr=1e-3, rows=4096, vocabs=[50264], checked=[torch.bfloat16]),
          "full": dict(model=GPT2_SMALL, batch=16, steps=200, warmup=10, lr=6e-4, rows=4096,
-                      vocabs=[32000, 50264, 128256])}
+                      vocabs=[32000, 50264, 128256], checked=[torch.float32, torch.bfloat16])}
 
 
 def data_file(path: str) -> str:
@@ -223,7 +224,8 @@ chapter.run("trace", trace, trace=True)
 # float64, their forward and every gradient, at awkward sizes: a vocabulary of 1, one that is not a
 # tile's multiple, one of several tiles; rows of 5 and 1000 columns. The error of the same
 # computation by torch in the same dtype is the yardstick (as in every lesson's gradient check).
-# AdamW against torch.optim.AdamW over 5 steps.
+# A quick run checks bfloat16, the model's dtype; --full adds float32 (tests/test_lesson06.py checks
+# both every time). AdamW against torch.optim.AdamW over 5 steps.
 
 
 # %%
@@ -253,7 +255,7 @@ def check():
     def randn(*shape):
         return torch.randn(*shape, generator=gen).to(DEVICE)
 
-    for dtype in (torch.float32, torch.bfloat16):
+    for dtype in chapter.sizes(SIZES)["checked"]:
         for rows, V in [(3, 1), (5, 1000), (4, 20000)]:
             logits = randn(rows, V) * 3
             targets = torch.randint(0, V, (rows,), generator=gen).to(DEVICE)
