@@ -255,7 +255,7 @@ chapter.run("ptx", machine_code.copy_instructions)
 # The last step spends shared memory differently. A TMA store goes from shared memory, so the
 # kernel stages C's tile there, in a buffer beside the stages of A and B: 64 KB for 128 x 256 in
 # float16, beside 3 stages of 48 KB, 208 KB of the 227 KB a program may have. Stored in two halves
-# (EPILOGUE_SPLIT=2: hopper.store_pieces cuts the tile column-wise with tl.reshape, tl.permute and
+# (EPILOGUE_SPLIT=2: hopper.store_tile cuts the tile column-wise with tl.reshape, tl.permute and
 # tl.split), the buffer takes 32 KB and a fourth stage fits, 224 KB (hopper.shared_bytes): one more
 # tile of A and B in flight while the tensor cores work. The table says whether it pays here.
 
@@ -292,8 +292,8 @@ def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> Table | None:
     return print_table(rows, ["size", "kernel", "kernel µs", "TFLOP/s", "% of cuBLAS"],
                        title=f"What each step bought, {dtype_name(dtype)}",
                        note="One tile: 128 x 256 x 64, 3 stages (4 in the last row), 8 warps, grouped order. "
-                            "'kernel µs': the kernels' "
-                            "own time (profiler timestamps, L2 flushed between calls). " + bench.SIDE_BY_SIDE_NOTE)
+                            "'kernel µs': the kernels' own time (profiler timestamps, L2 flushed between calls). "
+                            + bench.SIDE_BY_SIDE_NOTE)
 
 
 # %%
