@@ -1,7 +1,8 @@
 """Lesson 4's TMA kernel: Hopper's copy engine and a persistent grid, the last few percent of a matmul.
 
 cuBLAS on Hopper (H100, H200) feeds its tensor cores (lesson 4's main.py, section 2) with two things
-matmul.py's kernel does not use:
+matmul.py's kernel does not use, TMA and a persistent grid; this kernel uses both, and three more
+for the products a model trains:
 - TMA, the tensor memory accelerator: a copy engine beside each SM that moves a whole tile
   between memory and shared memory on one thread's request. A tensor descriptor holds a matrix's
   base, shape, strides and tile shape; desc.load([row, col]) asks the engine for a tile. The
@@ -30,7 +31,8 @@ matmul.py's kernel does not use:
 - The epilogue in pieces: a TMA store goes from shared memory, so C's tile (or a part) is staged
   there, in a buffer beside the stages of A and B. Stored in 2 or 4 pieces side by side
   (EPILOGUE_SPLIT), the buffer is that much smaller: room for one more stage, or for a float32
-  tile (lesson 7, section 6, times a fourth stage for 128 x 256 tiles).
+  tile. Lesson 7, section 6, times a fourth stage for 128 x 256 tiles; config(), matmul()'s
+  choice, stores C whole.
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
 copy from memory to shared memory that each thread starts and does not wait for), so on a large
 square product the gains are the last few percent (lesson 4, section 10, times both kernels).
@@ -215,19 +217,22 @@ def split_k_sum_kernel(parts_ptr, c_ptr, M, N, stride_cm, whole_tiles, SPLIT_K: 
 
 # %% Autotuning
 # The large tiles of matmul.py's GPU_CONFIGS, persistent and flattened (lesson 7 times each step).
+# 4 stages of 128 x 256 fit an H100's 227 KB with C's tile stored in halves only (224 KB; whole, 256).
 GPU_TMA_CONFIGS = [
-    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True},
-                  num_stages=stages, num_warps=8)
-    for bm, bn, stages in ((128, 256, 3), (128, 256, 4), (256, 128, 3), (128, 128, 4))
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "GROUP_M": 8, "FLATTEN": True,
+                   "EPILOGUE_SPLIT": pieces}, num_stages=stages, num_warps=8)
+    for bm, bn, stages, pieces in ((128, 256, 3, 1), (128, 256, 4, 2), (256, 128, 3, 1), (128, 128, 4, 1))
 ]
 TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [  # the interpreter: one small configuration
-    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True})]
+    triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True, "EPILOGUE_SPLIT": 1})]
 
 
 def shared_bytes(config, itemsize: int = 2) -> int:
-    """Shared memory a TMA configuration needs: num_stages tiles of A and B in flight, and C's tile
-    on its way out, or its piece (EPILOGUE_SPLIT) (fp16 / bf16: 2 bytes each). (128, 128, 64), 4
-    stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4 stages, C in halves: 4 x 48 + 32 = 224 KB."""
+    """Shared memory a TMA configuration needs with K whole and a 16-bit C: num_stages tiles of A
+    and B in flight, and C's tile on its way out, or its piece (EPILOGUE_SPLIT) (fp16 / bf16: 2
+    bytes each). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4 stages, C
+    in halves: 4 x 48 + 32 = 224 KB. Split K's float32 parts, or a float32 C, take more: config()'s
+    split tiles, (128, 128, 64) in 4 stages, 160 + a 64 KB block of parts = 224 KB."""
     BM, BN, BK = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
     return (config.num_stages * (BM * BK + BK * BN) + BM * BN // config.kwargs.get("EPILOGUE_SPLIT", 1)) * itemsize
 
@@ -309,15 +314,16 @@ def config(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=N
     waves the idle SMs are a small share of the time, less than the split's second launch costs.
     activation "gelu_backward" (the backward's epilogue, which reads dL/dC) takes 128 x 128 tiles:
     its tile of dL/dC, loaded by plain loads, is rearranged into the accumulator's layout (which
-    thread holds which element) through shared memory, 32 KB that 128 x 256 tiles leave no room for
-    (compiled for sm_90: 240 KB of the 227); so does a float32 C (out_dtype), whose 128 x 256 tile
-    alone takes 128 KB."""
+    thread holds which element) through shared memory, 32 KB that 128 x 256 tiles with C stored whole
+    leave no room for (compiled for sm_90: 240 KB of the 227); so does a float32 C (out_dtype), whose
+    128 x 256 tile, whole, alone takes 128 KB. (C in pieces, EPILOGUE_SPLIT, would make room for
+    both: these rules store it whole.)"""
     if INTERPRET:
         return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
     SMs = sm_count()
     wide = activation != "gelu_backward" and out_dtype != torch.float32  # (the two that need 128 x 128 tiles)
     if wide and cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, a wave at least:
-        # no split (a 128 x 256 float32 block of parts beside the stages would pass the 227 KB of shared memory)
+        # no split (a 128 x 256 float32 block of parts, stored whole, beside the stages would pass the 227 KB)
         return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1,
                     num_warps=8, num_stages=3)
     tiles = cdiv(M, 128) * cdiv(N, 128)
@@ -336,7 +342,8 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     are fewer than programs) split K into SPLIT_K parts; the waves before take their tiles whole.
     whole_tiles is a multiple of the programs, so the last wave's units start on program 0. For
     inputs check_tma accepted. activation "gelu_backward": grad * gelu'(a @ b), grad contiguous, C's shape.
-    out_dtype: C's (by default the inputs'; float32 keeps the accumulator's bits)."""
+    out_dtype: C's (by default the inputs'; float32 keeps the accumulator's bits). EPILOGUE_SPLIT in
+    meta (1, 2 or 4; by default 1): C's tiles, and split K's parts, stored in that many pieces."""
     (M, K), N = a.shape, b.shape[1]
     if not K and activation == "gelu_backward":  # (an empty sum, Z = 0, and gelu'(0) = 1/2)
         return grad * 0.5
@@ -351,10 +358,11 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     programs = programs or sm_count()
     if not (M and N and K):
         return c
-    meta = {"EPILOGUE_SPLIT": 1, **meta}  # (every argument, defaults too: common.launch says why)
-    if meta["EPILOGUE_SPLIT"] not in (1, 2, 4):
+    if meta.get("EPILOGUE_SPLIT", 1) not in (1, 2, 4):
         raise ValueError(f"EPILOGUE_SPLIT must be 1, 2 or 4 (C's tile stored whole, in halves or in quarters), "
                          f"got {meta['EPILOGUE_SPLIT']!r}")
+    if "BLOCK_M" in meta:  # a given configuration (the autotuner's each name their own pieces):
+        meta = {"EPILOGUE_SPLIT": 1, **meta}  # every argument, defaults too (common.launch says why)
     split, split_count = meta.get("SPLIT_K", 1), 0
     if split > 1:
         if "BLOCK_M" not in meta:

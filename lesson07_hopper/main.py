@@ -100,7 +100,7 @@ args = chapter.start()
 # %% [markdown]
 # ## 2. TMA descriptors and a persistent grid: lesson 4's matmul_kernel_tma
 # Open lesson04_matmul/hopper.py beside this chapter at matmul_kernel_tma. It is lesson 4's kernel,
-# the same tiles and K loop, with three changes:
+# the same tiles and K loop, with four changes:
 # - The loads and the store go through descriptors. tl.make_tensor_descriptor(a_ptr, shape=[M, K],
 #   strides=[stride_am, 1], block_shape=[BLOCK_M, BLOCK_K]) describes A once; a_desc.load([row,
 #   col]) then asks the copy engine for the tile that starts there. There are no offsets and no
@@ -125,9 +125,11 @@ args = chapter.start()
 #   float32 block of its own; split_k_sum_kernel then adds each tile's parts, applies the
 #   activation (which needs the whole sum) and casts. With fewer tiles than SMs every tile splits;
 #   behind more than two waves none does (the last wave's idle SMs are then a small share of the
-#   time). hopper.config picks the parts, with 128 x 128 tiles only (a 128 x 256 float32 block beside the
-#   stages would not fit in shared memory): as many as fit the SMs, each at least 4 steps of K (a
-#   split tile's time is about the whole tile's over SPLIT_K, plus its sum).
+#   time). hopper.config picks the parts, with 128 x 128 tiles only (a 128 x 256 float32 block,
+#   stored whole, beside the stages would not fit in shared memory): as many as fit the SMs, each
+#   at least 4 steps of K (a split tile's time is about the whole tile's over SPLIT_K, plus its sum).
+# - C's tile can be stored in 2 or 4 pieces side by side (EPILOGUE_SPLIT, hopper.store_tile): a TMA
+#   store reads its tile from shared memory, and a piece needs a smaller buffer there (section 6).
 # Section 3 counts what that changes, section 4 checks the kernel, section 5 shows what each kernel
 # compiles to, and section 6 times each change.
 
@@ -179,7 +181,8 @@ chapter.run("schedule", schedule)
 # with 3 persistent programs looping over every tile, through hopper.py's own launcher, and with
 # split K: 64 x 96 has 2 tiles for 3 programs, so every tile splits; 200 x 48 has 4, 3 of them
 # whole and the last in 3 parts of 1, 2 and 2 steps of K (parts as even as the steps allow); and
-# with C's tiles stored in 2 or 4 pieces (section 6 says why), past C's edge too. The
+# with C's tiles stored in 2 or 4 pieces, past C's edge too (8 x 8 in a 64 x 64 tile, in halves:
+# the right half, columns 32-63, lies wholly outside C, and TMA stores none of it). The
 # error is relative, over the whole of C, against float64, and a float16 or bfloat16 output is as
 # good as its rounding: within two of its rounding steps (torch.finfo(dtype).eps).
 
@@ -188,7 +191,8 @@ chapter.run("schedule", schedule)
 def check(programs: int = 3) -> Table:
     """matmul_kernel_tma (through launch_tma, on `programs` persistent programs that loop over the
     tiles) against float64: each operand as it lies in a linear layer's products (a row-major
-    matrix, or a transposed view read as it lies), K whole or split into parts."""
+    matrix, or a transposed view read as it lies), K whole or split into parts, C stored whole or
+    in pieces."""
     if not INTERPRET and not matmul_hopper.HOPPER:
         print("This GPU cannot run the TMA kernel (compute capability 9.0 or newer, and the shared memory of its\n"
               "tiles); Triton's interpreter, on a machine without a GPU, runs it.")
@@ -249,21 +253,21 @@ chapter.run("ptx", machine_code.copy_instructions)
 # side with cuBLAS. matmul() takes this kernel from M * N * K = 16384 x 768 x 768 up
 # (hopper.TMA_FROM, about 2130^3, the smallest product of lesson 6's transformer blocks; its LM
 # head's, 16384 x 256 x 768, takes the pointer kernel): at 4096^3 and above it
-# was the faster in this table and in lesson 4's timing table (section 10), in float16 and bfloat16,
-# and at 2048^3 the pointer kernel was.
+# was the faster in this table (float16) and in lesson 4's timing table (section 10, float16 and
+# bfloat16), and at 2048^3 the pointer kernel was.
 #
 # The last step spends shared memory differently. A TMA store goes from shared memory, so the
 # kernel stages C's tile there, in a buffer beside the stages of A and B: 64 KB for 128 x 256 in
 # float16, beside 3 stages of 48 KB, 208 KB of the 227 KB a program may have. Stored in two halves
-# (EPILOGUE_SPLIT=2: hopper.store_tile cuts the tile column-wise with tl.reshape, tl.permute and
-# tl.split), the buffer takes 32 KB and a fourth stage fits, 224 KB (hopper.shared_bytes): one more
+# (EPILOGUE_SPLIT=2: hopper.store_tile, through hopper.halves, cuts the tile column-wise with
+# tl.reshape, tl.permute and tl.split), the buffer takes 32 KB and a fourth stage fits, 224 KB (hopper.shared_bytes): one more
 # tile of A and B in flight while the tensor cores work. The table says whether it pays here.
 
 
 # %%
 def bench_steps(sizes=(4096, 8192), dtype=torch.float16) -> Table | None:
-    """matmul.py's kernel (matmul_kernel, through its launch), then TMA, a persistent grid and
-    flatten, one tile shape throughout, side by side with cuBLAS."""
+    """matmul.py's kernel (matmul_kernel, through its launch), then TMA, a persistent grid, flatten
+    and C stored in halves (a fourth stage), one tile shape throughout, side by side with cuBLAS."""
     if not matmul_hopper.HOPPER:
         print("This GPU cannot run the TMA kernel (tma_gpu: compute capability >= 9.0, and the shared memory\n"
               "of its tiles): nothing to time.")
@@ -449,10 +453,11 @@ chapter.run("bench_gluon", lambda: bench_forward(**chapter.sizes(SIZES)["gluon"]
 #   tile and adds it in L2 while the warps go on). dQ's last bits then depend on the order of the
 #   additions, so attention() takes this kernel only where deterministic algorithms are not asked
 #   for;
-# - the descriptors see q, k, v and dO as rows of their seq stride (hopper.rows_descriptor), and a
-#   head's tiles start at the row and column that origin() computes from the head's offset: column 0
-#   for contiguous heads, j x head_dim for the heads of one QKV projection, side by side in a row
-#   (j: the head's place in the row, q's heads first, then k's, then v's). So lesson 6's model,
+# - the descriptors see each of q, k, v and dO as a 2-D matrix whose rows are its seq stride apart,
+#   a row per position in the sequence (hopper.rows_descriptor), so a head is a block of rows and
+#   columns in it, starting at the row and column origin() computes from the head's offset: column 0
+#   for contiguous heads; for the heads of one QKV projection, side by side in a row, h x head_dim
+#   for head h (each of q, k and v starting at its own place in the row). So lesson 6's model,
 #   which hands attention views of its QKV projection, runs this kernel on them without a copy, and
 #   dK and dV are stored by their strides into its d(QKV) buffer.
 # Causal, a key block's walk starts at its diagonal, and the query blocks the diagonal crosses come
