@@ -10,8 +10,9 @@ and every autotuner times its list for each key that common/tuned.py has no pick
 model. The wall clock of the whole run (the interpreter's start and the imports included), the
 kernels compiled and the autotuner keys timed (files in the fresh Triton cache) and the slowest
 sections (timed from the headings the run prints) are printed, and written to FIRST_RUN.md with the
-machine's stamp; every section's time is printed too. --record: the runs with COURSE_RECORD_PICKS=1, which time every key (no pick used)
-and record the picks (common/tuned.py); their table is printed only.
+machine's stamp; every section's time is printed too. --record: the runs with COURSE_RECORD_PICKS=1,
+which time every key (no pick used) and record the picks (common/tuned.py); their table is printed
+only.
 """
 import os
 import sys
