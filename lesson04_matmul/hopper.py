@@ -55,6 +55,7 @@ import torch
 import triton
 import triton.language as tl
 
+from common.checks import dtype_name
 from common.launch import cdiv, scratch
 from common.tuned import recorded
 from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's, fused as in matmul.py
@@ -363,6 +364,9 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
                          f"got {meta['EPILOGUE_SPLIT']!r}")
     if "BLOCK_M" in meta:  # a given configuration (the autotuner's each name their own pieces):
         meta = {"EPILOGUE_SPLIT": 1, **meta}  # every argument, defaults too (common.launch says why)
+        if meta["BLOCK_N"] // meta["EPILOGUE_SPLIT"] * c.element_size() < 16:
+            raise ValueError(f"a piece of C's tile must be at least 16 bytes wide, as any TMA tile: BLOCK_N "
+                             f"{meta['BLOCK_N']} in {meta['EPILOGUE_SPLIT']} pieces of {dtype_name(c.dtype)}")
     split, split_count = meta.get("SPLIT_K", 1), 0
     if split > 1:
         if "BLOCK_M" not in meta:

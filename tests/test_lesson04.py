@@ -550,9 +550,16 @@ def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, 
 
 
 def test_a_configuration_launch_tma_cannot_run_is_refused_by_name():
-    # split K without its tiles (the autotuned kernel has none); C in pieces other than 1, 2 or 4
+    # split K without its tiles (the autotuned kernel has none); C in pieces other than 1, 2 or 4, or
+    # narrower than TMA's 16 bytes (16 columns of float16 in 4 pieces: 8 bytes each)
     a = torch.randn(64, 64, device=DEVICE, dtype=torch.float16)
     with pytest.raises(ValueError, match="SPLIT_K > 1 needs the whole configuration"):
         launch_tma(matmul_kernel_tma_tuned, a, a, SPLIT_K=2)
     with pytest.raises(ValueError, match="EPILOGUE_SPLIT must be 1, 2 or 4"):
         launch_tma(matmul_kernel_tma_tuned, a, a, EPILOGUE_SPLIT=3)
+    tiles = dict(BLOCK_M=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True)
+    with pytest.raises(ValueError, match="at least 16 bytes wide.*BLOCK_N 16 in 4 pieces of float16"):
+        launch_tma(hopper.matmul_kernel_tma, a, a, BLOCK_N=16, EPILOGUE_SPLIT=4, **tiles)
+    if INTERPRET or HOPPER:  # 32 columns in 2 pieces: 32 bytes each, as TMA allows
+        assert rel_error(launch_tma(hopper.matmul_kernel_tma, a, a, BLOCK_N=32, EPILOGUE_SPLIT=2, **tiles),
+                         a.double() @ a.double()) < TOLERANCE[torch.float16]
