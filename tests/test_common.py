@@ -638,9 +638,10 @@ def test_a_first_run_is_timed_in_empty_caches_and_stopped_past_its_limit(tmp_pat
     monkeypatch.setattr(first_run, "ROOT", str(tmp_path))
     seconds, code, compiled, timed, sections = first_run.first_run("lesson09_test")
     assert (code, compiled, timed) == (0, 2, 1) and seconds < 30
-    # (as printed: section 1 holds the 1.5 s sleep; section 2, the run's end, nothing but the exit,
-    # which a loaded machine can stretch past a second, never past the sleep)
-    assert list(sections) == ["start", "1", "2"] and 1.5 <= sections["1"] < 10 and sections["2"] < sections["1"]
+    # (as printed: section 1 holds the 1.5 s sleep, timed from when this process read each heading,
+    # so a heading read late can take a little off it; section 2, the run's end, nothing but the
+    # exit, which a loaded machine can stretch past a second, never past the sleep)
+    assert list(sections) == ["start", "1", "2"] and 1.0 < sections["1"] < 10 and sections["2"] < sections["1"]
     assert abs(sum(sections.values()) - seconds) < 1e-6
     monkeypatch.setattr(first_run, "LIMIT", 2)
     start = time.perf_counter()
