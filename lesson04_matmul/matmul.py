@@ -122,6 +122,8 @@ def small_problems_untuned(configs, named_args, **kwargs):
 matmul_kernel_tuned = recorded("matmul_kernel_tuned", triton.autotune(
     CONFIGS, key=["M", "N", "K"], cache_results=True,
     prune_configs_by={"early_config_prune": small_problems_untuned})(matmul_kernel))
+
+
 def pointer_kernel(dtype: torch.dtype) -> tuple:
     """(kernel, its block sizes) for the pointer path: the autotuned kernel, or, while torch.compile
     traces, matmul_kernel with one configuration (common.launch.traced_config says why)."""
