@@ -13,6 +13,14 @@ this process's GPU in the autotuner's cache (its public `cache` attribute: key -
 had timed them. A key without a pick (another size, another GPU model) is timed as before. A
 configuration that is no longer in the autotuner's list is left out: the list decides.
 
+A launcher that chooses among configurations itself, where an autotuner cannot (lesson 4's split
+K is two launches), keeps its picks the same way: `picks(name, valid)` is its dict, key ->
+configuration, holding this GPU's recorded picks that valid() accepts; its tuning adds to it, and
+a recording run writes it with the autotuners' picks. Lesson 4's (hopper.tune, for the products of
+lesson 6's step) come from its --full run of section 17:
+
+    COURSE_RECORD_PICKS=1 python lesson04_matmul/main.py --full --sections layers
+
 Recording, on the GPU: the lessons' default runs, which meet the keys a first run meets, each with
 empty caches (common/first_run.py), or one lesson's run as it is:
 
@@ -37,6 +45,7 @@ from common.device import INTERPRET, ROOT, gpu_name
 FOLDER = os.path.join(ROOT, "common", "tuned")
 RECORDING = os.environ.get("COURSE_RECORD_PICKS") == "1" and not INTERPRET
 AUTOTUNERS = {}  # name -> the autotuner recorded() was handed, for the picks written at exit
+PICKED = {}  # name -> a launcher's picks (picks()), for the picks written at exit
 
 
 def path(gpu: str) -> str:
@@ -68,6 +77,17 @@ def recorded(name: str, autotuner):
     return autotuner
 
 
+def picks(name: str, valid) -> dict:
+    """A launcher's own picks, where an autotuner cannot choose (lesson 4's split K is two launches):
+    a dict key -> configuration that the launcher looks in and its tuning writes to, holding the
+    picks recorded for this GPU for which valid(key, configuration) holds (keys as tuples)."""
+    table = PICKED[name] = {}
+    if not (INTERPRET or RECORDING) and torch.cuda.is_available():
+        table.update((tuple(key), config) for key, config in read(gpu_name()).get(name, [])
+                     if valid(tuple(key), config))
+    return table
+
+
 def seed(autotuner, rows: list) -> None:
     """Put each [key, configuration] of `rows` in the autotuner's cache, as if it had timed that key;
     a configuration its list no longer holds is left out (that key is timed)."""
@@ -87,6 +107,7 @@ def write() -> None:
     gpu = gpu_name()
     picks = {name: [[list(key), described(config)] for key, config in autotuner.cache.items()]
              for name, autotuner in AUTOTUNERS.items() if autotuner.cache}
+    picks.update({name: [[list(key), config] for key, config in table.items()] for name, table in PICKED.items() if table})
     if not picks:
         return
     os.makedirs(FOLDER, exist_ok=True)

@@ -1,7 +1,7 @@
 """Lesson 4's TMA kernel: Hopper's copy engine and a persistent grid, the last few percent of a matmul.
 
 cuBLAS on Hopper (H100, H200) feeds its tensor cores (lesson 4's main.py, section 2) with two things
-matmul.py's kernel does not use, TMA and a persistent grid; this kernel uses both, and three more
+matmul.py's kernel does not use, TMA and a persistent grid; this kernel uses both, and four more
 for the products a model trains:
 - TMA, the tensor memory accelerator: a copy engine beside each SM that moves a whole tile
   between memory and shared memory on one thread's request. A tensor descriptor holds a matrix's
@@ -31,16 +31,17 @@ for the products a model trains:
 - The epilogue in pieces: a TMA store goes from shared memory, so C's tile (or a part) is staged
   there, in a buffer beside the stages of A and B. Stored in 2 or 4 pieces side by side
   (EPILOGUE_SPLIT), the buffer is that much smaller: room for one more stage, or for a float32
-  tile. Lesson 7, section 6, times a fourth stage for 128 x 256 tiles; config(), matmul()'s
-  choice, stores C whole.
+  tile. Lesson 7, section 6, times a fourth stage for 128 x 256 tiles.
+- A configuration per product: config() returns the one timed fastest for the product on this
+  GPU model (tune(), over candidates(); kept per model in common/tuned/), else rule()'s.
 Triton's pipeliner already turns matmul.py's pointer loads into asynchronous copies (cp.async, a
 copy from memory to shared memory that each thread starts and does not wait for), so on a large
 square product the gains are the last few percent (lesson 4, section 10, times both kernels).
 matmul() runs this kernel where it can and where it pays (matmul.choose_kernel, the route: a
 Hopper GPU, float16 or bfloat16, operands TMA can address, and M * N * K >= TMA_FROM), with
-config()'s configuration, no autotuner. Each program builds its descriptors once: with one program
-per tile that is once per tile, with a persistent grid once per SM. A short kernel pays the
-descriptors' cost on a larger share of its time, and a small problem leaves SMs idle, so below
+config()'s configuration, no autotuner on the way. Each program builds its descriptors once: with
+one program per tile that is once per tile, with a persistent grid once per SM. A short kernel pays
+the descriptors' cost on a larger share of its time, and a small problem leaves SMs idle, so below
 some size the pointer kernel is the faster: on an H100 at 2048^3 it was, at 4096^3 this kernel
 was (lesson 4, section 10); TMA_FROM, the smallest product of lesson 6's transformer blocks, lies
 between (the model's LM head, smaller, takes the pointer kernel).
@@ -51,13 +52,15 @@ takes it apart: the instructions it compiles to, and each step timed.
 """
 from common.device import INTERPRET, capability, interpretable, shared_memory, sm_count  # first: it picks triton's mode
 
+from fractions import Fraction
+
 import torch
 import triton
 import triton.language as tl
 
 from common.checks import dtype_name
 from common.launch import cdiv, scratch
-from common.tuned import recorded
+from common.tuned import picks, recorded
 from lesson01_vector_add.elementwise import gelu_tanh, gelu_tanh_grad  # lesson 1's, fused as in matmul.py
 
 TMA_FROM = 16384 * 768 * 768  # M * N * K from which the route takes this kernel: the smallest product of
@@ -108,6 +111,7 @@ def matmul_kernel_tma(
     whole_tiles=0,                      # tiles 0 ... whole_tiles - 1 (the full waves) run whole
     parts_ptr=None,                     # float32: one BLOCK_M x BLOCK_N block per part of a split tile
     EPILOGUE_SPLIT: tl.constexpr = 1,   # C's tile (and a part's) stored in 1, 2 or 4 pieces side by side
+    SPLIT_ATOMIC: tl.constexpr = False,  # a split tile's parts added into C (float32, zeroed) by atomics
 ):
     # The descriptors: each matrix's base, shape and strides as it lies in memory, and the tile a
     # load or store moves. TMA reads rows; a transposed operand is read as it lies (the tile of A^T
@@ -136,8 +140,9 @@ def matmul_kernel_tma(
     if SPLIT_K > 1:  # the split tiles' parts: one BLOCK_M x BLOCK_N float32 block each, tile by tile
         split_tiles = work_count - whole_tiles
         work_count = whole_tiles + split_tiles * SPLIT_K
-        parts_desc = tl.make_tensor_descriptor(parts_ptr, shape=[split_tiles * SPLIT_K * BLOCK_M, BLOCK_N],
-                                               strides=[BLOCK_N, 1], block_shape=[BLOCK_M, PIECE_N])
+        if not SPLIT_ATOMIC:
+            parts_desc = tl.make_tensor_descriptor(parts_ptr, shape=[split_tiles * SPLIT_K * BLOCK_M, BLOCK_N],
+                                                   strides=[BLOCK_N, 1], block_shape=[BLOCK_M, PIECE_N])
     # A grid of one program per unit of work runs this loop once; a smaller grid makes it
     # persistent: program p takes work p, p + programs, p + 2 programs, ...
     for work in tl.range(tl.program_id(0), work_count, tl.num_programs(0), flatten=FLATTEN):
@@ -169,7 +174,15 @@ def matmul_kernel_tma(
             if not is_whole:  # a partial sum, kept in float32 (bfloat16 would round each part), in
                 # block `unit` (tile by tile, part by part: split_k_sum_kernel reads the same order).
                 # The activation waits for the sum: gelu(p0 + p1) is not gelu(p0) + gelu(p1).
-                store_tile(parts_desc, unit * BLOCK_M, 0, acc, EPILOGUE_SPLIT)
+                if SPLIT_ATOMIC:  # or, C itself float32 with no activation, added into C where it
+                    # lies: the atomic adds meet in the L2 cache, and no second kernel reads parts back.
+                    # The parts land in any order, so the sum's last bits can change from run to run.
+                    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+                    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+                    tl.atomic_add(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :], acc,
+                                  mask=(rows < M)[:, None] & (cols < N)[None, :], sem="relaxed")
+                else:
+                    store_tile(parts_desc, unit * BLOCK_M, 0, acc, EPILOGUE_SPLIT)
         if is_whole:
             if ACTIVATION == "relu":
                 acc = tl.maximum(acc, 0.0, propagate_nan=tl.PropagateNan.ALL)
@@ -228,14 +241,21 @@ TMA_CONFIGS = GPU_TMA_CONFIGS if not INTERPRET else [  # the interpreter: one sm
     triton.Config({"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 32, "GROUP_M": 4, "FLATTEN": True, "EPILOGUE_SPLIT": 1})]
 
 
-def shared_bytes(config, itemsize: int = 2) -> int:
-    """Shared memory a TMA configuration needs with K whole and a 16-bit C: num_stages tiles of A
-    and B in flight, and C's tile on its way out, or its piece (EPILOGUE_SPLIT) (fp16 / bf16: 2
-    bytes each). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4 stages, C
-    in halves: 4 x 48 + 32 = 224 KB. Split K's float32 parts, or a float32 C, take more: config()'s
-    split tiles, (128, 128, 64) in 4 stages, 160 + a 64 KB block of parts = 224 KB."""
-    BM, BN, BK = (config.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K"))
-    return (config.num_stages * (BM * BK + BK * BN) + BM * BN // config.kwargs.get("EPILOGUE_SPLIT", 1)) * itemsize
+def shared_bytes(config, itemsize: int = 2, *, c_itemsize: int = 2, activation: str | None = None) -> int:
+    """Shared memory a TMA configuration (a triton.Config, or launch_tma's meta) needs, as the
+    compiler lays it out for sm_90: num_stages tiles of A and B in flight (fp16 / bf16: `itemsize`
+    2), and the buffer C's tile, or its piece (EPILOGUE_SPLIT), goes out through (c_itemsize: 2, or
+    4 for a float32 C). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4
+    stages, C in halves: 4 x 48 + 32 = 224 KB. With SPLIT_K > 1 a part's float32 piece goes out too,
+    through a buffer of its own beside a 16-bit C's (a float32 C's serves both): 128 x 128 in 4
+    stages, 160 + 64 = 224 KB. "gelu_backward" adds the buffer its tile of dL/dC is rearranged in,
+    as the compiler lays it out: BLOCK_M x 128 16-bit numbers (32 KB for 128 rows, 64 for 256)."""
+    meta = config if isinstance(config, dict) else {**config.kwargs, "num_stages": config.num_stages}
+    BM, BN, BK = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
+    piece = BM * BN // meta.get("EPILOGUE_SPLIT", 1)  # elements of C's piece
+    parts = piece * 4 if meta.get("SPLIT_K", 1) > 1 and c_itemsize != 4 else 0
+    return (meta["num_stages"] * (BM * BK + BK * BN) * itemsize + piece * c_itemsize + parts
+            + (BM * min(BN, 128) * 2 if activation == "gelu_backward" else 0))
 
 
 def tma_gpu(cc: int, shared: int) -> bool:
@@ -303,35 +323,135 @@ def split_tiles(tiles: int, programs: int) -> int:
     return tiles % programs
 
 
+def split_for(M: int, N: int, K: int, BLOCK_M: int, BLOCK_N: int) -> int:
+    """SPLIT_K for an M x N x K product in tiles of BLOCK_M x BLOCK_N: where the tiles make at most
+    two waves, the last wave's (every tile, where they are fewer than SMs) split K into as many parts
+    as fill the SMs, each at least 4 steps of 64; behind more waves the idle SMs of the last are a
+    small share of the time, less than the split's second launch costs (1: no split)."""
+    SMs = sm_count()
+    tiles = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)
+    last_wave = split_tiles(tiles, SMs) if tiles <= 2 * SMs else 0
+    return max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))
+
+
+def rule(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=None) -> dict:
+    """config()'s configuration where no pick was timed for the product: rules measured on the
+    training step's products on an H100 (lesson 4, section 17). Tiles of 128 x 256 (3 stages) where
+    they make at least a wave (a tile for every SM), else 128 x 128 (4 stages), K split as
+    split_for says: a weight's gradient, 768 x 768, is 36 tiles for 132 SMs, each split in 3.
+    activation "gelu_backward" and a float32 C (out_dtype) take 128 x 128 tiles: with C stored
+    whole, 128 x 256 would need 240 and 272 KB of the 227 (shared_bytes). C in pieces makes room
+    for both; candidates() has them, for tune() to time."""
+    if INTERPRET:
+        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1,
+                    EPILOGUE_SPLIT=1)
+    wide = activation != "gelu_backward" and out_dtype != torch.float32  # (the two that need 128 x 128 tiles)
+    if wide and cdiv(M, 128) * cdiv(N, 256) >= sm_count():  # 128 x 256 tiles, a wave at least: no split
+        return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1, EPILOGUE_SPLIT=1,
+                    num_warps=8, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split_for(M, N, K, 128, 128),
+                EPILOGUE_SPLIT=1, num_warps=8, num_stages=4)
+
+
+# %% Which configuration: a pick timed on this GPU model, or the rule
+# triton.autotune cannot choose split K: a split product is two launches (the parts, then
+# split_k_sum_kernel), and the split decides the grid. So the choice is made a level up, by the
+# launcher's caller: tune() times candidates() for one product, config() returns the fastest from
+# then on, and the picks of a recorded run are kept per GPU model (common/tuned.py), as the
+# autotuners' are: a first run on a recorded GPU times nothing.
+# The tiles and stages candidates() tries: cuBLAS's favourite on Hopper is 256 x 128 in 4 stages (the
+# profiler names its kernels: lesson 6, section 8), each of 2 warpgroups on 128 x 128 of the tile.
+TRIES = ((128, 256, 3), (128, 256, 4), (256, 128, 3), (256, 128, 4), (128, 128, 4), (128, 128, 5))
+ATOMIC_TRIES = ((128, 256, 3), (256, 128, 3), (128, 128, 4))  # each tile once, with atomics (SPLIT_ATOMIC)
+
+
+def pick_key(M: int, N: int, K: int, activation: str | None, out_dtype) -> tuple:
+    """What a pick depends on: the product's sizes, its epilogue and C's dtype (None: the inputs')."""
+    return (M, N, K, activation or "", str(out_dtype) if out_dtype is not None else "")
+
+
+def fill_split(M: int, N: int, K: int, BLOCK_M: int, BLOCK_N: int) -> int:
+    """SPLIT_K whose parts of the last wave's tiles fill the SMs most evenly: the fewest parts s
+    that bring the waves of parts per tile, ceil(last * s / SMs) / s, lowest (each part at least 4
+    steps of 64). 36 tiles on 132 SMs: 11 parts, 396 units in 3 full waves (split_for's 3 leave 24
+    SMs idle). Parts that cheap to add (SPLIT_ATOMIC) can be many."""
+    SMs = sm_count()
+    tiles = cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)
+    last_wave = split_tiles(tiles, SMs) if tiles <= 2 * SMs else 0
+    if not last_wave:
+        return 1
+    return min(range(1, max(1, cdiv(K, 64) // 4) + 1), key=lambda s: (Fraction(cdiv(last_wave * s, SMs), s), s))
+
+
+def candidates(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=None) -> list[dict]:
+    """The configurations tune() times for an M x N x K product: the rule's first, then each of
+    TRIES with K split as split_for says and C in the fewest pieces (1, 2 or 4) that let it fit this
+    GPU's shared memory (shared_bytes, 1 KB left for the barriers). A float32 C with no activation
+    (a weight's gradient) also tries each tile of ATOMIC_TRIES with the parts added into C by atomics
+    (SPLIT_ATOMIC), split as fill_split says. (Each one is compiled before it is timed, seconds each.)"""
+    first = rule(M, N, K, activation=activation, out_dtype=out_dtype)
+    if INTERPRET:  # small tiles the interpreter runs: the rule's, and C in halves, K whole
+        return [first, dict(first, BLOCK_N=64, SPLIT_K=1, EPILOGUE_SPLIT=2)]
+    c_itemsize = 4 if out_dtype == torch.float32 else 2
+    found = [first]
+    for BM, BN, stages in TRIES:
+        for pieces in (1, 2, 4):
+            meta = dict(BLOCK_M=BM, BLOCK_N=BN, BLOCK_K=64, GROUP_M=8, FLATTEN=True,
+                        SPLIT_K=split_for(M, N, K, BM, BN), EPILOGUE_SPLIT=pieces, num_warps=8, num_stages=stages)
+            if shared_bytes(meta, c_itemsize=c_itemsize, activation=activation) + 1024 <= shared_memory():
+                found.append(meta)
+                if out_dtype == torch.float32 and not activation and (BM, BN, stages) in ATOMIC_TRIES:
+                    split = fill_split(M, N, K, BM, BN)
+                    if split > 1:
+                        found.append(dict(meta, SPLIT_K=split, SPLIT_ATOMIC=True))
+                break
+    return [meta for i, meta in enumerate(found) if meta not in found[:i]]
+
+
+def valid_pick(key, meta) -> bool:
+    """Is a recorded pick one of candidates() for its key (on this GPU)? A pick the rules or TRIES
+    no longer offer is left out (its product takes the rule)."""
+    M, N, K, activation, out_dtype = key
+    out_dtype = getattr(torch, out_dtype.removeprefix("torch.")) if out_dtype else None
+    return meta in candidates(M, N, K, activation=activation or None, out_dtype=out_dtype)
+
+
+PICKS = picks("matmul_kernel_tma config", valid_pick)  # pick_key -> configuration: recorded, or timed by tune()
+
+
 def config(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=None) -> dict:
     """The configuration matmul() launches matmul_kernel_tma with for an M x N x K product, no
-    autotuner on the way (its choice costs host time at every call, and minutes on a first run).
-    Rules measured on the training step's products on an H100 (lesson 4, section 17, times what
-    they give against cuBLAS): tiles of 128 x 256 (3 stages) where they make at least a wave (a
-    tile for every SM), else 128 x 128 (4 stages). With 128 x 128 tiles in at most two waves, the
-    tiles of the last wave, which leave SMs idle (all of them, where C has fewer tiles than SMs: a
-    weight's gradient, 768 x 768, is 36 tiles for 132 SMs), split K into parts that run side by
-    side (SPLIT_K; launch_tma), as many as fit the SMs, each at least 4 steps of K; behind more
-    waves the idle SMs are a small share of the time, less than the split's second launch costs.
-    activation "gelu_backward" (the backward's epilogue, which reads dL/dC) takes 128 x 128 tiles:
-    its tile of dL/dC, loaded by plain loads, is rearranged into the accumulator's layout (which
-    thread holds which element) through shared memory, 32 KB that 128 x 256 tiles with C stored whole
-    leave no room for (compiled for sm_90: 240 KB of the 227); so does a float32 C (out_dtype), whose
-    128 x 256 tile, whole, alone takes 128 KB. (C in pieces, EPILOGUE_SPLIT, would make room for
-    both: these rules store it whole.)"""
-    if INTERPRET:
-        return dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=2 if K >= 128 else 1)
-    SMs = sm_count()
-    wide = activation != "gelu_backward" and out_dtype != torch.float32  # (the two that need 128 x 128 tiles)
-    if wide and cdiv(M, 128) * cdiv(N, 256) >= SMs:  # 128 x 256 tiles, a wave at least:
-        # no split (a 128 x 256 float32 block of parts, stored whole, beside the stages would pass the 227 KB)
-        return dict(BLOCK_M=128, BLOCK_N=256, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=1,
-                    num_warps=8, num_stages=3)
-    tiles = cdiv(M, 128) * cdiv(N, 128)
-    last_wave = split_tiles(tiles, SMs) if tiles <= 2 * SMs else 0
-    split = max(1, min(SMs // last_wave if last_wave else 1, cdiv(K, 64) // 4))  # parts of >= 4 steps
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, FLATTEN=True, SPLIT_K=split,
-                num_warps=8, num_stages=4)
+    autotuner on the way (its choice costs host time at every call, and minutes on a first run):
+    the pick timed for the product on this GPU model (tune(), or a recorded run's), else rule()'s;
+    rule()'s too where the pick adds by atomics and torch.use_deterministic_algorithms is on."""
+    pick = PICKS.get(pick_key(M, N, K, activation, out_dtype))
+    if pick is None or (pick.get("SPLIT_ATOMIC") and torch.are_deterministic_algorithms_enabled()):
+        return rule(M, N, K, activation=activation, out_dtype=out_dtype)  # (atomics add in any order)
+    return dict(pick)
+
+
+def tune(a, b, activation: str | None = None, grad=None, out_dtype=None, *, timer=None) -> list[tuple[dict, float]]:
+    """Time each of candidates() computing activation(a @ b) as launch_tma runs it (grad, out_dtype:
+    as there), and make the fastest config()'s pick for this product from now on (recorded with the
+    process's picks, common/tuned.py). First each candidate's C is checked against the rule's: two
+    correct configurations differ only in the order they add in, within the inputs' precision.
+    timer: {name: fn} -> {name: ms}, by default bench.side_by_side (kernel time, taken in turns).
+    Returns (configuration, ms) for each candidate, the rule's first."""
+    from common import bench  # (here: timing imports the profiler, which a model never needs)
+    from common.checks import rel_error
+
+    (M, K), N = a.shape, b.shape[1]
+    configs = candidates(M, N, K, activation=activation, out_dtype=out_dtype)
+    runs = {i: (lambda meta=meta: launch_tma(matmul_kernel_tma, a, b, activation, grad=grad, out_dtype=out_dtype,
+                                             **meta)) for i, meta in enumerate(configs)}
+    reference = runs[0]()
+    for i, run in runs.items():
+        error = rel_error(run(), reference)
+        if not error <= torch.finfo(a.dtype).eps:
+            raise AssertionError(f"candidate {configs[i]} for {M} x {N} x {K} is off the rule's C by {error:.2e}")
+    ms = (timer or bench.side_by_side)(runs)
+    PICKS[pick_key(M, N, K, activation, out_dtype)] = configs[min(ms, key=ms.get)]
+    return [(meta, ms[i]) for i, meta in enumerate(configs)]
 
 
 def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=None, out_dtype=None,
@@ -344,11 +464,18 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     whole_tiles is a multiple of the programs, so the last wave's units start on program 0. For
     inputs check_tma accepted. activation "gelu_backward": grad * gelu'(a @ b), grad contiguous, C's shape.
     out_dtype: C's (by default the inputs'; float32 keeps the accumulator's bits). EPILOGUE_SPLIT in
-    meta (1, 2 or 4; by default 1): C's tiles, and split K's parts, stored in that many pieces."""
+    meta (1, 2 or 4; by default 1): C's tiles, and split K's parts, stored in that many pieces.
+    SPLIT_ATOMIC in meta (a float32 C, no activation): the parts added into C, zeroed first, by
+    atomics, with no second kernel."""
     (M, K), N = a.shape, b.shape[1]
+    atomic = meta.pop("SPLIT_ATOMIC", False)
+    if atomic and (out_dtype != torch.float32 or activation):
+        raise ValueError(f"SPLIT_ATOMIC adds split K's parts into C itself: C must be float32 (out_dtype) with no "
+                         f"activation, got out_dtype {out_dtype} and activation {activation!r}")
     if not K and activation == "gelu_backward":  # (an empty sum, Z = 0, and gelu'(0) = 1/2)
         return grad * 0.5
-    c = a.new_empty((M, N), dtype=out_dtype) if K else a.new_zeros((M, N), dtype=out_dtype)  # K = 0: act(0) = 0
+    # K = 0: act(0) = 0; atomics add into zeros
+    c = a.new_empty((M, N), dtype=out_dtype) if K and not atomic else a.new_zeros((M, N), dtype=out_dtype)
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     grad = interpretable(grad) if grad is not None else None
@@ -381,14 +508,16 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
             return (min(programs, cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])),)
 
         kernel[grid](a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", g_ptr=grad, A_T=a_t,
-                     B_T=b_t, whole_tiles=0, parts_ptr=None, **meta)  # every argument (common.launch says why)
-        return c
+                     B_T=b_t, whole_tiles=0, parts_ptr=None, SPLIT_ATOMIC=False, **meta)  # every argument
+        return c                                                                  # (common.launch says why)
     BM, BN = meta["BLOCK_M"], meta["BLOCK_N"]
     whole = tiles - split_count
-    parts = torch.empty((split_count * split * BM, BN), dtype=torch.float32, device=c.device)
+    parts = None if atomic else torch.empty((split_count * split * BM, BN), dtype=torch.float32, device=c.device)
     kernel[(min(programs, whole + split_count * split),)](
         a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", g_ptr=grad, A_T=a_t, B_T=b_t,
-        whole_tiles=whole, parts_ptr=parts, **meta)
+        whole_tiles=whole, parts_ptr=parts, SPLIT_ATOMIC=atomic, **meta)
+    if atomic:  # (the parts are in C already)
+        return c
     rows = min(BM, 16)  # the split tiles' parts added, the activation applied, in C's dtype
     split_k_sum_kernel[(split_count, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=split, BLOCK_M=BM, BLOCK_N=BN,
                                                  GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "",

@@ -618,6 +618,27 @@ def test_picks_are_written_per_gpu_and_merged_key_by_key(tmp_path, monkeypatch):
     tuned.read.cache_clear()
 
 
+def test_a_launchers_own_picks_are_written_and_seeded_where_still_valid(tmp_path, monkeypatch):
+    # common/tuned.picks: a launcher that chooses itself (lesson 4's split K) keeps its picks as the
+    # autotuners do: written at exit with theirs, and read back, keys as tuples, where valid() holds
+    from common import tuned
+    monkeypatch.setattr(tuned, "FOLDER", str(tmp_path))
+    monkeypatch.setattr(tuned, "AUTOTUNERS", {})
+    monkeypatch.setattr(tuned, "PICKED", {})
+    monkeypatch.setattr(tuned, "gpu_name", lambda: "NVIDIA H100 80GB HBM3")
+    table = tuned.picks("split_launcher", lambda key, config: True)
+    assert table == {}  # (here nothing is read: no GPU, or nothing recorded)
+    table.update({(768, 768, 16384, "", "torch.float32"): {"SPLIT_K": 3}, (64, 64, 64, "gelu", ""): {"SPLIT_K": 9}})
+    tuned.write()
+    tuned.read.cache_clear()
+    monkeypatch.setattr(tuned, "INTERPRET", False)  # read back as a process on that GPU reads it
+    monkeypatch.setattr(tuned.torch.cuda, "is_available", lambda: True)
+    seeded = tuned.picks("split_launcher", lambda key, config: config["SPLIT_K"] < 8)  # the second no longer valid
+    assert seeded == {(768, 768, 16384, "", "torch.float32"): {"SPLIT_K": 3}}
+    assert tuned.PICKED["split_launcher"] is seeded  # what a later write() writes
+    tuned.read.cache_clear()
+
+
 def test_a_first_run_is_timed_in_empty_caches_and_stopped_past_its_limit(tmp_path, monkeypatch):
     # common/first_run.py: the lesson's script in a fresh process, with Triton's and Inductor's caches
     # empty; what it compiled and timed is counted from Triton's; a run past the limit is stopped

@@ -19,8 +19,9 @@ import os
 import time
 
 import pytest
+import torch
 
-from conftest import COMPILED, INTERPRET  # noqa: F401  (common.device before triton)
+from conftest import COMPILED, INTERPRET, LESSON6_PRODUCTS, as_on_an_h100  # noqa: F401  (common.device before triton)
 from common import ptx
 from common.device import GPUS
 from lesson02_softmax import cross_entropy
@@ -465,6 +466,41 @@ def test_the_tma_path_is_taken_exactly_where_its_kernel_fits(compiled, arch):
         assert min(smallest) <= shared_bytes(SMALLEST_TMA) + 1024
 
 
+def candidate_job(M, N, K, activation, out_dtype, a_t, b_t, meta) -> dict:
+    """matmul_kernel_tma as hopper.tune launches one of its candidates for a product of LESSON6_PRODUCTS."""
+    meta, c = dict(meta), "fp32" if out_dtype == torch.float32 else "bf16"
+    num_warps, num_stages = meta.pop("num_warps"), meta.pop("num_stages")
+    signature = {**pointers("bf16", "a_ptr", "b_ptr"), **pointers(c, "c_ptr"),
+                 **ints("M", "N", "K", "stride_am", "stride_bk", "stride_cm")}
+    if activation == "gelu_backward":
+        signature.update(pointers("bf16", "g_ptr"))
+    if meta["SPLIT_K"] > 1:  # (the parts' buffer, or None where they are added into C by atomics)
+        signature.update(ints("whole_tiles"), **({} if meta.get("SPLIT_ATOMIC") else pointers("fp32", "parts_ptr")))
+    return dict(module="lesson04_matmul.hopper", kernel="matmul_kernel_tma", signature=signature, arch=90, asm=[],
+                constexprs=dict(meta, ACTIVATION=activation or "", A_T=a_t, B_T=b_t), num_warps=num_warps,
+                num_stages=num_stages, divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am",
+                                                        "stride_bk", "stride_cm"))
+
+
+def test_every_candidate_tune_times_for_lesson_6_fits_as_shared_bytes_counts(monkeypatch):
+    # hopper.candidates keeps a configuration where hopper.shared_bytes says it fits: for each
+    # product of lesson 6's step on an H100, every candidate compiles for sm_90 within its 227 KB,
+    # and the count is the compiler's (the barriers aside): C's piece, a split's float32 piece
+    # beside a 16-bit C's (shared with a float32 C's), gelu_backward's rearranged tile of dL/dC
+    as_on_an_h100(monkeypatch, hopper)
+    todo = {}
+    for M, N, K, activation, out_dtype, a_t, b_t in LESSON6_PRODUCTS:
+        for meta in hopper.candidates(M, N, K, activation=activation, out_dtype=out_dtype):
+            job = candidate_job(M, N, K, activation, out_dtype, a_t, b_t, meta)
+            counted = shared_bytes(meta, c_itemsize=4 if out_dtype == torch.float32 else 2, activation=activation)
+            todo.setdefault(json.dumps(job, sort_keys=True), (job, counted))
+    results = ptx.compile_kernels([job for job, _ in todo.values()], processes=min(4, os.cpu_count() or 1))
+    for (job, counted), result in zip(todo.values(), results):
+        what = {k: job["constexprs"][k] for k in ("BLOCK_N", "EPILOGUE_SPLIT", "SPLIT_K", "ACTIVATION")}
+        assert result["shared"] <= GPUS[90][1], f"{what}, {job['num_stages']} stages: {result['shared']} bytes"
+        assert counted <= result["shared"] <= counted + 1024, (what, job["num_stages"], counted, result["shared"])
+
+
 def test_a_t4_has_no_tensor_core_path(compiled):
     # Triton's tl.dot uses the tensor cores from sm_80 (mma) on; on a T4 it compiles to FMA
     # instructions: correct, and no faster than CUDA cores make it. README says so.
@@ -476,10 +512,12 @@ def test_a_t4_has_no_tensor_core_path(compiled):
     assert tensor_core and all("mma" in result["ptx"] for result in tensor_core)
 
 
-def test_every_recorded_pick_is_a_configuration_of_its_autotuners_list():
+def test_every_recorded_pick_is_a_configuration_of_its_autotuners_list(monkeypatch):
     # common/tuned/: a pick whose configuration left its autotuner's list is dropped at import, and
-    # that key is timed again on a first run; a list changed since the recording shows here
+    # that key is timed again on a first run; a list changed since the recording shows here. So for
+    # hopper.tune's picks (every GPU recorded has an H100's 132 SMs and 227 KB): one of candidates()
     from common import tuned
+    as_on_an_h100(monkeypatch, hopper)
     lists = {"matmul_kernel_tuned": MATMUL_CONFIGS, "matmul_kernel_tma_tuned": GPU_TMA_CONFIGS,
              "attention_kernel_tuned": NARROW + WIDE, "attention_kernel_decode": decode.GPU_CONFIGS,
              **{f"{name}_kernel_tuned": narrow + wide for name, (narrow, wide) in backward.LISTS.items()}}
@@ -490,6 +528,10 @@ def test_every_recorded_pick_is_a_configuration_of_its_autotuners_list():
             recorded = json.load(f)
         assert tuned.path(recorded["gpu"]) == os.path.join(tuned.FOLDER, file)  # found by its GPU's name
         for name, rows in recorded["picks"].items():
+            if name == "matmul_kernel_tma config":
+                stale = [key for key, config in rows if not hopper.valid_pick(tuple(key), config)]
+                assert not stale, f"{file}: hopper.tune's picks for {stale} are not candidates: record them again"
+                continue
             listed = [tuned.described(c) for c in lists[name]]
             stale = sorted({json.dumps(config) for _, config in rows if config not in listed})
             assert not stale, f"{file}: {name}'s picks {stale} are not in its list: record them again"

@@ -8,7 +8,8 @@ import torch
 import triton
 import triton.language as tl
 
-from conftest import DEVICE, INTERPRET, run_as_notebook, run_script, parse_command_line, run_trace
+from conftest import (DEVICE, INTERPRET, LESSON6_PRODUCTS, as_on_an_h100, run_as_notebook, run_script,
+                      parse_command_line, run_trace)
 from common.checks import dtype_name, grad_errors, grad_ok, rel_error
 from lesson04_matmul import hopper, main as chapter
 from lesson04_matmul.hopper import HOPPER, TMA_FROM, launch_tma, matmul_kernel_tma_tuned
@@ -289,6 +290,25 @@ def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, prog
     assert rel_error(out, gelu_backward_reference(a, b, g)) < TOLERANCE[torch.bfloat16], split
 
 
+@pytest.mark.parametrize("programs", [5, 16])
+def test_split_k_parts_added_by_atomics_into_a_float32_c(programs):
+    # SPLIT_ATOMIC: a weight's gradient in float32 (dY^T @ X, A transposed), each split tile's parts
+    # added into C by atomics, no parts buffer nor second kernel; on 5 programs the last wave of
+    # the 12 tiles splits (the whole tiles stored over C's zeros), on 16 every tile. The product of
+    # two bfloat16 numbers is exact in float32, so only float32 sums part C from float64's
+    if not INTERPRET and not HOPPER:
+        pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
+    M, N, K = 104, 72, 200
+    a = torch.randn(K, M, device=DEVICE).t().to(torch.bfloat16)
+    b = torch.randn(K, N, device=DEVICE, dtype=torch.bfloat16)
+    tiles = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=3, SPLIT_ATOMIC=True)
+    out = launch_tma(hopper.matmul_kernel_tma, a, b, programs=programs, out_dtype=torch.float32, **tiles)
+    assert out.dtype == torch.float32 and rel_error(out, a.double() @ b.double()) < 1e-5
+    for activation, out_dtype in (("gelu", torch.float32), (None, torch.bfloat16)):  # what the sum must come first for
+        with pytest.raises(ValueError, match="SPLIT_ATOMIC adds split K's parts into C itself: C must be float32"):
+            launch_tma(hopper.matmul_kernel_tma, a, b, activation, out_dtype=out_dtype, **tiles)
+
+
 @pytest.mark.parametrize("pieces", [2, 4])
 @pytest.mark.parametrize("split", [1, 3])
 def test_tma_kernel_stores_its_tiles_in_pieces(pieces, split):
@@ -394,10 +414,14 @@ def test_torch_compile_traces_matmul_on_the_route_the_eager_call_takes():
     for error, kernels, warned in results:
         assert error is None, error
         assert "Encountered an exception" not in warned, warned[-2000:]
-    tma = ["matmul_kernel_tma"] * 3 + ["split_k_sum_kernel"]
+    def tma(out_dtype=None):  # dB's parts summed by split_k_sum_kernel, unless config() (a recorded pick) adds
+        meta = hopper.config(768, 768, 16384, out_dtype=out_dtype)  # them by atomics or splits nothing
+        return ["matmul_kernel_tma"] * 3 + (["split_k_sum_kernel"] if meta["SPLIT_K"] > 1 and
+                                            not meta.get("SPLIT_ATOMIC") else [])
     # offset 2: A's products take the pointer kernel, dA = dC @ B^T (A not read) the TMA kernel
-    assert [kernels for _, kernels, _ in results] == [tma, tma, ["matmul_kernel"] * 3,
-                                                      ["matmul_kernel", "matmul_kernel_tma", "matmul_kernel"], tma]
+    assert [kernels for _, kernels, _ in results] == [tma(), tma(), ["matmul_kernel"] * 3,
+                                                      ["matmul_kernel", "matmul_kernel_tma", "matmul_kernel"],
+                                                      tma(torch.float32)]
 
 
 def test_the_backward_asks_the_route_for_each_product():
@@ -432,8 +456,10 @@ def test_the_route_asks_this_machine_by_default():
 
 
 @pytest.mark.skipif(INTERPRET or not HOPPER, reason="matmul() picks the TMA kernel on Hopper GPUs only")
-def test_matmul_picks_tma_where_it_can():
+def test_matmul_picks_tma_where_it_can(monkeypatch):
     from common.profile import kernels_launched
+
+    monkeypatch.setattr(hopper, "PICKS", {})  # config()'s rule, whatever this GPU's recorded picks
 
     a = torch.randn(4096, 4096, device=DEVICE, dtype=torch.float16)
     names = lambda fn: [name for name, _, _ in kernels_launched(fn)]
@@ -543,10 +569,84 @@ def test_the_tma_configuration_splits_k_where_sms_would_wait(monkeypatch, M, N, 
     # config()'s rules on a GPU of 132 SMs (H100, H200), asked on any machine
     monkeypatch.setattr(hopper, "INTERPRET", False)
     monkeypatch.setattr(hopper, "sm_count", lambda: 132)
-    config = hopper.config(M, N, K, activation=activation)
+    config = hopper.rule(M, N, K, activation=activation)
     assert (config["BLOCK_N"], config["SPLIT_K"]) == (block_n, split)
     # 128 x 256 tiles never split: their float32 parts beside the stages would not fit shared memory
     assert config["BLOCK_N"] == 128 or config["SPLIT_K"] == 1
+
+
+def test_the_candidates_start_with_the_rule_and_make_room_by_pieces(monkeypatch):
+    as_on_an_h100(monkeypatch, hopper)
+    for M, N, K, activation, out_dtype, _, _ in LESSON6_PRODUCTS:
+        found = hopper.candidates(M, N, K, activation=activation, out_dtype=out_dtype)
+        assert found[0] == hopper.rule(M, N, K, activation=activation, out_dtype=out_dtype)
+        assert len({tuple(sorted(meta.items())) for meta in found}) == len(found) >= 3  # no repeats
+        c_itemsize = 4 if out_dtype == torch.float32 else 2
+        for meta in found:
+            assert hopper.shared_bytes(meta, c_itemsize=c_itemsize, activation=activation) + 1024 <= 227 << 10
+            split = (hopper.fill_split if meta.get("SPLIT_ATOMIC") else hopper.split_for)(M, N, K, meta["BLOCK_M"],
+                                                                                           meta["BLOCK_N"])
+            assert meta["SPLIT_K"] == split
+        # the products the rule keeps to 128 x 128 get 128 x 256 tiles to try, C in pieces
+        if activation == "gelu_backward" or out_dtype == torch.float32:
+            assert any(meta["BLOCK_N"] == 256 and meta["EPILOGUE_SPLIT"] > 1 for meta in found)
+        # a weight's gradient in float32 also tries its parts added by atomics, and only it
+        atomics = [meta for meta in found if meta.get("SPLIT_ATOMIC")]
+        assert bool(atomics) == (out_dtype == torch.float32 and M < 16384), (M, N, K, out_dtype)
+        if (M, N, out_dtype) == (768, 768, torch.float32):  # 36 tiles of 128 x 128: in 3 parts (the rule's)
+            # 108 of 132 SMs work; with atomics in 11, all of them, in 3 waves
+            assert found[0]["SPLIT_K"] == 3 and [meta["SPLIT_K"] for meta in atomics if meta["BLOCK_M"] == 128 and
+                                                 meta["BLOCK_N"] == 128] == [11]
+
+
+def test_a_pick_that_adds_by_atomics_gives_way_to_the_rule_in_deterministic_mode(monkeypatch):
+    as_on_an_h100(monkeypatch, hopper)
+    atomic = next(meta for meta in hopper.candidates(768, 768, 16384, out_dtype=torch.float32)
+                  if meta.get("SPLIT_ATOMIC"))
+    monkeypatch.setattr(hopper, "PICKS", {hopper.pick_key(768, 768, 16384, None, torch.float32): atomic})
+    assert hopper.config(768, 768, 16384, out_dtype=torch.float32) == atomic
+    monkeypatch.setattr(torch, "are_deterministic_algorithms_enabled", lambda: True)
+    assert hopper.config(768, 768, 16384, out_dtype=torch.float32) == hopper.rule(768, 768, 16384,
+                                                                                   out_dtype=torch.float32)
+
+
+@pytest.mark.skipif(not (INTERPRET or HOPPER), reason="the TMA kernel needs Hopper (or the interpreter)")
+def test_tune_times_every_candidate_and_config_takes_the_fastest(monkeypatch):
+    monkeypatch.setattr(hopper, "PICKS", {})
+    a = torch.randn(96, 256, device=DEVICE, dtype=torch.bfloat16)
+    b = torch.randn(256, 80, device=DEVICE, dtype=torch.bfloat16)
+    timed_names = []
+
+    def timer(runs):  # the last candidate "fastest", whatever the clock says
+        timed_names.extend(runs)
+        return {name: 1.0 if name != len(runs) - 1 else 0.5 for name in runs}
+
+    timed = hopper.tune(a, b, timer=timer)
+    configs = hopper.candidates(96, 80, 256)
+    assert [meta for meta, _ in timed] == configs and timed_names == list(range(len(configs)))
+    assert hopper.config(96, 80, 256) == configs[-1] != hopper.rule(96, 80, 256)
+    assert hopper.config(96, 80, 256, out_dtype=torch.float32) == hopper.rule(96, 80, 256, out_dtype=torch.float32)
+    c = launch_tma(hopper.matmul_kernel_tma, a, b, **hopper.config(96, 80, 256))
+    assert rel_error(c, a.double() @ b.double()) < TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.skipif(not (INTERPRET or HOPPER), reason="the TMA kernel needs Hopper (or the interpreter)")
+def test_tune_refuses_a_candidate_whose_c_is_off_the_rules(monkeypatch):
+    monkeypatch.setattr(hopper, "PICKS", {})
+    launch, first = hopper.launch_tma, hopper.candidates(96, 80, 256)[0]
+
+    def planted(kernel, a, b, activation=None, **meta):  # every candidate but the rule's loses C's first row
+        c = launch(kernel, a, b, activation, **meta)
+        if any(meta.get(key) != value for key, value in first.items()):
+            c[0] = 0
+        return c
+
+    monkeypatch.setattr(hopper, "launch_tma", planted)
+    a = torch.randn(96, 256, device=DEVICE, dtype=torch.float16)
+    b = torch.randn(256, 80, device=DEVICE, dtype=torch.float16)
+    with pytest.raises(AssertionError, match="candidate .* for 96 x 80 x 256 is off the rule's C by"):
+        hopper.tune(a, b, timer=lambda runs: dict.fromkeys(runs, 1.0))
+    assert not hopper.PICKS  # nothing picked
 
 
 def test_a_configuration_launch_tma_cannot_run_is_refused_by_name():
