@@ -5,8 +5,8 @@ tile shape, one pipeline depth, one way to split the work; for every call it pic
 heuristic of the shape, the dtypes and the GPU. The profiler shows it: the kernel's name changes
 with the dimensions (127, 128, 129, ...). This file prints the names for a few shapes, beside the
 kernel and configuration this lesson's matmul() runs: the same decision, made by the autotuner
-from measurements (main.py, section 6), or on Hopper by hopper.config()'s rule, instead of a
-heuristic. main.py's section 15 runs it (a GPU section: the profiler sees no kernels on a CPU).
+from measurements (main.py, section 6), or on Hopper by hopper.config() (a pick timed for the
+shape, else its rule), instead of a heuristic. main.py's section 15 runs it (a GPU section: the profiler sees no kernels on a CPU).
 """
 import torch
 
@@ -20,7 +20,7 @@ from lesson04_matmul.matmul import matmul, matmul_kernel_tuned
 TITLE = "Which kernel runs, by shape"
 CONFIGURATIONS = {  # {kernel: a function of n giving the configuration it ran for an n x n x n product}
     "matmul_kernel": lambda n: matmul_kernel_tuned.best_config,  # the autotuner's pick for the last call
-    "matmul_kernel_tma": lambda n: hopper.config(n, n, n),  # (Hopper) the rule it launches with, no autotuner
+    "matmul_kernel_tma": lambda n: hopper.config(n, n, n),  # (Hopper) what it launches with, no autotuner
 }
 
 

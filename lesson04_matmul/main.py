@@ -574,11 +574,11 @@ chapter.run("host", lambda: bench.host_cost_table("lesson04_matmul.main:host_cas
 # ## 15. torch.matmul's kernel for each shape (library.py)
 # cuBLAS picks one of many kernels for each call by a heuristic; the autotuner picks matmul()'s
 # configuration by measuring (below 512^3 the smallest runs untimed, section 6; on Hopper the TMA
-# kernel takes hopper.config()'s rule, no autotuner). The profiler names both, shape by shape. An
-# odd size costs both libraries: rows of 4095 half-precision numbers do not start on 16-byte
-# boundaries, which the fast kernels' vector loads and TMA need, so cuBLAS falls back to a general
-# kernel and matmul() to the pointer kernel with narrower loads. A Memset row is cuBLAS clearing
-# memory its kernel uses.
+# kernel takes hopper.config()'s configuration, no autotuner: section 17). The profiler names both,
+# shape by shape. An odd size costs both libraries: rows of 4095 half-precision numbers do not start
+# on 16-byte boundaries, which the fast kernels' vector loads and TMA need, so cuBLAS falls back to a
+# general kernel and matmul() to the pointer kernel with narrower loads. A Memset row is cuBLAS
+# clearing memory its kernel uses.
 
 
 # %%
@@ -625,8 +625,25 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # long inner dimension, K = the tokens. Split K spreads that K over the idle SMs
 # (lesson 7, section 2): where C has fewer tiles than SMs, every tile splits; in two waves, only
 # the last wave's tiles do (behind more waves, the idle SMs of the last cost less than the split's
-# second launch). Timed at lesson 6's GPT-2-small shapes, matmul() (its route: section 7) beside
-# torch.matmul (cuBLAS) on the same views.
+# second launch). Lesson 6 runs three more: the MLP's up projection with GELU in its epilogue, and
+# on Hopper (the TMA kernel's) its backward's recomputed Z with dY * gelu'(Z) in the epilogue
+# (section 9) and each weight's gradient in float32, for the float32 weight, from the accumulator.
+#
+# Which configuration each product takes is no rule of thumb: it depends on the tiles, the waves
+# they make on this GPU's SMs, the epilogue's shared memory. triton.autotune cannot choose it (split
+# K is two launches, and it sets the grid), so hopper.tune times hopper.candidates, the rule's
+# configuration and tiles of 128 x 256, 256 x 128 or 128 x 128 in 3 to 5 stages, C in the fewest
+# pieces that fit (each checked against the rule's C first), and hopper.config returns the fastest
+# from then on.
+# A float32 weight gradient also tries its parts added straight into C by atomics (SPLIT_ATOMIC):
+# the adds meet in the L2 cache, with no float32 parts written to memory and read back by a second
+# kernel, so K can split into as many parts as fill every SM (36 tiles: 11 parts, 3 full waves,
+# hopper.fill_split). The parts land in any order and the sum's last bits can change from run to
+# run, so under torch.use_deterministic_algorithms config() keeps to the rule.
+# With --full this section tunes every product before timing it; a recorded run
+# (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and a default run, lesson
+# 6's too, takes them. Timed beside torch's way to the same C: cuBLAS, then torch's GELU or its
+# backward where there is an epilogue; torch.mm(out_dtype=float32) for a float32 dW.
 
 
 # %%
@@ -634,31 +651,97 @@ LAYERS = [("QKV", 768, 1280), ("attention out", 768, 768), ("MLP up", 768, 3072)
 # (QKV: 12 query heads and 4 key and 4 value heads of 64, lesson 6's grouped-query model: 20 x 64 = 1280)
 
 
-def bench_layers(tokens: int = 16384) -> Table:
-    """Kernel µs of the three products of each of LAYERS in bfloat16, matmul() beside cuBLAS."""
+def layer_products(tokens: int) -> list:
+    """Each product of LAYERS in bfloat16 as lesson 6's step runs it: (layer, product, a, b,
+    activation, grad, out_dtype, torch's way to the same C). Those only the TMA kernel runs (the
+    backward's epilogue, a float32 C) where matmul() takes it: on a Hopper GPU."""
     rows = []
     for layer, K, N in LAYERS:
         x, w, dy = (torch.randn(*shape, device=DEVICE, dtype=torch.bfloat16) for shape in
                     ((tokens, K), (N, K), (tokens, N)))
-        for product, a, b in (("forward: x @ W^T", x, w.t()), ("dX = dY @ W", dy, w), ("dW = dY^T @ X", dy.t(), x)):
-            ms = bench.side_by_side({"cuBLAS": lambda: a @ b, "course": lambda: matmul(a, b)})
-            kernel = KERNELS[choose_kernel(a, b)][0]
-            if kernel == "matmul_kernel_tma":
-                (M, K), N = a.shape, b.shape[1]
-                config = hopper.config(M, N, K)
-                tiles = cdiv(M, config["BLOCK_M"]) * cdiv(N, config["BLOCK_N"])
-                kernel += f" {config['BLOCK_M']} x {config['BLOCK_N']}"
-                if config["SPLIT_K"] > 1:
-                    split = hopper.split_tiles(tiles, sm_count())
-                    kernel += f", {split} of {tiles} tiles: K in {config['SPLIT_K']} parts"
-            rows.append((layer, product, f"{a.shape[0]} x {b.shape[1]} x {a.shape[1]}", kernel, ms["cuBLAS"] * 1e3,
-                         ms["course"] * 1e3, ms["cuBLAS"] / ms["course"]))
-    return print_table(rows, ["layer", "product", "M x N x K", "matmul() runs", "cuBLAS µs", "course µs",
-                              "x cuBLAS"], floatfmt=(".1f",) * 6 + (".2f",),  # (x cuBLAS in hundredths: tenths hide its gaps)
-                       title=f"A linear layer's three products, {tokens} tokens, bfloat16",
-                       note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both kernels). "
-                            "x cuBLAS: speed as a multiple of cuBLAS's (its time / ours). " + bench.SIDE_BY_SIDE_NOTE)
+        rows += [(layer, "forward: x @ W^T", x, w.t(), None, None, None, lambda x=x, w=w: x @ w.t()),
+                 (layer, "dX = dY @ W", dy, w, None, None, None, lambda dy=dy, w=w: dy @ w),
+                 (layer, "dW = dY^T @ X", dy.t(), x, None, None, None, lambda dy=dy, x=x: dy.t() @ x)]
+        if layer == "MLP up":
+            rows.append((layer, "forward + GELU", x, w.t(), "gelu", None, None,
+                         lambda x=x, w=w: F.gelu(x @ w.t(), approximate="tanh")))
+        if hopper.HOPPER and layer == "MLP up":
+            rows.append((layer, "dY * gelu'(x @ W^T)", x, w.t(), "gelu_backward", dy, None,
+                         lambda x=x, w=w, dy=dy: torch.ops.aten.gelu_backward(dy, x @ w.t(), approximate="tanh")))
+        if hopper.HOPPER:
+            rows.append((layer, "dW in float32", dy.t(), x, None, None, torch.float32,
+                         lambda dy=dy, x=x: torch.mm(dy.t(), x, out_dtype=torch.float32)))
+    return rows
+
+
+def configuration(meta: dict, M: int, N: int) -> str:
+    """A TMA configuration in words: its tile, stages, C's pieces, and the split tiles' parts."""
+    text = f"{meta['BLOCK_M']} x {meta['BLOCK_N']}" + (f", {meta['num_stages']} stages" if "num_stages" in meta else "")
+    if meta["EPILOGUE_SPLIT"] > 1:
+        text += f", C in {meta['EPILOGUE_SPLIT']} pieces"
+    if meta["SPLIT_K"] > 1:
+        tiles = cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"])
+        text += f", {hopper.split_tiles(tiles, sm_count())} of {tiles} tiles: K in {meta['SPLIT_K']} parts"
+        text += " added by atomics" if meta.get("SPLIT_ATOMIC") else ""
+    return text
+
+
+def course_product(a, b, activation, grad, out_dtype):
+    """The course's way to C: matmul(), or, for what only the backward runs, the TMA kernel as
+    Matmul.backward launches it (config()'s configuration)."""
+    if grad is None and out_dtype is None:
+        return lambda: matmul(a, b, activation=activation)
+    (M, K), N = a.shape, b.shape[1]
+    return lambda: hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation, grad=grad, out_dtype=out_dtype,
+                                     **hopper.config(M, N, K, activation=activation, out_dtype=out_dtype))
+
+
+def tune_layers(products: list) -> Table:
+    """hopper.tune on each product: every candidate's kernel µs, against the rule's. A pick is kept
+    per size, epilogue and C's dtype (hopper.pick_key), so products that share them are tuned once:
+    attention out's forward and dX; MLP up's forward and MLP down's dX, and the other way round."""
+    rows, tuned = [], set()
+    for layer, product, a, b, activation, grad, out_dtype, _ in products:
+        (M, K), N = a.shape, b.shape[1]
+        if hopper.pick_key(M, N, K, activation, out_dtype) in tuned:
+            continue
+        tuned.add(hopper.pick_key(M, N, K, activation, out_dtype))
+        timed = hopper.tune(a, b, activation, grad, out_dtype)
+        fastest = min(ms for _, ms in timed)
+        rows += [(layer, product, configuration(meta, M, N), ms * 1e3, timed[0][1] / ms,
+                  "pick" if ms == fastest else "") for meta, ms in timed]
+    return print_table(rows, ["layer", "product", "configuration (the rule's first)", "µs", "x the rule", ""],
+                       floatfmt=(".1f", ".2f"), title="Each product's candidates, timed (hopper.tune)",
+                       note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both kernels), "
+                            "bfloat16 inputs. x the rule: speed as a multiple of the rule's configuration's. Each "
+                            "product's candidates were timed in turns, 3 rounds, median (bench.side_by_side); the "
+                            "fastest is config()'s pick from then on, in the table below too, for every product of "
+                            "the same sizes, epilogue and C's dtype (tuned once).")
+
+
+def bench_layers(tokens: int = 16384) -> list:
+    """Kernel µs of each of layer_products, the course's beside torch's (with --full, on Hopper,
+    each product tuned first)."""
+    products = layer_products(tokens)
+    tables = [tune_layers(products)] if args.full and hopper.HOPPER else []
+    rows = []
+    for layer, product, a, b, activation, grad, out_dtype, torch_way in products:
+        ms = bench.side_by_side({"torch": torch_way, "course": course_product(a, b, activation, grad, out_dtype)})
+        kernel = KERNELS[choose_kernel(a, b)][0]
+        (M, K), N = a.shape, b.shape[1]
+        if kernel == "matmul_kernel_tma":
+            kernel += " " + configuration(hopper.config(M, N, K, activation=activation, out_dtype=out_dtype), M, N)
+        rows.append((layer, product, f"{M} x {N} x {K}", kernel, ms["torch"] * 1e3, ms["course"] * 1e3,
+                     ms["torch"] / ms["course"]))
+    tables.append(print_table(rows, ["layer", "product", "M x N x K", "the course runs", "cuBLAS µs", "course µs",
+                                     "x cuBLAS"], floatfmt=(".1f",) * 6 + (".2f",),  # (hundredths: tenths hide gaps)
+                              title=f"A linear layer's products, {tokens} tokens, bfloat16",
+                              note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both "
+                                   "kernels). cuBLAS: torch's way to the same C (with torch's GELU, or its backward, "
+                                   "after it where the course fuses one). x cuBLAS: speed as a multiple of torch's "
+                                   "(its time / ours). " + bench.SIDE_BY_SIDE_NOTE))
+    return tables
 
 
 # %%
-chapter.run("layers", bench_layers, gpu=True)
+chapter.run("layers", bench_layers, gpu=True, stand_in=("layer's",))

@@ -438,8 +438,9 @@ KERNELS = {  # the course's autograd functions and the kernels each one launches
     "Matmul": "matmul_kernel (or, for large bfloat16 products on Hopper, hopper.py's TMA kernel), after a "
               "float32 weight's cast",
     "MatmulBackward": "matmul_kernel or the TMA kernel twice (dX, and dW in the weight's float32, with "
-                      "split_k_sum_kernel where K is split); where the GELU was fused, first once more: Z "
-                      "recomputed, dL/dZ = dL/dC * gelu'(Z) in its epilogue",
+                      "split_k_sum_kernel where K is split, unless its parts add into dW by atomics: lesson 4, "
+                      "section 17); where the GELU was fused, first once more: Z recomputed, dL/dZ = dL/dC * "
+                      "gelu'(Z) in its epilogue",
     "AttentionQKV": "attention_kernel, on q, k and v as views of the QKV projection",
     "AttentionQKVBackward": "preprocess_kernel, then on Hopper at head_dim 64 or 128 attention_bwd_kernel_hopper "
                             "(Gluon), else dkdv_kernel (sum_parts_kernel where it runs in parts) and dq_kernel, "

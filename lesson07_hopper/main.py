@@ -125,9 +125,12 @@ args = chapter.start()
 #   float32 block of its own; split_k_sum_kernel then adds each tile's parts, applies the
 #   activation (which needs the whole sum) and casts. With fewer tiles than SMs every tile splits;
 #   behind more than two waves none does (the last wave's idle SMs are then a small share of the
-#   time). hopper.config picks the parts, with 128 x 128 tiles only (a 128 x 256 float32 block,
-#   stored whole, beside the stages would not fit in shared memory): as many as fit the SMs, each
-#   at least 4 steps of K (a split tile's time is about the whole tile's over SPLIT_K, plus its sum).
+#   time). hopper.split_for picks the parts: as many as fit the SMs, each at least 4 steps of K (a
+#   split tile's time is about the whole tile's over SPLIT_K, plus its sum); hopper.rule splits 128
+#   x 128 tiles only (a 128 x 256 float32 block, stored whole, beside the stages would not fit in
+#   shared memory); hopper.tune also times 128 x 256 ones with C and the parts in pieces and, for
+#   a float32 C, parts added into C by atomics (SPLIT_ATOMIC: no second kernel; lesson 4, section
+#   17).
 # - C's tile can be stored in 2 or 4 pieces side by side (EPILOGUE_SPLIT, hopper.store_tile): a TMA
 #   store reads its tile from shared memory, and a piece needs a smaller buffer there (section 6).
 # Section 3 counts what that changes, section 4 checks the kernel, section 5 shows what each kernel

@@ -649,6 +649,42 @@ def test_tune_refuses_a_candidate_whose_c_is_off_the_rules(monkeypatch):
     assert not hopper.PICKS  # nothing picked
 
 
+@pytest.mark.skipif(not INTERPRET, reason="on a GPU the section itself runs (python -m common.results)")
+def test_the_layers_section_tunes_each_product_then_times_it_beside_torch(monkeypatch):
+    # section 17 needs a GPU; here its code runs on small layers under the interpreter, with the
+    # route answering "tma" (as on Hopper) and a stand-in clock: the candidates of each product are
+    # timed and the fastest becomes config()'s pick, and the products' table names that pick
+    from common import bench
+
+    monkeypatch.setattr(chapter, "LAYERS", [("QKV", 64, 96), ("attention out", 64, 64), ("MLP up", 64, 192),
+                                            ("MLP down", 192, 64)])
+    monkeypatch.setattr(chapter, "choose_kernel", lambda a, b: "tma")
+    monkeypatch.setattr(chapter.args, "full", True)
+    monkeypatch.setattr(hopper, "HOPPER", True)
+    monkeypatch.setattr(hopper, "PICKS", {})
+    ran = []
+
+    def clock(runs):  # each of ours run once; the last candidate "fastest"
+        ran.extend(name for name, fn in runs.items() if name != "torch" and fn() is not None)
+        return {name: 1.0 if name != len(runs) - 1 else 0.5 for name in runs}
+
+    monkeypatch.setattr(bench, "side_by_side", clock)
+    candidates, products = chapter.bench_layers(tokens=256)
+    assert [(row[0], row[1]) for row in products.rows] == [
+        (layer, product) for layer in ("QKV", "attention out", "MLP up", "MLP down")
+        for product in ("forward: x @ W^T", "dX = dY @ W", "dW = dY^T @ X",
+                        *(("forward + GELU", "dY * gelu'(x @ W^T)") if layer == "MLP up" else ()), "dW in float32")]
+    # 15 picks: products of the same sizes (attention out's forward and dX; MLP up's forward and MLP
+    # down's dX, and the other way round) are tuned once
+    picks = {(row[0], row[1]): row[2] for row in candidates.rows if row[-1] == "pick"}
+    assert len(picks) == len(hopper.PICKS) == 15
+    runs = {(row[0], row[1]): row[3] for row in products.rows}
+    for (layer, product), configuration in picks.items():
+        assert runs[layer, product] == "matmul_kernel_tma " + configuration  # the products run their picks
+    assert runs["attention out", "dX = dY @ W"] == runs["attention out", "forward: x @ W^T"]
+    assert ran.count("course") == 18 and len(ran) == len(candidates.rows) + 18
+
+
 def test_a_configuration_launch_tma_cannot_run_is_refused_by_name():
     # split K without its tiles (the autotuned kernel has none); C in pieces other than 1, 2 or 4, or
     # narrower than TMA's 16 bytes (16 columns of float16 in 4 pieces: 8 bytes each)
