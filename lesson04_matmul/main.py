@@ -651,6 +651,9 @@ LAYERS = [("QKV", 768, 1280), ("attention out", 768, 768), ("MLP up", 768, 3072)
 # (QKV: 12 query heads and 4 key and 4 value heads of 64, lesson 6's grouped-query model: 20 x 64 = 1280)
 
 
+F32_MM = hasattr(torch.ops.aten.mm, "dtype")  # torch.mm(..., out_dtype=torch.float32) (torch 2.8 on)
+
+
 def layer_products(tokens: int) -> list:
     """Each product of LAYERS in bfloat16 as lesson 6's step runs it: (layer, product, a, b,
     activation, grad, out_dtype, torch's way to the same C). Those only the TMA kernel runs (the
@@ -668,9 +671,10 @@ def layer_products(tokens: int) -> list:
         if hopper.HOPPER and layer == "MLP up":
             rows.append((layer, "dY * gelu'(x @ W^T)", x, w.t(), "gelu_backward", dy, None,
                          lambda x=x, w=w, dy=dy: torch.ops.aten.gelu_backward(dy, x @ w.t(), approximate="tanh")))
-        if hopper.HOPPER:
+        if hopper.HOPPER:  # (cuBLAS writes a float32 C from 16-bit inputs from torch 2.8 on; before, cast)
             rows.append((layer, "dW in float32", dy.t(), x, None, None, torch.float32,
-                         lambda dy=dy, x=x: torch.mm(dy.t(), x, out_dtype=torch.float32)))
+                         (lambda dy=dy, x=x: torch.mm(dy.t(), x, out_dtype=torch.float32)) if F32_MM else
+                         (lambda dy=dy, x=x: (dy.t() @ x).float())))
     return rows
 
 

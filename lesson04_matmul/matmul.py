@@ -218,7 +218,7 @@ class Matmul(torch.autograd.Function):
         tma = choose_kernel(a, b, tma_flag) == "tma"  # the route, on the tensors the kernel reads
         if tma:
             c = hopper.launch_tma(hopper.matmul_kernel_tma, a, b, activation,
-                                  **hopper.config(a.shape[0], b.shape[1], a.shape[1]))
+                                  **hopper.config(a.shape[0], b.shape[1], a.shape[1], activation=activation))
         else:
             kernel, meta = pointer_kernel(a.dtype)
             c = launch(kernel, a, b, activation, precision, **meta)

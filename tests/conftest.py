@@ -56,13 +56,13 @@ def parse_command_line(lesson: str, *argv: str) -> tuple:
 
 # The matmuls of lesson 6's step at GPT-2 small (16384 tokens), as lesson 4's TMA kernel takes them:
 # (M, N, K, activation, C's dtype (None: the inputs'), A_T, B_T). A forward x @ W^T reads W as it
-# lies (B_T), dX = dY @ W reads both as they lie, a weight's gradient dY^T @ X reads dY^T (A_T),
-# written in bfloat16 or, for lesson 6's float32 weights, float32.
+# lies (B_T), dX = dY @ W reads both as they lie, a weight's gradient dY^T @ X (out x in, as W lies)
+# reads dY^T (A_T), written in bfloat16 or, for lesson 6's float32 weights, float32.
 LESSON6_PRODUCTS = [
     *[(16384, n, k, None, None, False, True) for k, n in ((768, 1280), (768, 768), (768, 3072), (3072, 768))],
     (16384, 3072, 768, "gelu", None, False, True), (16384, 3072, 768, "gelu_backward", None, False, True),
     *[(16384, k, n, None, None, False, False) for k, n in ((768, 1280), (768, 3072), (3072, 768))],
-    *[(k, n, 16384, None, out, True, False) for k, n in ((768, 1280), (768, 768), (768, 3072), (3072, 768))
+    *[(n, k, 16384, None, out, True, False) for k, n in ((768, 1280), (768, 768), (768, 3072), (3072, 768))
       for out in (None, torch.float32)]]
 
 

@@ -649,6 +649,24 @@ def test_tune_refuses_a_candidate_whose_c_is_off_the_rules(monkeypatch):
     assert not hopper.PICKS  # nothing picked
 
 
+@pytest.mark.skipif(not (INTERPRET or HOPPER), reason="the TMA kernel needs Hopper (or the interpreter)")
+def test_matmul_and_its_backward_launch_the_pick_for_each_products_key(monkeypatch):
+    # a GELU forward asks config() with its epilogue, a float32 weight's gradient with C's dtype:
+    # the keys tune() picked them under (a pick under another key would never be run)
+    x = torch.randn(64, 96, device=DEVICE, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(80, 96, device=DEVICE, dtype=torch.float32, requires_grad=True)  # a linear layer's, float32
+    halves = dict(hopper.rule(64, 80, 96), BLOCK_N=64, SPLIT_K=1, EPILOGUE_SPLIT=2)  # unlike the rule's
+    # (W's gradient lies as W does: dY^T @ X, 80 x 96 over the 64 rows)
+    monkeypatch.setattr(hopper, "PICKS", {hopper.pick_key(64, 80, 96, "gelu", None): halves,
+                                          hopper.pick_key(80, 96, 64, None, torch.float32): dict(halves, BLOCK_M=64)})
+    launched, launch = [], hopper.launch_tma
+    monkeypatch.setattr(hopper, "launch_tma", lambda *args, **meta: launched.append(meta) or launch(*args, **meta))
+    matmul(x, w.t(), activation="gelu", tma=True).sum().backward()
+    forward, recomputed, dx, dw = ({k: v for k, v in meta.items() if k in halves} for meta in launched)
+    assert forward == halves and dw == dict(halves, BLOCK_M=64)  # the picks
+    assert recomputed == hopper.rule(64, 80, 96, activation="gelu_backward") and dx == hopper.rule(64, 96, 80)
+
+
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU the section itself runs (python -m common.results)")
 def test_the_layers_section_tunes_each_product_then_times_it_beside_torch(monkeypatch):
     # section 17 needs a GPU; here its code runs on small layers under the interpreter, with the
