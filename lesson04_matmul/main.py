@@ -640,10 +640,10 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # kernel, so K can split into as many parts as fill every SM (36 tiles: 11 parts, 3 full waves,
 # hopper.fill_split). The parts land in any order and the sum's last bits can change from run to
 # run, so under torch.use_deterministic_algorithms config() keeps to the rule.
-# With --full this section tunes every product before timing it; a recorded run
-# (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and a default run, lesson
-# 6's too, takes them. Timed beside torch's way to the same C: cuBLAS, then torch's GELU or its
-# backward where there is an epilogue; torch.mm(out_dtype=float32) for a float32 dW.
+# This section, a sweep that --full runs, tunes every product before timing it; a recorded run
+# (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and every other run,
+# lesson 6's too, takes them. Timed beside torch's way to the same C: cuBLAS, then torch's GELU or
+# its backward where there is an epilogue; torch.mm(out_dtype=float32) for a float32 dW.
 
 
 # %%
@@ -724,10 +724,10 @@ def tune_layers(products: list) -> Table:
 
 
 def bench_layers(tokens: int = 16384) -> list:
-    """Kernel µs of each of layer_products, the course's beside torch's (with --full, on Hopper,
-    each product tuned first)."""
+    """Kernel µs of each of layer_products, the course's beside torch's (on Hopper each product tuned
+    first). A sweep: with --full only."""
     products = layer_products(tokens)
-    tables = [tune_layers(products)] if args.full and hopper.HOPPER else []
+    tables = [tune_layers(products)] if hopper.HOPPER else []
     rows = []
     for layer, product, a, b, activation, grad, out_dtype, torch_way in products:
         ms = bench.side_by_side({"torch": torch_way, "course": course_product(a, b, activation, grad, out_dtype)})
@@ -748,4 +748,4 @@ def bench_layers(tokens: int = 16384) -> list:
 
 
 # %%
-chapter.run("layers", bench_layers, gpu=True, stand_in=("layer's",))
+chapter.run("layers", bench_layers, gpu=True, full=True, stand_in=("layer's",))

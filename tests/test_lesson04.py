@@ -677,7 +677,6 @@ def test_the_layers_section_tunes_each_product_then_times_it_beside_torch(monkey
     monkeypatch.setattr(chapter, "LAYERS", [("QKV", 64, 96), ("attention out", 64, 64), ("MLP up", 64, 192),
                                             ("MLP down", 192, 64)])
     monkeypatch.setattr(chapter, "choose_kernel", lambda a, b: "tma")
-    monkeypatch.setattr(chapter.args, "full", True)
     monkeypatch.setattr(hopper, "HOPPER", True)
     monkeypatch.setattr(hopper, "PICKS", {})
     ran = []
