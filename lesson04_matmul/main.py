@@ -618,9 +618,10 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # %% [markdown]
 # ## 17. The products a model trains: a linear layer's forward and both gradients
 # A linear layer stores its weight as W (out x in) and computes y = x @ W^T: B is a transposed
-# view. Its backward runs two more products: dX = dY @ W, and dW = dY^T @ X (W's shape: section
-# 9 computes it so for B = W^T), where A = dY^T is the transposed view and the sum runs over every
-# token of the batch (16384 in lesson 6's step) while the output is only as large as the weight.
+# view. Its backward runs two more products: dX = dY @ W, and dW = dY^T @ X (out x in, as W lies:
+# section 9's backward turns dB = A^T @ dC so for B = W^T), where A = dY^T is the transposed view
+# and the sum runs over every token of the batch (16384 in lesson 6's GPT-2-small step) while the
+# output is only as large as the weight.
 # The three differ in what is hard: the forward and dX have tiles to spare; dW has few tiles and a
 # long inner dimension, K = the tokens. Split K spreads that K over the idle SMs
 # (lesson 7, section 2): where C has fewer tiles than SMs, every tile splits; in two waves, only
@@ -631,19 +632,21 @@ chapter.run("offsets", bench_offsets, gpu=True)
 #
 # Which configuration each product takes is no rule of thumb: it depends on the tiles, the waves
 # they make on this GPU's SMs, the epilogue's shared memory. triton.autotune cannot choose it (split
-# K is two launches, and it sets the grid), so hopper.tune times hopper.candidates, the rule's
-# configuration and tiles of 128 x 256, 256 x 128 or 128 x 128 in 3 to 5 stages, C in the fewest
-# pieces that fit (each checked against the rule's C first), and hopper.config returns the fastest
-# from then on.
+# K is two launches, and it sets the grid), so hopper.tune times hopper.candidates: first the
+# configuration hopper.rule gives (the rules config() used before any timing), then tiles of 128 x
+# 256, 256 x 128 or 128 x 128 in 3 to 5 stages, C in the fewest pieces that fit (C's tile leaves
+# through shared memory; stored in pieces, EPILOGUE_SPLIT, it needs less: lesson 7, section 6),
+# each checked against C in float32 first, and hopper.config returns the fastest from then on.
 # A float32 weight gradient also tries its parts added straight into C by atomics (SPLIT_ATOMIC):
 # the adds meet in the L2 cache, with no float32 parts written to memory and read back by a second
 # kernel, so K can split into as many parts as fill every SM (36 tiles: 11 parts, 3 full waves,
 # hopper.fill_split). The parts land in any order and the sum's last bits can change from run to
-# run, so under torch.use_deterministic_algorithms config() keeps to the rule.
+# run, so under torch.use_deterministic_algorithms config() keeps to hopper.rule's configuration.
 # This section, a sweep that --full runs, tunes every product before timing it; a recorded run
-# (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and every other run,
-# lesson 6's too, takes them. Timed beside torch's way to the same C: cuBLAS, then torch's GELU or
-# its backward where there is an epilogue; torch.mm(out_dtype=float32) for a float32 dW.
+# (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and later runs take them:
+# lesson 6's GPT-2-small run (its --full) at these very products. Timed beside torch's way to the
+# same C: cuBLAS, then torch's GELU or its backward where there is an epilogue;
+# torch.mm(out_dtype=float32) for a float32 dW.
 
 
 # %%
@@ -655,9 +658,10 @@ F32_MM = hasattr(torch.ops.aten.mm, "dtype")  # torch.mm(..., out_dtype=torch.fl
 
 
 def layer_products(tokens: int) -> list:
-    """Each product of LAYERS in bfloat16 as lesson 6's step runs it: (layer, product, a, b,
-    activation, grad, out_dtype, torch's way to the same C). Those only the TMA kernel runs (the
-    backward's epilogue, a float32 C) where matmul() takes it: on a Hopper GPU."""
+    """Each product of LAYERS in bfloat16: (layer, product, a, b, activation, grad, out_dtype,
+    torch's way to the same C). A layer's three as a model of bfloat16 weights runs them, and those
+    lesson 6 adds: GELU fused, and on a Hopper GPU (the TMA kernel's alone) its backward's epilogue
+    and a float32 weight's gradient."""
     rows = []
     for layer, K, N in LAYERS:
         x, w, dy = (torch.randn(*shape, device=DEVICE, dtype=torch.bfloat16) for shape in
@@ -715,9 +719,11 @@ def tune_layers(products: list) -> Table:
         rows += [(layer, product, configuration(meta, M, N), ms * 1e3, timed[0][1] / ms,
                   "pick" if ms == fastest else "") for meta, ms in timed]
     return print_table(rows, ["layer", "product", "configuration (the rule's first)", "µs", "x the rule", ""],
-                       floatfmt=(".1f", ".2f"), title="Each product's candidates, timed (hopper.tune)",
-                       note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both kernels), "
-                            "bfloat16 inputs. x the rule: speed as a multiple of the rule's configuration's. Each "
+                       floatfmt=("", "", "", ".1f", ".2f", ""),  # (µs in tenths, x the rule in hundredths)
+                       title="Each product's candidates, timed (hopper.tune)",
+                       note="Kernel µs (profiler timestamps, L2 flushed between calls; every kernel a call launches: "
+                            "with split K the parts' sum, or C's zeroing where they add by atomics), bfloat16 inputs. "
+                            "x the rule: speed as a multiple of hopper.rule's configuration's. Each "
                             "product's candidates were timed in turns, 3 rounds, median (bench.side_by_side); the "
                             "fastest is config()'s pick from then on, in the table below too, for every product of "
                             "the same sizes, epilogue and C's dtype (tuned once).")
@@ -740,8 +746,8 @@ def bench_layers(tokens: int = 16384) -> list:
     tables.append(print_table(rows, ["layer", "product", "M x N x K", "the course runs", "cuBLAS µs", "course µs",
                                      "x cuBLAS"], floatfmt=(".1f",) * 6 + (".2f",),  # (hundredths: tenths hide gaps)
                               title=f"A linear layer's products, {tokens} tokens, bfloat16",
-                              note="Kernel µs (profiler timestamps, L2 flushed between calls; with split K both "
-                                   "kernels). cuBLAS: torch's way to the same C (with torch's GELU, or its backward, "
+                              note="Kernel µs (profiler timestamps, L2 flushed between calls; every kernel a call "
+                                   "launches). cuBLAS: torch's way to the same C (with torch's GELU, or its backward, "
                                    "after it where the course fuses one). x cuBLAS: speed as a multiple of torch's "
                                    "(its time / ours). " + bench.SIDE_BY_SIDE_NOTE))
     return tables

@@ -235,6 +235,7 @@ class Matmul(torch.autograd.Function):
         kernel, meta = pointer_kernel(a.dtype)
 
         def backward_product(x, y, out_dtype=None):  # x @ y by the kernel the route takes (tma=False: never TMA)
+            out_dtype = None if out_dtype == x.dtype else out_dtype  # (C in the inputs' dtype: None, config()'s key)
             if backward_takes_tma(ctx.tma_flag, x, y):
                 return hopper.launch_tma(hopper.matmul_kernel_tma, x, y, out_dtype=out_dtype,
                                          **hopper.config(x.shape[0], y.shape[1], x.shape[1], out_dtype=out_dtype))

@@ -644,7 +644,8 @@ def test_tune_refuses_a_candidate_whose_c_is_off_the_rules(monkeypatch):
     monkeypatch.setattr(hopper, "launch_tma", planted)
     a = torch.randn(96, 256, device=DEVICE, dtype=torch.float16)
     b = torch.randn(256, 80, device=DEVICE, dtype=torch.float16)
-    with pytest.raises(AssertionError, match="candidate .* for 96 x 80 x 256 is off the rule's C by"):
+    with pytest.raises(AssertionError, match="candidate .* for 96 x 80 x 256 is off C by .* more than the .* the "
+                                             "rule's configuration allows"):
         hopper.tune(a, b, timer=lambda runs: dict.fromkeys(runs, 1.0))
     assert not hopper.PICKS  # nothing picked
 
@@ -665,6 +666,20 @@ def test_matmul_and_its_backward_launch_the_pick_for_each_products_key(monkeypat
     forward, recomputed, dx, dw = ({k: v for k, v in meta.items() if k in halves} for meta in launched)
     assert forward == halves and dw == dict(halves, BLOCK_M=64)  # the picks
     assert recomputed == hopper.rule(64, 80, 96, activation="gelu_backward") and dx == hopper.rule(64, 96, 80)
+    # a bfloat16 weight's gradient, C in the inputs' dtype: the key of C's dtype None, as tune() keys it
+    monkeypatch.setattr(hopper, "PICKS", {hopper.pick_key(80, 96, 64, None, None): halves})
+    launched.clear()
+    matmul(x, w.detach().to(torch.bfloat16).requires_grad_().t(), tma=True).backward(  # (a dL/dC TMA can read)
+        torch.randn(64, 80, device=DEVICE, dtype=torch.bfloat16))
+    assert {k: v for k, v in launched[-1].items() if k in halves} == halves
+
+
+def test_an_empty_sum_through_the_gelu_backward_epilogue_keeps_cs_dtype():
+    # K = 0: Z = 0 and gelu'(0) = 1/2, with no kernel; C in out_dtype as any launch writes it
+    a, b = torch.empty(4, 0, device=DEVICE, dtype=torch.bfloat16), torch.empty(0, 8, device=DEVICE, dtype=torch.bfloat16)
+    g = torch.randn(4, 8, device=DEVICE, dtype=torch.bfloat16)
+    out = launch_tma(hopper.matmul_kernel_tma, a, b, "gelu_backward", grad=g, out_dtype=torch.float32)
+    assert out.dtype == torch.float32 and torch.equal(out, g.float() * 0.5)
 
 
 @pytest.mark.skipif(not INTERPRET, reason="on a GPU the section itself runs (python -m common.results)")
