@@ -27,8 +27,9 @@ for the products a model trains:
   weight (768 x 768: 36 tiles of 128 x 128 for 132 SMs; an MLP's, 768 x 3072, is 144 tiles, a
   wave and 12 more that leave 120 SMs idle). The tiles of the last wave (every tile, where there
   are fewer than SMs) run as SPLIT_K parts of K side by side, each into a float32 block, and
-  split_k_sum_kernel adds each tile's parts (with the activation and the cast); or, where C is
-  float32 with no activation, each part adds itself into C by atomics (SPLIT_ATOMIC).
+  split_k_sum_kernel adds each tile's parts (with the activation and the cast); or each part adds
+  itself by atomics (SPLIT_ATOMIC) into one float32 block per tile, which split_k_sum_kernel then
+  only casts, or, where C is float32 with no activation, into C itself: no second kernel.
 - The epilogue in pieces: a TMA store goes from shared memory, so C's tile (or a part) is staged
   there, in a buffer beside the stages of A and B. Stored in 2 or 4 pieces side by side
   (EPILOGUE_SPLIT), the buffer is that much smaller: room for one more stage, or for a float32
@@ -112,7 +113,7 @@ def matmul_kernel_tma(
     whole_tiles=0,                      # tiles 0 ... whole_tiles - 1 (the full waves) run whole
     parts_ptr=None,                     # float32: one BLOCK_M x BLOCK_N block per part of a split tile
     EPILOGUE_SPLIT: tl.constexpr = 1,   # C's tile (and a part's) stored in 1, 2 or 4 pieces side by side
-    SPLIT_ATOMIC: tl.constexpr = False,  # a split tile's parts added into C (float32, zeroed) by atomics
+    SPLIT_ATOMIC: tl.constexpr = False,  # a split tile's parts added by atomics: into C, or parts_ptr's block
 ):
     # The descriptors: each matrix's base, shape and strides as it lies in memory, and the tile a
     # load or store moves. TMA reads rows; a transposed operand is read as it lies (the tile of A^T
@@ -175,13 +176,22 @@ def matmul_kernel_tma(
             if not is_whole:  # a partial sum, kept in float32 (bfloat16 would round each part), in
                 # block `unit` (tile by tile, part by part: split_k_sum_kernel reads the same order).
                 # The activation waits for the sum: gelu(p0 + p1) is not gelu(p0) + gelu(p1).
-                if SPLIT_ATOMIC:  # or, C itself float32 with no activation, added into C where it
-                    # lies: the atomic adds meet in the L2 cache, and no second kernel reads parts back.
+                if SPLIT_ATOMIC:  # or every part of a tile added into one zeroed float32 block by
+                    # atomics: the adds meet in the L2 cache, so parts cost no memory round trip and can
+                    # be many. The block: the tile's own in parts_ptr (split_k_sum_kernel then applies the
+                    # activation and casts), or, parts_ptr None (C float32, no activation), C itself.
                     # The parts land in any order, so the sum's last bits can change from run to run.
-                    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-                    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-                    tl.atomic_add(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :], acc,
-                                  mask=(rows < M)[:, None] & (cols < N)[None, :], sem="relaxed")
+                    rows = tl.arange(0, BLOCK_M)
+                    cols = tl.arange(0, BLOCK_N)
+                    if parts_ptr is None:
+                        rows = pid_m * BLOCK_M + rows
+                        cols = pid_n * BLOCK_N + cols
+                        tl.atomic_add(c_ptr + rows[:, None].to(tl.int64) * stride_cm + cols[None, :], acc,
+                                      mask=(rows < M)[:, None] & (cols < N)[None, :], sem="relaxed")
+                    else:
+                        rows = (tile_id - whole_tiles) * BLOCK_M + rows
+                        tl.atomic_add(parts_ptr + rows[:, None].to(tl.int64) * BLOCK_N + cols[None, :], acc,
+                                      sem="relaxed")
                 else:
                     store_tile(parts_desc, unit * BLOCK_M, 0, acc, EPILOGUE_SPLIT)
         if is_whole:
@@ -248,13 +258,13 @@ def shared_bytes(config, itemsize: int = 2, *, c_itemsize: int = 2, activation: 
     2), and the buffer C's tile, or its piece (EPILOGUE_SPLIT), goes out through (c_itemsize: 2, or
     4 for a float32 C). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4
     stages, C in halves: 4 x 48 + 32 = 224 KB. With SPLIT_K > 1 a part's float32 piece goes out too,
-    through a buffer of its own beside a 16-bit C's (a float32 C's serves both): 128 x 128 in 4
-    stages, 160 + 64 = 224 KB. "gelu_backward" adds the buffer its tile of dL/dC is rearranged in,
+    through a buffer of its own beside a 16-bit C's (a float32 C's serves both; SPLIT_ATOMIC's parts
+    go out by atomics, from registers): 128 x 128 in 4 stages, 160 + 64 = 224 KB. "gelu_backward" adds the buffer its tile of dL/dC is rearranged in,
     as the compiler lays it out: BLOCK_M x 128 16-bit numbers (32 KB for 128 rows, 64 for 256)."""
     meta = config if isinstance(config, dict) else {**config.kwargs, "num_stages": config.num_stages}
     BM, BN, BK = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
     piece = BM * BN // meta.get("EPILOGUE_SPLIT", 1)  # elements of C's piece
-    parts = piece * 4 if meta.get("SPLIT_K", 1) > 1 and c_itemsize != 4 else 0
+    parts = piece * 4 if meta.get("SPLIT_K", 1) > 1 and c_itemsize != 4 and not meta.get("SPLIT_ATOMIC") else 0
     return (meta["num_stages"] * (BM * BK + BK * BN) * itemsize + piece * c_itemsize + parts
             + (BM * min(BN, 128) * 2 if activation == "gelu_backward" else 0))
 
@@ -387,8 +397,8 @@ def fill_split(M: int, N: int, K: int, BLOCK_M: int, BLOCK_N: int) -> int:
 def candidates(M: int, N: int, K: int, *, activation: str | None = None, out_dtype=None) -> list[dict]:
     """The configurations tune() times for an M x N x K product: the rule's first, then each of
     TRIES with K split as split_for says and C in the fewest pieces (1, 2 or 4) that let it fit this
-    GPU's shared memory (shared_bytes, 1 KB left for the barriers). A float32 C with no activation
-    (a weight's gradient) also tries each tile of ATOMIC_TRIES with the parts added into C by atomics
+    GPU's shared memory (shared_bytes, 1 KB left for the barriers). A product with a wave to split
+    (a weight's gradient) also tries each tile of ATOMIC_TRIES with its parts added by atomics
     (SPLIT_ATOMIC), split as fill_split says. (Each one is compiled before it is timed, seconds each.)"""
     first = rule(M, N, K, activation=activation, out_dtype=out_dtype)
     if INTERPRET:  # small tiles the interpreter runs: the rule's, and C in halves, K whole
@@ -401,10 +411,8 @@ def candidates(M: int, N: int, K: int, *, activation: str | None = None, out_dty
                         SPLIT_K=split_for(M, N, K, BM, BN), EPILOGUE_SPLIT=pieces, num_warps=8, num_stages=stages)
             if shared_bytes(meta, c_itemsize=c_itemsize, activation=activation) + 1024 <= shared_memory():
                 found.append(meta)
-                if out_dtype == torch.float32 and not activation and (BM, BN, stages) in ATOMIC_TRIES:
-                    split = fill_split(M, N, K, BM, BN)
-                    if split > 1:
-                        found.append(dict(meta, SPLIT_K=split, SPLIT_ATOMIC=True))
+                if (BM, BN, stages) in ATOMIC_TRIES and fill_split(M, N, K, BM, BN) > 1:
+                    found.append(dict(meta, SPLIT_K=fill_split(M, N, K, BM, BN), SPLIT_ATOMIC=True))
                 break
     return [meta for i, meta in enumerate(found) if meta not in found[:i]]
 
@@ -471,17 +479,16 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
     inputs check_tma accepted. activation "gelu_backward": grad * gelu'(a @ b), grad contiguous, C's shape.
     out_dtype: C's (by default the inputs'; float32 keeps the accumulator's bits). EPILOGUE_SPLIT in
     meta (1, 2 or 4; by default 1): C's tiles, and split K's parts, stored in that many pieces.
-    SPLIT_ATOMIC in meta (a float32 C, no activation): the parts added into C, zeroed first, by
-    atomics, with no second kernel."""
+    SPLIT_ATOMIC in meta: each split tile's parts added by atomics into one zeroed float32 block
+    (then cast by split_k_sum_kernel), or, C float32 with no activation, into C, zeroed: no second
+    kernel."""
     (M, K), N = a.shape, b.shape[1]
     atomic = meta.pop("SPLIT_ATOMIC", False)
-    if atomic and (out_dtype != torch.float32 or activation):
-        raise ValueError(f"SPLIT_ATOMIC adds split K's parts into C itself: C must be float32 (out_dtype) with no "
-                         f"activation, got out_dtype {out_dtype} and activation {activation!r}")
+    into_c = atomic and out_dtype == torch.float32 and not activation  # (the sum itself is C)
     if not K and activation == "gelu_backward":  # (an empty sum, Z = 0, and gelu'(0) = 1/2)
         return (grad * 0.5).to(out_dtype or grad.dtype)
     # K = 0: act(0) = 0; atomics add into zeros
-    c = a.new_empty((M, N), dtype=out_dtype) if K and not atomic else a.new_zeros((M, N), dtype=out_dtype)
+    c = a.new_empty((M, N), dtype=out_dtype) if K and not into_c else a.new_zeros((M, N), dtype=out_dtype)
     (a_t, stride_a), (b_t, stride_b) = layout(a), layout(b)
     a, b = interpretable(a), interpretable(b)  # (bf16 as fp32 under the interpreter)
     grad = interpretable(grad) if grad is not None else None
@@ -518,14 +525,19 @@ def launch_tma(kernel, a, b, activation=None, programs: int | None = None, grad=
         return c                                                                  # (common.launch says why)
     BM, BN = meta["BLOCK_M"], meta["BLOCK_N"]
     whole = tiles - split_count
-    parts = None if atomic else torch.empty((split_count * split * BM, BN), dtype=torch.float32, device=c.device)
+    if into_c:
+        parts = None
+    elif atomic:  # one float32 block a split tile, zeroed, its parts added in by atomics
+        parts = torch.zeros((split_count * BM, BN), dtype=torch.float32, device=c.device)
+    else:  # one float32 block a part
+        parts = torch.empty((split_count * split * BM, BN), dtype=torch.float32, device=c.device)
     kernel[(min(programs, whole + split_count * split),)](
         a, b, c, M, N, K, stride_a, stride_b, N, ACTIVATION=activation or "", g_ptr=grad, A_T=a_t, B_T=b_t,
         whole_tiles=whole, parts_ptr=parts, SPLIT_ATOMIC=atomic, **meta)
-    if atomic:  # (the parts are in C already)
+    if into_c:  # (the sum is in C already)
         return c
-    rows = min(BM, 16)  # the split tiles' parts added, the activation applied, in C's dtype
-    split_k_sum_kernel[(split_count, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=split, BLOCK_M=BM, BLOCK_N=BN,
-                                                 GROUP_M=meta["GROUP_M"], ROWS=rows, ACTIVATION=activation or "",
-                                                 g_ptr=grad)
+    rows = min(BM, 16)  # the split tiles' parts added (with atomics, one block a tile), the activation applied
+    split_k_sum_kernel[(split_count, BM // rows)](parts, c, M, N, N, whole, SPLIT_K=1 if atomic else split,
+                                                 BLOCK_M=BM, BLOCK_N=BN, GROUP_M=meta["GROUP_M"], ROWS=rows,
+                                                 ACTIVATION=activation or "", g_ptr=grad)
     return c

@@ -637,11 +637,12 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # 256, 256 x 128 or 128 x 128 in 3 to 5 stages, C in the fewest pieces that fit (C's tile leaves
 # through shared memory; stored in pieces, EPILOGUE_SPLIT, it needs less: lesson 7, section 6),
 # each checked against C in float32 first, and hopper.config returns the fastest from then on.
-# A float32 weight gradient also tries its parts added straight into C by atomics (SPLIT_ATOMIC):
-# the adds meet in the L2 cache, with no float32 parts written to memory and read back by a second
-# kernel, so K can split into as many parts as fill every SM (36 tiles: 11 parts, 3 full waves,
-# hopper.fill_split). The parts land in any order and the sum's last bits can change from run to
-# run, so under torch.use_deterministic_algorithms config() keeps to hopper.rule's configuration.
+# A weight's gradient also tries its parts added by atomics (SPLIT_ATOMIC) into one float32 block
+# per tile, or, for a float32 weight's, into C itself: the adds meet in the L2 cache instead of
+# each part's float32 block going to memory and back, so K can split into as many parts as fill
+# every SM (36 tiles: 11 parts, 3 full waves, hopper.fill_split), and a float32 C needs no second
+# kernel. The parts land in any order and the sum's last bits can change from run to run, so
+# under torch.use_deterministic_algorithms config() keeps to hopper.rule's configuration.
 # This section, a sweep that --full runs, tunes every product before timing it; a recorded run
 # (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and later runs take them:
 # lesson 6's GPT-2-small run (its --full) at these very products. Timed beside torch's way to the

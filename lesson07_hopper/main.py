@@ -128,9 +128,8 @@ args = chapter.start()
 #   time). hopper.split_for picks the parts: as many as fit the SMs, each at least 4 steps of K (a
 #   split tile's time is about the whole tile's over SPLIT_K, plus its sum); hopper.rule splits 128
 #   x 128 tiles only (a 128 x 256 float32 block, stored whole, beside the stages would not fit in
-#   shared memory); hopper.tune also times 128 x 256 ones with C and the parts in pieces and, for
-#   a float32 C, parts added into C by atomics (SPLIT_ATOMIC: no second kernel; lesson 4, section
-#   17).
+#   shared memory); hopper.tune also times 128 x 256 ones with C and the parts in pieces, and
+#   parts added by atomics (SPLIT_ATOMIC; lesson 4, section 17).
 # - C's tile can be stored in 2 or 4 pieces side by side (EPILOGUE_SPLIT, hopper.store_tile): a TMA
 #   store reads its tile from shared memory, and a piece needs a smaller buffer there (section 6).
 # Section 3 counts what that changes, section 4 checks the kernel, section 5 shows what each kernel

@@ -474,8 +474,9 @@ def candidate_job(M, N, K, activation, out_dtype, a_t, b_t, meta) -> dict:
                  **ints("M", "N", "K", "stride_am", "stride_bk", "stride_cm")}
     if activation == "gelu_backward":
         signature.update(pointers("bf16", "g_ptr"))
-    if meta["SPLIT_K"] > 1:  # (the parts' buffer, or None where they are added into C by atomics)
-        signature.update(ints("whole_tiles"), **({} if meta.get("SPLIT_ATOMIC") else pointers("fp32", "parts_ptr")))
+    if meta["SPLIT_K"] > 1:  # (the parts' buffer, or None where atomics add them into a float32 C)
+        into_c = meta.get("SPLIT_ATOMIC") and c == "fp32" and not activation
+        signature.update(ints("whole_tiles"), **({} if into_c else pointers("fp32", "parts_ptr")))
     return dict(module="lesson04_matmul.hopper", kernel="matmul_kernel_tma", signature=signature, arch=90, asm=[],
                 constexprs=dict(meta, ACTIVATION=activation or "", A_T=a_t, B_T=b_t), num_warps=num_warps,
                 num_stages=num_stages, divisible_by_16=("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am",

@@ -291,11 +291,13 @@ def test_tma_kernel_reads_transposed_operands_and_splits_k(a_t, b_t, split, prog
 
 
 @pytest.mark.parametrize("programs", [5, 16])
-def test_split_k_parts_added_by_atomics_into_a_float32_c(programs):
-    # SPLIT_ATOMIC: a weight's gradient in float32 (dY^T @ X, A transposed), each split tile's parts
-    # added into C by atomics, no parts buffer nor second kernel; on 5 programs the last wave of
-    # the 12 tiles splits (the whole tiles stored over C's zeros), on 16 every tile. The product of
-    # two bfloat16 numbers is exact in float32, so only float32 sums part C from float64's
+def test_split_k_parts_added_by_atomics(programs):
+    # SPLIT_ATOMIC: a weight's gradient (dY^T @ X, A transposed), each split tile's parts added by
+    # atomics: into a float32 C itself (no parts buffer, no second kernel), or into one float32
+    # block per tile that split_k_sum_kernel casts, its activation applied after the sum. On 5
+    # programs the last wave of the 12 tiles splits (the whole tiles stored over C's zeros), on 16
+    # every tile. The product of two bfloat16 numbers is exact in float32, so only float32 sums
+    # part a float32 C from float64's
     if not INTERPRET and not HOPPER:
         pytest.skip("TMA needs a Hopper GPU (sm_90) or newer")
     M, N, K = 104, 72, 200
@@ -304,9 +306,13 @@ def test_split_k_parts_added_by_atomics_into_a_float32_c(programs):
     tiles = dict(BLOCK_M=32, BLOCK_N=32, BLOCK_K=32, GROUP_M=4, FLATTEN=True, SPLIT_K=3, SPLIT_ATOMIC=True)
     out = launch_tma(hopper.matmul_kernel_tma, a, b, programs=programs, out_dtype=torch.float32, **tiles)
     assert out.dtype == torch.float32 and rel_error(out, a.double() @ b.double()) < 1e-5
-    for activation, out_dtype in (("gelu", torch.float32), (None, torch.bfloat16)):  # what the sum must come first for
-        with pytest.raises(ValueError, match="SPLIT_ATOMIC adds split K's parts into C itself: C must be float32"):
-            launch_tma(hopper.matmul_kernel_tma, a, b, activation, out_dtype=out_dtype, **tiles)
+    for act in (None, "gelu"):
+        out = launch_tma(hopper.matmul_kernel_tma, a, b, act, programs=programs, **tiles)
+        assert out.dtype == torch.bfloat16
+        assert rel_error(out, reference(a.double(), b.double(), act)) < TOLERANCE[torch.bfloat16], act
+    g = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16)
+    out = launch_tma(hopper.matmul_kernel_tma, a, b, "gelu_backward", programs=programs, grad=g, **tiles)
+    assert rel_error(out, gelu_backward_reference(a, b, g)) < TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.parametrize("pieces", [2, 4])
@@ -590,9 +596,9 @@ def test_the_candidates_start_with_the_rule_and_make_room_by_pieces(monkeypatch)
         # the products the rule keeps to 128 x 128 get 128 x 256 tiles to try, C in pieces
         if activation == "gelu_backward" or out_dtype == torch.float32:
             assert any(meta["BLOCK_N"] == 256 and meta["EPILOGUE_SPLIT"] > 1 for meta in found)
-        # a weight's gradient in float32 also tries its parts added by atomics, and only it
+        # a weight's gradient (a wave to split) also tries its parts added by atomics, and only it
         atomics = [meta for meta in found if meta.get("SPLIT_ATOMIC")]
-        assert bool(atomics) == (out_dtype == torch.float32 and M < 16384), (M, N, K, out_dtype)
+        assert bool(atomics) == (M < 16384), (M, N, K, out_dtype)
         if (M, N, out_dtype) == (768, 768, torch.float32):  # 36 tiles of 128 x 128: in 3 parts (the rule's)
             # 108 of 132 SMs work; with atomics in 11, all of them, in 3 waves
             assert found[0]["SPLIT_K"] == 3 and [meta["SPLIT_K"] for meta in atomics if meta["BLOCK_M"] == 128 and
