@@ -418,7 +418,8 @@ chapter.run("grad", grad_check)
 # (write the accumulator, the masked tiles and tl.dot), grouped_order (write section 3's map: a
 # bijection that reads fewer tiles per wave than row-major order), bias_epilogue (write a fused
 # act(A @ B + bias)), when_to_write (predict when a hand-written matmul beats cuBLAS, after section
-# 12) and swiglu_mlp (a stretch: two matmuls sharing one K loop).
+# 12), split_k (write a weight's gradient split along K, its parts added with tl.atomic_add, after
+# section 17) and swiglu_mlp (a stretch: two matmuls sharing one K loop).
 
 # %% [markdown]
 # ## 10. Timing: against torch.matmul (cuBLAS)
@@ -643,6 +644,8 @@ chapter.run("offsets", bench_offsets, gpu=True)
 # every SM (36 tiles: 11 parts, 3 full waves, hopper.fill_split), and a float32 C needs no second
 # kernel. The parts land in any order and the sum's last bits can change from run to run, so
 # under torch.use_deterministic_algorithms config() keeps to hopper.rule's configuration.
+# (Exercise split_k writes the idea with plain loads: a 3-D grid, a stretch of K for each program,
+# one atomic add each.)
 # This section, a sweep that --full runs, tunes every product before timing it; a recorded run
 # (COURSE_RECORD_PICKS=1, common/tuned.py) keeps the picks per GPU model, and later runs take them:
 # lesson 6's GPT-2-small run (its --full) at these very products. Timed beside torch's way to the

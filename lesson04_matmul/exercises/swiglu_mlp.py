@@ -1,4 +1,4 @@
-"""Exercise 4.5 (stretch, optimise to a budget): Llama's gated MLP, silu(x @ W1) * (x @ W3), x read once.
+"""Exercise 4.6 (stretch, optimise to a budget): Llama's gated MLP, silu(x @ W1) * (x @ W3), x read once.
 
 The statement. The first half of a Llama feed-forward layer computes two products of the same
 input, the gate h1 = x @ W1 and the up projection h3 = x @ W3, and multiplies them: out =

@@ -1,4 +1,4 @@
-"""SPOILER: the solution of exercise 4.5 (the gated MLP), and wrong ones the tests check the checker with."""
+"""SPOILER: the solution of exercise 4.6 (the gated MLP), and wrong ones the tests check the checker with."""
 import common.device  # noqa: F401
 import triton
 import triton.language as tl
