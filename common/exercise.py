@@ -451,7 +451,8 @@ def memory_problem(log: accesses.Log, outputs: dict) -> str | None:
             who = [_program(p, axes) for p, idx in stored.items() if np.isin(twice[0], idx)]
             return (f"{name}[{_index(twice[0], out.shape)}] is written {counts[twice[0]]} times, by programs "
                     f"{', '.join(who)} ({_count(twice.size, 'element')} written more than once): each output element "
-                    "belongs to one program (on a GPU the programs race, and the last one wins)")
+                    "belongs to one program (on a GPU the programs race, and the last one wins); where several "
+                    "programs each hold a part of one element's sum, they add it with tl.atomic_add")
         never = np.flatnonzero(counts == 0)
         if never.size:
             return (f"{name} has {never.size} of its {out.numel()} elements left unwritten, "

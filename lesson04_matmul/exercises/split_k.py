@@ -6,7 +6,8 @@ weight (section 17: 768 x 768 is 36 tiles of 128 x 128, for an H100's 132 SMs). 
 tile would leave most SMs idle, so K is split too. The grid is 3-D, (cdiv(M, BLOCK_M), cdiv(N,
 BLOCK_N), cdiv(K, K_PER_PROGRAM)): program (m, n, s) sums its tile of C over its stretch of K, ks
 from s * K_PER_PROGRAM to (s + 1) * K_PER_PROGRAM - 1 (the last stretch stops at K), in steps of
-BLOCK_K (a stretch is a whole number of steps) with a float32 accumulator, exercise 4.1's loop.
+BLOCK_K (a stretch is a whole number of steps; K_PER_PROGRAM arrives as a plain integer, BLOCK_K
+as a constexpr) with a float32 accumulator, exercise 4.1's loop.
 Then it adds its partial sum into C with tl.atomic_add, as exercise 3.3 added a row's: C is
 float32 (as a float32 weight's gradient is, straight from the accumulator), and the launcher,
 given, zeroes it first. A and B are float16 or float32 (tl.dot with input_precision="ieee", as
@@ -21,7 +22,7 @@ The cases: 1 x 1 x 1 (one program, one lane); 20 x 12 x 100 in stretches of 32 (
 tile, the last holding 4 of K); 33 x 47 x 300 in stretches of 64 (ragged everywhere, the last
 stretch 44 long); 48 x 40 x 256 float16 from a transposed A (dY^T, as lesson 6's gradients are);
 50 x 37 x 512 float16 whose partial sums climb far above the result (a float16 accumulator rounds
-them away, as in exercise 4.1); 64 x 64 x 64 in one stretch (K not split at all).
+them away, as in exercise 4.1); 64 x 64 x 64 in 32-blocks and one stretch (K not split at all).
 
 (The programs add in no fixed order, so on a GPU the last bits of C can change from run to run:
 float addition is not associative. Lesson 4's hopper.py does this with TMA tiles, SPLIT_ATOMIC;
