@@ -636,6 +636,26 @@ def test_tune_times_every_candidate_and_config_takes_the_fastest(monkeypatch):
     assert rel_error(c, a.double() @ b.double()) < TOLERANCE[torch.bfloat16]
 
 
+@pytest.mark.skipif(INTERPRET or not HOPPER, reason="the candidates' tiles: compiled and run on a Hopper GPU")
+@pytest.mark.parametrize("M, N, K, activation, out_dtype", [
+    (256, 384, 4096, None, None), (256, 384, 4096, None, torch.float32),  # 6 tiles of 128 x 128: K in 16 parts
+    # 96 tiles of 128 x 128 (whole), 48 of 128 x 256 (K in 2 parts), with the epilogues
+    (2048, 768, 512, "gelu_backward", None), (2048, 768, 512, "gelu", None)])
+def test_every_candidate_computes_c_on_this_gpu(monkeypatch, M, N, K, activation, out_dtype):
+    # tune() checks each candidate's C against C in float32 before it times any: here, with a
+    # stand-in clock, every one of hopper.candidates for these products compiled and run on this GPU
+    # (lesson 4's section 17 tunes lesson 6's products with the same tiles, stages, pieces and splits)
+    monkeypatch.setattr(hopper, "PICKS", {})
+    a = torch.randn(K, M, device=DEVICE, dtype=torch.bfloat16).t()  # dY^T's layout, as a weight's gradient
+    b = torch.randn(K, N, device=DEVICE, dtype=torch.bfloat16)
+    grad = torch.randn(M, N, device=DEVICE, dtype=torch.bfloat16) if activation == "gelu_backward" else None
+    timed = hopper.tune(a, b, activation, grad, out_dtype, timer=lambda runs: dict.fromkeys(runs, 1.0))
+    configs = hopper.candidates(M, N, K, activation=activation, out_dtype=out_dtype)
+    assert [meta for meta, _ in timed] == configs and len(configs) >= 4
+    assert any(meta.get("SPLIT_ATOMIC") for meta in configs) and any(meta["SPLIT_K"] == 1 for meta in configs) == (
+        M == 2048)
+
+
 @pytest.mark.skipif(not (INTERPRET or HOPPER), reason="the TMA kernel needs Hopper (or the interpreter)")
 def test_tune_refuses_a_candidate_whose_c_is_off_the_rules(monkeypatch):
     monkeypatch.setattr(hopper, "PICKS", {})
