@@ -10,11 +10,12 @@ for the products a model trains:
   lands the tile in shared memory already in the swizzled layout the tensor cores read;
   desc.store clips at the edges. The rules: the last stride is 1, the other strides and the base
   are multiples of 16 bytes. Each program builds its three descriptors (a fourth for split K's
-  parts, below) as it starts (tl.make_tensor_descriptor: 128 bytes each, written to a scratch buffer that
-  Triton asks the allocator, common.launch.scratch, for at every launch). The host could build
-  them instead (TensorDescriptor) and pass them as arguments; but then Triton's launcher encodes
-  all three on the host at every call, time a small product's kernel cannot hide, while building
-  them on the device costs kernel time instead: each program pays it once, as it starts.
+  parts, below) as it starts (tl.make_tensor_descriptor: 128 bytes each, written to a scratch
+  buffer that Triton asks the allocator, common.launch.scratch, for at every launch). The host
+  could build them instead (TensorDescriptor) and pass them as arguments; but then Triton's
+  launcher encodes all three on the host at every call, time a small product's kernel cannot
+  hide, while building them on the device costs kernel time instead: each program pays it once,
+  as it starts.
 - A persistent grid: one program per SM (132 on an H200), each looping over output tiles
   tile_id, tile_id + 132, ... . No program launches and retires per tile, and with flatten=True
   the compiler pipelines across the tile boundary: the next tile's first loads are in flight
@@ -259,8 +260,9 @@ def shared_bytes(config, itemsize: int = 2, *, c_itemsize: int = 2, activation: 
     4 for a float32 C). (128, 128, 64), 4 stages: 4 x 32 KB + 32 KB = 160 KB; (128, 256, 64), 4
     stages, C in halves: 4 x 48 + 32 = 224 KB. With SPLIT_K > 1 a part's float32 piece goes out too,
     through a buffer of its own beside a 16-bit C's (a float32 C's serves both; SPLIT_ATOMIC's parts
-    go out by atomics, from registers): 128 x 128 in 4 stages, 160 + 64 = 224 KB. "gelu_backward" adds the buffer its tile of dL/dC is rearranged in,
-    as the compiler lays it out: BLOCK_M x 128 16-bit numbers (32 KB for 128 rows, 64 for 256)."""
+    go out by atomics, from registers): 128 x 128 in 4 stages, 160 + 64 = 224 KB. "gelu_backward"
+    adds the buffer its tile of dL/dC is rearranged in, as the compiler lays it out: BLOCK_M x 128
+    16-bit numbers (32 KB for 128 rows, 64 for 256)."""
     meta = config if isinstance(config, dict) else {**config.kwargs, "num_stages": config.num_stages}
     BM, BN, BK = meta["BLOCK_M"], meta["BLOCK_N"], meta["BLOCK_K"]
     piece = BM * BN // meta.get("EPILOGUE_SPLIT", 1)  # elements of C's piece

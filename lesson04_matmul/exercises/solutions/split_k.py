@@ -39,16 +39,19 @@ STORE = ("    tl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * strid
          "             mask=(rows[:, None] < M) & (cols[None, :] < N))\n")
 STEP = "        acc = tl.dot(a, b, acc, input_precision=\"ieee\")\n"
 ADD_PER_STEP = ("        tl.atomic_add(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,\n"
-                "                      tl.dot(a, b, input_precision=\"ieee\"), mask=(rows[:, None] < M) & (cols[None, :] < N))\n")
+                "                      tl.dot(a, b, input_precision=\"ieee\"),\n"
+                "                      mask=(rows[:, None] < M) & (cols[None, :] < N))\n")
+HALF_STEP = ("        acc = tl.dot(a, b, acc.to(tl.float32), input_precision=\"ieee\")"
+             ".to(a_ptr.dtype.element_ty)\n")  # a float16 running sum, rounded at every step
 WRONG = [Wrong("tl.store instead of tl.atomic_add", "memory", "is written",
                dict(split_k_kernel=patched(split_k_kernel, (ADD, STORE)))),
          Wrong("every stretch from k = 0", "values", "are wrong",
                dict(split_k_kernel=patched(split_k_kernel, ("ks = first + start +", "ks = start +")))),
          Wrong("no mask on ks", "memory", "past the end of",
-               dict(split_k_kernel=patched(split_k_kernel, (" & (ks[None, :] < K)", ""), ("(ks[:, None] < K) & ", "")))),
+               dict(split_k_kernel=patched(split_k_kernel, (" & (ks[None, :] < K)", ""),
+                                           ("(ks[:, None] < K) & ", "")))),
          Wrong("a float16 accumulator", "values", "are wrong",
                dict(split_k_kernel=patched(split_k_kernel, ("dtype=tl.float32)", "dtype=a_ptr.dtype.element_ty)"),
-                                           (STEP, "        acc = tl.dot(a, b, acc.to(tl.float32), input_precision=\"ieee\")"
-                                                  ".to(a_ptr.dtype.element_ty)\n")))),
+                                           (STEP, HALF_STEP)))),
          Wrong("an atomic add per step", "budget", "atomic adds for",
                dict(split_k_kernel=patched(split_k_kernel, (STEP, ADD_PER_STEP), (ADD, ""))))]
