@@ -447,7 +447,8 @@ def tune(a, b, activation: str | None = None, grad=None, out_dtype=None, *, time
     process's picks, common/tuned.py). First each candidate's C is checked against C in float32 by
     the rule's configuration: correct configurations differ only in the order they add in, so each
     may be off it by twice what the rule's own C is (C's rounding) plus float32 sums over K in
-    another order (sqrt(K) float32 steps). timer: {name: fn} -> {name: ms}, by default
+    another order (4 sqrt(K) float32 steps: on an H100, 11 atomic parts of a float32 768 x 3072
+    over 16384 were 1.1 sqrt(K) off). timer: {name: fn} -> {name: ms}, by default
     bench.side_by_side (kernel time, taken in turns). Returns (configuration, ms) for each
     candidate, the rule's first."""
     from common import bench  # (here: timing imports the profiler, which a model never needs)
@@ -459,7 +460,7 @@ def tune(a, b, activation: str | None = None, grad=None, out_dtype=None, *, time
                                              **meta)) for i, meta in enumerate(configs)}
     exact = launch_tma(matmul_kernel_tma, a, b, activation, grad=grad, out_dtype=torch.float32,
                        **rule(M, N, K, activation=activation, out_dtype=torch.float32))
-    allowed = 2 * rel_error(runs[0](), exact) + K ** 0.5 * torch.finfo(torch.float32).eps
+    allowed = 2 * rel_error(runs[0](), exact) + 4 * K ** 0.5 * torch.finfo(torch.float32).eps
     for i, run in runs.items():
         error = rel_error(run(), exact)
         if not error <= allowed:
