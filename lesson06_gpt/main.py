@@ -542,15 +542,34 @@ chapter.run("anatomy", anatomy)
 # Python (torch.autograd.Function), each handed to that thread and run there. The steps here run
 # the backward on the calling thread instead (torch.autograd.set_multithreading_enabled(False)),
 # and the table times PyTorch's default beside it. Section 6's loop keeps the default.
+#
+# Where the host is the limit, lesson 1's cure (timing.py, "CUDA graphs") applies to a whole step:
+# record the forward and the backward once as a CUDA graph, every launch with its arguments, and
+# replay the recording at each step, one call for hundreds of kernels. The rules are lesson 1's.
+# Static addresses: each batch is copied into the tensors the recording read, and the loss comes out
+# in the graph's memory, overwritten by the next replay (the step returns a copy). The gradients
+# too: recorded with every .grad None, the backward made them in the graph's memory, and each replay
+# writes the new ones over the old, so p.grad keeps pointing at them and the step must not zero them
+# (zero_grad() sets .grad to None: the optimizer would see no gradient at all and skip every
+# parameter). Warm up first, on a side stream: compiling and autotuning must be over, and the warm-up
+# steps stop before the optimizer, so the weights are the eager run's. The optimizer runs after each
+# replay, outside the graph: the course's AdamW writes each step's bias corrections into a table on the
+# host and copies it over, which a replay, reading the addresses the recording saw, would not redo;
+# its one launch costs the host little. The same kernels run in the same order as in the eager step,
+# so the losses are the eager step's, bit for bit.
 
 
 # %%
 def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0,
-                 nudge: float = 0.0, draw: int = 1, autograd_thread: bool = False):
+                 nudge: float = 0.0, draw: int = 1, autograd_thread: bool = False, graphed: bool = False):
     """A model, its optimizer and step(): one training step on fixed-seed batches. nudge: each weight
     multiplied by 1 + nudge or 1 - nudge (a random sign, the same for the same draw), a difference of
     rounding's size. autograd_thread: the backward on autograd's own thread for the GPU (PyTorch's
-    default), not on the calling thread (section 8 times both)."""
+    default), not on the calling thread (section 8 times both). graphed: the forward and backward
+    recorded as a CUDA graph at the first step and replayed at every step (record_step)."""
+    if graphed and compiled:
+        raise ValueError("graphed=True records the uncompiled model's step; torch.compile(mode='reduce-overhead') "
+                         "records its own")
     model = GPT(config, ops, seed=seed)
     if nudge:
         g = torch.Generator().manual_seed(seed + draw)
@@ -563,13 +582,51 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
     train, _ = split(load_bytes(args.data))
     gen = torch.Generator().manual_seed(seed)
 
-    def step() -> torch.Tensor:
-        loss = forward(*batch(train, batch_size, config.seq, gen))
+    def forward_backward(idx, targets) -> torch.Tensor:
+        loss = forward(idx, targets)
         with torch.autograd.set_multithreading_enabled(autograd_thread):  # False: on this thread (section 8)
             loss.backward()
+        return loss
+
+    def step() -> torch.Tensor:
+        loss = forward_backward(*batch(train, batch_size, config.seq, gen))
         opt.step()
         opt.zero_grad()
         return loss.detach()
+
+    return record_step(forward_backward, opt, lambda: batch(train, batch_size, config.seq, gen)) if graphed else step
+
+
+def record_step(forward_backward, opt, next_batch):
+    """step() as train_runner's, its forward_backward(idx, targets) recorded as a CUDA graph at the
+    first call (after two warm-up passes on a side stream, their gradients dropped) and replayed at
+    every call after a copy of the batch into the recorded inputs; opt.step() after the replay, and no
+    zero_grad(): each replay writes the gradients over the recorded ones (the section says why)."""
+    if not torch.cuda.is_available():
+        raise RuntimeError("a CUDA graph records the launches of a CUDA GPU: there is none here (the interpreter "
+                           "runs each kernel on the CPU as it is called)")
+    recorded = {}
+
+    def step() -> torch.Tensor:
+        idx, targets = next_batch()
+        if not recorded:
+            inputs = idx.clone(), targets.clone()  # the recording reads these: each batch is copied into them
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # compilation, autotuning and the allocator's first requests
+                for _ in range(2):
+                    forward_backward(*inputs)
+                    opt.zero_grad()  # (.grad None again: the recording makes them in the graph's memory)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                loss = forward_backward(*inputs)
+            recorded.update(graph=graph, inputs=inputs, loss=loss.detach())
+        for static, new in zip(recorded["inputs"], (idx, targets)):
+            static.copy_(new)
+        recorded["graph"].replay()
+        opt.step()
+        return recorded["loss"].clone()  # (the next replay overwrites the graph's own)
 
     return step
 
@@ -586,11 +643,13 @@ def profile_section():
                        for name, calls, us in kernels[:12]] + [("(all kernels)", sum(c for _, c, _ in kernels) // 2,
                                                                 total / 2 / 1000, 100.0)]
         del step
-        threaded = bench.call_time_ms(train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"],
-                                                   autograd_thread=True), kernel_ms=total / 2 / 1000)
-        bound += [(f"{ops} ops", wall, total / 2 / 1000, wall / (total / 2 / 1000)),
-                  (f"{ops} ops, backward on autograd's thread", threaded, total / 2 / 1000,
-                   threaded / (total / 2 / 1000))]
+        kernel_ms = total / 2 / 1000
+        walls = {f"{ops} ops": wall}
+        for how, kwargs in ((f"{ops} ops, backward on autograd's thread", dict(autograd_thread=True)),
+                            (f"{ops} ops, replayed from a CUDA graph", dict(graphed=True))):
+            walls[how] = bench.call_time_ms(train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"], **kwargs),
+                                            kernel_ms=kernel_ms)
+        bound += [(how, ms, kernel_ms, ms / kernel_ms) for how, ms in walls.items()]
     model = f"{sizes['model'].layers} layers, d_model {sizes['model'].d_model}, batch {sizes['batch']} x {sizes['model'].seq}"
     tables = [print_table(shares[ops], ["kernel", "launches per step", "ms per step", "% of the step"],
                           title=f"Kernels of one training step, {ops} ops ({model})",
@@ -603,7 +662,9 @@ def profile_section():
                                    "never waits for the host; above it, the host's Python and launches are the limit. "
                                    "Every step here runs its backward on the calling thread; 'on autograd's thread': "
                                    "PyTorch's default, the same step with the backward handed to autograd's thread "
-                                   "for the GPU (the same kernels: the thread changes only the host's work)."))
+                                   "for the GPU (the same kernels: the thread changes only the host's work). "
+                                   "'Replayed from a CUDA graph': the same kernels again, the forward and backward "
+                                   "recorded once and replayed (record_step), the optimizer launched after each replay."))
     return tables
 
 
@@ -614,7 +675,9 @@ chapter.run("profile", profile_section, gpu=True)
 # ## 9. Training side by side
 # Four runs of the same model from the same weights on the same batches: torch eager, torch.compile of
 # the torch model, the course's ops, and the course's ops under torch.compile (which sees into every
-# course kernel inside its autograd function and fuses the casts and reshapes between them). The two
+# course kernel inside its autograd function and fuses the casts and reshapes between them). Beside
+# the two eager runs, the same two replayed from a CUDA graph (section 8's record_step): the same
+# kernels without the host's cost per launch, the speed the op set's kernels allow. The two
 # compiled runs come with --full: torch.compile spends most of a minute on each model before its first
 # step, which a default run leaves out (RESULTS.md has all four). Tokens per second over the steps
 # after the warm-up (compilation and autotuning stay out), the peak memory of the whole run (weights,
@@ -642,13 +705,15 @@ chapter.run("profile", profile_section, gpu=True)
 # %%
 NUDGED = "torch eager, weights nudged by 2^-9"
 NUDGE_DRAWS = 3  # the nudge's random signs drawn this many times: the yardstick is a range, not one sample
+GRAPHED = {"torch eager": "torch eager, CUDA graph", "course": "course, CUDA graph"}  # (section 8's record_step)
 
 
 def bench_training():
     sizes = chapter.sizes(SIZES)
     cfg, B, steps, warmup = sizes["model"], sizes["batch"], sizes["steps"], sizes["warmup"]
-    runs = {"torch eager": ("torch", False, 0.0), "torch.compile": ("torch", True, 0.0),
-            "course": ("course", False, 0.0), "course, torch.compile": ("course", True, 0.0),
+    runs = {"torch eager": ("torch", False, 0.0), GRAPHED["torch eager"]: ("torch", False, 0.0),
+            "torch.compile": ("torch", True, 0.0), "course": ("course", False, 0.0),
+            GRAPHED["course"]: ("course", False, 0.0), "course, torch.compile": ("course", True, 0.0),
             NUDGED: ("torch", False, 2**-9)}  # the yardstick: rounding's size of difference, nothing else
     if not args.full:  # (torch.compile compiles each model for most of a minute before its first step)
         runs = {name: run for name, run in runs.items() if not run[1]}
@@ -657,7 +722,7 @@ def bench_training():
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         base = torch.cuda.memory_allocated()
-        step = train_runner(ops, cfg, B, sizes["lr"], compiled, nudge=nudge)
+        step = train_runner(ops, cfg, B, sizes["lr"], compiled, nudge=nudge, graphed=name in GRAPHED.values())
         curve = []
         for i in range(steps):
             if i == warmup:
@@ -705,10 +770,14 @@ def bench_training():
                           f"{max([gap[NUDGED], *yardstick]):.3f}."
                           + ("" if compiled else " torch.compile's two runs (the torch model, the course's) run with "
                                                  "--full: each compiles for most of a minute first (RESULTS.md)."))
-    every = max(1, steps // 20)
-    curve_rows = [[i + 1] + [losses[name][i] for name in runs] for i in range(0, steps, every)]
-    t2 = print_table(curve_rows, ["step", *runs], floatfmt=".3f", title="Training loss by step (nats)",
-                     plot=dict(x="step", y=list(runs), series=[], ceiling=None, logx=False, ylabel="loss (nats)"))
+    same = {eager: losses[graphed] == losses[eager] for eager, graphed in GRAPHED.items()}
+    every, curves = max(1, steps // 20), [name for name in runs if name not in GRAPHED.values()]
+    curve_rows = [[i + 1] + [losses[name][i] for name in curves] for i in range(0, steps, every)]
+    t2 = print_table(curve_rows, ["step", *curves], floatfmt=".3f", title="Training loss by step (nats)",
+                     note="The CUDA graph runs leave no curve of their own: their loss at every step equals their "
+                          "eager run's, bit for bit: " + ", ".join(f"{GRAPHED[eager]}: {equal}"
+                                                                   for eager, equal in same.items()) + ".",
+                     plot=dict(x="step", y=curves, series=[], ceiling=None, logx=False, ylabel="loss (nats)"))
     return [t1, t2]
 
 

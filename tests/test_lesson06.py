@@ -441,11 +441,12 @@ def test_the_steps_kernels_and_wall_clock_with_a_fake_clock_and_profiler(monkeyp
     # its wall clock against their sum, with the backward on this thread and on autograd's (a runner
     # each: the clock tells them apart by the thread the step's backward asks for)
     from common import bench, profile
-    walls = {("torch", False): 30.0, ("torch", True): 33.0, ("course", False): 40.0, ("course", True): 50.0}
+    walls = {("torch", False, False): 30.0, ("torch", True, False): 33.0, ("torch", False, True): 20.0,
+             ("course", False, False): 40.0, ("course", True, False): 50.0, ("course", False, True): 21.0}
     made = []
 
-    def runner(ops, *args, autograd_thread=False, **kwargs):
-        made.append((ops, autograd_thread))
+    def runner(ops, *args, autograd_thread=False, graphed=False, **kwargs):
+        made.append((ops, autograd_thread, graphed))
         return lambda: None  # nothing runs: the fake clock and profiler below answer for it
 
     kernels = {"torch": [("gemm", 40, 6000.0), ("softmax", 4, 2000.0)], "course": [("matmul_kernel_tma", 20, 8000.0)]}
@@ -454,11 +455,14 @@ def test_the_steps_kernels_and_wall_clock_with_a_fake_clock_and_profiler(monkeyp
     monkeypatch.setattr(bench, "call_time_ms", lambda fn, kernel_ms: walls[made[-1]] if kernel_ms == 4.0 else None)
     monkeypatch.setattr(profile, "kernels_launched", lambda fn, repeat: kernels[made[-1][0]])
     torch_kernels, course_kernels, bound = chapter.profile_section()
-    assert made == [("torch", False), ("torch", True), ("course", False), ("course", True)]
+    assert made == [(ops, thread, graphed) for ops in ("torch", "course")
+                    for thread, graphed in ((False, False), (True, False), (False, True))]
     assert torch_kernels.rows[-1] == ["(all kernels)", 22, 4.0, 100.0]  # over repeat=2 steps: per step
     assert course_kernels.rows[0] == ["matmul_kernel_tma", 10, 4.0, 100.0]
     assert bound.rows == [["torch ops", 30.0, 4.0, 7.5], ["torch ops, backward on autograd's thread", 33.0, 4.0, 8.25],
-                          ["course ops", 40.0, 4.0, 10.0], ["course ops, backward on autograd's thread", 50.0, 4.0, 12.5]]
+                          ["torch ops, replayed from a CUDA graph", 20.0, 4.0, 5.0],
+                          ["course ops", 40.0, 4.0, 10.0], ["course ops, backward on autograd's thread", 50.0, 4.0, 12.5],
+                          ["course ops, replayed from a CUDA graph", 21.0, 4.0, 5.25]]
 
 
 def test_runs_as_a_notebook_each_sections_output_under_its_cell():
@@ -500,7 +504,46 @@ def test_a_default_runs_training_table_leaves_torch_compile_to_full(monkeypatch)
         for name, answer in dict(empty_cache=None, reset_peak_memory_stats=None, synchronize=None,
                                  memory_allocated=0, max_memory_allocated=2**30).items():
             monkeypatch.setattr(torch.cuda, name, lambda answer=answer: answer)
+        monkeypatch.setattr(chapter, "record_step", eager_stand_in)  # (no CUDA graph without a GPU)
     table, curves = chapter.bench_training()
-    assert table.column("implementation") == ["torch eager", "course", chapter.NUDGED] and not compiled
+    assert table.column("implementation") == ["torch eager", "torch eager, CUDA graph", "course", "course, CUDA graph",
+                                              chapter.NUDGED] and not compiled
     assert "x torch.compile" not in table.headers and "--full" in table.note
-    assert curves.headers == ["step", "torch eager", "course", chapter.NUDGED]
+    assert curves.headers == ["step", "torch eager", "course", chapter.NUDGED]  # a graph's curve is its eager run's:
+    assert "torch eager, CUDA graph: True, course, CUDA graph: True" in curves.note  # the note says so, checked
+
+
+def eager_stand_in(forward_backward, opt, next_batch):
+    """record_step's step without the graph, for the CPU: the eager step."""
+    def step():
+        loss = forward_backward(*next_batch())
+        opt.step()
+        opt.zero_grad()
+        return loss.detach()
+    return step
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA GPU")
+@pytest.mark.parametrize("ops", ["course", "torch"])
+def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step(ops):
+    # the same kernels in the same order: the same losses and weights, bit for bit, step after step
+    # (a replay whose gradients were zeroed, or whose batch was not copied in, would part at step 2)
+    runs = {}
+    for graphed in (False, True):
+        made = []
+        recording = lambda model, **kwargs: made.append(model) or optimizer(model, **kwargs)  # noqa: E731
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(chapter, "optimizer", recording)
+            step = chapter.train_runner(ops, TOY, 4, 1e-2, graphed=graphed)
+        runs[graphed] = [step().item() for _ in range(4)], [p.detach().clone() for p in made[0].parameters()]
+    (eager_losses, eager_weights), (graph_losses, graph_weights) = runs[False], runs[True]
+    assert graph_losses == eager_losses
+    assert all(torch.equal(a, b) for a, b in zip(graph_weights, eager_weights))
+
+
+def test_a_cuda_graph_step_refuses_what_it_cannot_record():
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        chapter.train_runner("course", TOY, 1, 1e-3, compiled=True, graphed=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="no.*CUDA GPU|there is none here"):
+            chapter.record_step(None, None, None)
