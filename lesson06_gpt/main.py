@@ -556,7 +556,10 @@ chapter.run("anatomy", anatomy)
 # replay, outside the graph: the course's AdamW writes each step's bias corrections into a table on the
 # host and copies it over, which a replay, reading the addresses the recording saw, would not redo;
 # its one launch costs the host little. The same kernels run in the same order as in the eager step,
-# so the losses are the eager step's, bit for bit.
+# so where every kernel is deterministic the losses are the eager step's, bit for bit (the toy model's
+# are: tests/test_lesson06.py). Where a kernel adds by atomics, in whatever order its programs arrive
+# (lesson 5's attention backward adds dQ so on Hopper, and cuDNN's backward does too), no two runs
+# agree in the last bits, eager or replayed, and section 9's gap to eager is the measure.
 
 
 # %%
@@ -774,9 +777,11 @@ def bench_training():
     every, curves = max(1, steps // 20), [name for name in runs if name not in GRAPHED.values()]
     curve_rows = [[i + 1] + [losses[name][i] for name in curves] for i in range(0, steps, every)]
     t2 = print_table(curve_rows, ["step", *curves], floatfmt=".3f", title="Training loss by step (nats)",
-                     note="The CUDA graph runs leave no curve of their own: their loss at every step equals their "
-                          "eager run's, bit for bit: " + ", ".join(f"{GRAPHED[eager]}: {equal}"
-                                                                   for eager, equal in same.items()) + ".",
+                     note="The CUDA graph runs leave no curve of their own: each is its eager run's step, replayed. "
+                          "Its loss equal to the eager run's at every step, bit for bit: "
+                          + ", ".join(f"{GRAPHED[eager]}: {equal}" for eager, equal in same.items())
+                          + ". Where not, a kernel that adds by atomics parted them in the last bits (section 8 says "
+                            "which), and the table above gives their gap to eager beside the yardstick's.",
                      plot=dict(x="step", y=curves, series=[], ceiling=None, logx=False, ylabel="loss (nats)"))
     return [t1, t2]
 
