@@ -546,21 +546,31 @@ chapter.run("anatomy", anatomy)
 # Where the host is the limit, lesson 1's cure (timing.py, "CUDA graphs") applies to a whole step:
 # record the forward and the backward once as a CUDA graph, every launch with its arguments, and
 # replay the recording at each step, one call for hundreds of kernels. The rules are lesson 1's.
-# Static addresses: each batch is copied into the tensors the recording read, and the loss comes out
-# in the graph's memory, overwritten by the next replay (the step returns a copy). The gradients
-# too: recorded with every .grad None, the backward made them in the graph's memory, and each replay
-# writes the new ones over the old, so p.grad keeps pointing at them and the step must not zero them
-# (zero_grad() sets .grad to None: the optimizer would see no gradient at all and skip every
-# parameter). Warm up first, on a side stream: compiling and autotuning must be over, and the warm-up
-# steps stop before the optimizer, so the weights are the eager run's. The optimizer runs after each
-# replay, outside the graph: the course's AdamW writes each step's bias corrections into a table on the
-# host and copies it over, which a replay, reading the addresses the recording saw, would not redo;
-# its one launch costs the host little. The same kernels run in the same order as in the eager step,
-# so where every kernel is deterministic the losses are the eager step's, bit for bit (the toy model's
-# are: tests/test_lesson06.py). Where a kernel adds by atomics, in whatever order its programs arrive
-# (lesson 5's attention backward adds dQ so on Hopper, and cuDNN's backward does too), no two runs
-# agree in the last bits, eager or replayed, and section 9's gap to eager is the measure.
-
+# - Static addresses: each batch is copied into the tensors the recording read (of the same shape
+#   and dtype: a recording is of one shape), and the loss comes out in the graph's memory,
+#   overwritten by the next replay (the step returns a copy).
+# - The gradients too. Recorded while every .grad was None, the backward writes each gradient (it
+#   does not add to one) into the graph's memory, and every replay writes it there again: p.grad
+#   must keep pointing at that memory. So the step never sets .grad to None after recording, which
+#   zero_grad() does: the optimizer would find no gradient and skip every parameter, and training
+#   would stop without an error (the step checks, and refuses to go on). Nor can it accumulate
+#   gradients over several batches: each replay overwrites them.
+# - The first step runs as the eager one does, and warms everything up: compilation, autotuning
+#   (its choices then cached in this process), the allocator's first requests, and the optimizer's
+#   state, made at its first step. Recorded before that state, the activations' memory, kept in the
+#   graph's pool for the replays but no longer counted as allocated, would never be counted beside
+#   it: torch.cuda.max_memory_allocated, section 9's peak, would miss the state's 8 bytes a
+#   parameter. One more forward and backward on a side stream, its gradients dropped, then the
+#   recording; neither changes a weight.
+# - The optimizer runs after each replay, outside the graph: the course's AdamW writes each step's
+#   bias corrections into a table on the host and copies it over, which a replay, reading the
+#   addresses the recording saw, would not redo. Its one launch (torch's fused AdamW: a few) costs
+#   the host little.
+# The same kernels run in the same order as in the eager step, so where every kernel is deterministic
+# the losses are the eager step's, bit for bit (the toy model's are: tests/test_lesson06.py). Where a
+# kernel adds by atomics, in whatever order its programs arrive (lesson 5's attention backward adds
+# dQ so on Hopper, and cuDNN's backward does too), no two runs agree in the last bits, eager or
+# replayed: section 9 gives the step where they part and how far.
 
 # %%
 def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0,
@@ -570,9 +580,9 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
     rounding's size. autograd_thread: the backward on autograd's own thread for the GPU (PyTorch's
     default), not on the calling thread (section 8 times both). graphed: the forward and backward
     recorded as a CUDA graph at the first step and replayed at every step (record_step)."""
-    if graphed and compiled:
-        raise ValueError("graphed=True records the uncompiled model's step; torch.compile(mode='reduce-overhead') "
-                         "records its own")
+    if graphed and (compiled or autograd_thread):
+        raise ValueError("graphed=True records the uncompiled model's step on the calling thread (a replay runs no "
+                         "autograd at all); torch.compile(mode='reduce-overhead') records its own")
     model = GPT(config, ops, seed=seed)
     if nudge:
         g = torch.Generator().manual_seed(seed + draw)
@@ -601,38 +611,52 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
 
 
 def record_step(forward_backward, opt, next_batch):
-    """step() as train_runner's, its forward_backward(idx, targets) recorded as a CUDA graph at the
-    first call (after two warm-up passes on a side stream, their gradients dropped) and replayed at
-    every call after a copy of the batch into the recorded inputs; opt.step() after the replay, and no
-    zero_grad(): each replay writes the gradients over the recorded ones (the section says why)."""
+    """step() as train_runner's. Its first call: an eager step (forward_backward(idx, targets),
+    opt.step(), zero_grad()), then one more forward and backward on a side stream, its gradients
+    dropped, and forward_backward recorded as a CUDA graph. Every later call: the batch copied into
+    the recorded inputs, a replay, opt.step(), and no zero_grad(): each replay writes the gradients
+    over the recorded ones (the section says why)."""
     if not torch.cuda.is_available():
         raise RuntimeError("a CUDA graph records the launches of a CUDA GPU: there is none here (the interpreter "
                            "runs each kernel on the CPU as it is called)")
+    params = [p for group in opt.param_groups for p in group["params"]]
     recorded = {}
+
+    def record(idx, targets) -> None:
+        inputs = idx.clone(), targets.clone()  # the recording reads these: each batch is copied into them
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # a warm-up on a side stream, as PyTorch's recipe has it
+            forward_backward(*inputs)
+        torch.cuda.current_stream().wait_stream(side)
+        for p in params:
+            p.grad = None  # (the recorded backward then writes each gradient, in the graph's memory)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            loss = forward_backward(*inputs)
+        recorded.update(graph=graph, inputs=inputs, loss=loss.detach(), grads=[p.grad for p in params])
 
     def step() -> torch.Tensor:
         idx, targets = next_batch()
-        if not recorded:
-            inputs = idx.clone(), targets.clone()  # the recording reads these: each batch is copied into them
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # compilation, autotuning and the allocator's first requests
-                for _ in range(2):
-                    forward_backward(*inputs)
-                    opt.zero_grad()  # (.grad None again: the recording makes them in the graph's memory)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                loss = forward_backward(*inputs)
-            recorded.update(graph=graph, inputs=inputs, loss=loss.detach())
+        if not recorded:  # the first step: eager, then the recording
+            loss = forward_backward(idx, targets)
+            opt.step()
+            opt.zero_grad()
+            record(idx, targets)
+            return loss.detach()
         for static, new in zip(recorded["inputs"], (idx, targets)):
+            if (new.shape, new.dtype, new.device) != (static.shape, static.dtype, static.device):
+                raise ValueError(f"the step was recorded for batches of shape {tuple(static.shape)} ({static.dtype}, "
+                                 f"{static.device}); got {tuple(new.shape)} ({new.dtype}, {new.device})")
             static.copy_(new)
+        if any(p.grad is not g for p, g in zip(params, recorded["grads"])):
+            raise RuntimeError("a parameter's .grad is no longer the gradient the recording writes (zero_grad() "
+                               "between replays?): its optimizer step would use a stale or no gradient")
         recorded["graph"].replay()
         opt.step()
         return recorded["loss"].clone()  # (the next replay overwrites the graph's own)
 
     return step
-
 
 def profile_section():
     sizes = chapter.sizes(SIZES)
@@ -773,17 +797,25 @@ def bench_training():
                           f"{max([gap[NUDGED], *yardstick]):.3f}."
                           + ("" if compiled else " torch.compile's two runs (the torch model, the course's) run with "
                                                  "--full: each compiles for most of a minute first (RESULTS.md)."))
-    same = {eager: losses[graphed] == losses[eager] for eager, graphed in GRAPHED.items()}
     every, curves = max(1, steps // 20), [name for name in runs if name not in GRAPHED.values()]
     curve_rows = [[i + 1] + [losses[name][i] for name in curves] for i in range(0, steps, every)]
     t2 = print_table(curve_rows, ["step", *curves], floatfmt=".3f", title="Training loss by step (nats)",
-                     note="The CUDA graph runs leave no curve of their own: each is its eager run's step, replayed. "
-                          "Its loss equal to the eager run's at every step, bit for bit: "
-                          + ", ".join(f"{GRAPHED[eager]}: {equal}" for eager, equal in same.items())
-                          + ". Where not, a kernel that adds by atomics parted them in the last bits (section 8 says "
-                            "which), and the table above gives their gap to eager beside the yardstick's.",
+                     note="The CUDA graph runs leave no curve of their own: each replays its eager run's step. "
+                          "Against that eager run: " + "; ".join(parting(GRAPHED[eager], losses[GRAPHED[eager]],
+                                                                         losses[eager], last)
+                                                                 for eager in GRAPHED) + ".",
                      plot=dict(x="step", y=curves, series=[], ceiling=None, logx=False, ylabel="loss (nats)"))
     return [t1, t2]
+
+
+def parting(name: str, curve: list, eager: list, last: slice) -> str:
+    """Where a replayed run's losses part from its eager run's, and how far they are apart at the end."""
+    first = next((i + 1 for i, (a, b) in enumerate(zip(curve, eager)) if a != b), None)
+    if first is None:
+        return f"{name}, the same losses at every step, bit for bit"
+    gap = statistics.mean(abs(a - b) for a, b in zip(curve[last], eager[last]))
+    return (f"{name}, the same losses, bit for bit, up to step {first - 1}, then apart by a kernel that adds by "
+            f"atomics (section 8): a mean gap of {gap:.3f} nats over the last quarter")
 
 
 # %%

@@ -510,7 +510,15 @@ def test_a_default_runs_training_table_leaves_torch_compile_to_full(monkeypatch)
                                               chapter.NUDGED] and not compiled
     assert "x torch.compile" not in table.headers and "--full" in table.note
     assert curves.headers == ["step", "torch eager", "course", chapter.NUDGED]  # a graph's curve is its eager run's:
-    assert "torch eager, CUDA graph: True, course, CUDA graph: True" in curves.note  # the note says so, checked
+    assert ("torch eager, CUDA graph, the same losses at every step, bit for bit; course, CUDA graph, the same "
+            "losses at every step" in curves.note)  # (the note compares them: the toy model has no atomics)
+
+
+def test_where_a_replayed_run_parts_from_its_eager_run():
+    same = chapter.parting("g", [1.0, 2.0, 3.0], [1.0, 2.0, 3.0], slice(2, 3))
+    assert same == "g, the same losses at every step, bit for bit"
+    said = chapter.parting("g", [1.0, 2.5, 3.25], [1.0, 2.0, 3.0], slice(1, 3))
+    assert "up to step 1, then" in said and "mean gap of 0.375 nats" in said
 
 
 def eager_stand_in(forward_backward, opt, next_batch):
@@ -527,7 +535,7 @@ def eager_stand_in(forward_backward, opt, next_batch):
 @pytest.mark.parametrize("ops", ["course", "torch"])
 def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step(ops):
     # the same kernels in the same order: the same losses and weights, bit for bit, step after step
-    # (a replay whose gradients were zeroed, or whose batch was not copied in, would part at step 2)
+    # (step 1 runs eagerly and records; a replay whose batch was not copied in would part at step 3)
     runs = {}
     for graphed in (False, True):
         made = []
@@ -541,9 +549,28 @@ def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step(ops):
     assert all(torch.equal(a, b) for a, b in zip(graph_weights, eager_weights))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA GPU")
+def test_a_replayed_step_refuses_gradients_set_to_none_and_a_batch_of_another_shape(monkeypatch):
+    made = []
+    monkeypatch.setattr(chapter, "optimizer",
+                        lambda model, **kwargs: made.append(optimizer(model, **kwargs)) or made[-1])
+    step = chapter.train_runner("course", TOY, 2, 1e-3, graphed=True)
+    step(), step()  # the eager first step and its recording, then a replay
+    made[0].zero_grad()  # .grad None: the replay would write gradients that no parameter points at
+    with pytest.raises(RuntimeError, match="zero_grad"):
+        step()
+    step = chapter.train_runner("course", TOY, 2, 1e-3, graphed=True)
+    step()
+    draw = chapter.batch
+    monkeypatch.setattr(chapter, "batch", lambda data, batch_size, seq, gen: draw(data, batch_size + 1, seq, gen))
+    with pytest.raises(ValueError, match=r"recorded for batches of shape \(2, 64\)"):
+        step()
+
+
 def test_a_cuda_graph_step_refuses_what_it_cannot_record():
-    with pytest.raises(ValueError, match="reduce-overhead"):
-        chapter.train_runner("course", TOY, 1, 1e-3, compiled=True, graphed=True)
+    for kwargs in (dict(compiled=True), dict(autograd_thread=True)):
+        with pytest.raises(ValueError, match="calling thread.*reduce-overhead"):
+            chapter.train_runner("course", TOY, 1, 1e-3, graphed=True, **kwargs)
     if not torch.cuda.is_available():
         with pytest.raises(RuntimeError, match="no.*CUDA GPU|there is none here"):
             chapter.record_step(None, None, None)
