@@ -658,6 +658,7 @@ def record_step(forward_backward, opt, next_batch):
 
     return step
 
+
 def profile_section():
     sizes = chapter.sizes(SIZES)
     shares, bound = {}, []
@@ -665,13 +666,12 @@ def profile_section():
         step = train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"])
         kernels = profile.kernels_launched(step, repeat=2)  # (its first call warms up: compilation and autotuning)
         total = sum(us for _, _, us in kernels)
-        wall = bench.call_time_ms(step, kernel_ms=total / 2 / 1000)  # (a few steps per loop, not 100)
+        kernel_ms = total / 2 / 1000  # per step
+        walls = {f"{ops} ops": bench.call_time_ms(step, kernel_ms=kernel_ms)}  # (a few steps per loop, not 100)
         shares[ops] = [(profile.short(name, 60), calls // 2, us / 2 / 1000, 100 * us / total)
                        for name, calls, us in kernels[:12]] + [("(all kernels)", sum(c for _, c, _ in kernels) // 2,
-                                                                total / 2 / 1000, 100.0)]
+                                                                kernel_ms, 100.0)]
         del step
-        kernel_ms = total / 2 / 1000
-        walls = {f"{ops} ops": wall}
         for how, kwargs in ((f"{ops} ops, backward on autograd's thread", dict(autograd_thread=True)),
                             (f"{ops} ops, replayed from a CUDA graph", dict(graphed=True))):
             walls[how] = bench.call_time_ms(train_runner(ops, sizes["model"], sizes["batch"], sizes["lr"], **kwargs),
@@ -814,8 +814,8 @@ def parting(name: str, curve: list, eager: list, last: slice) -> str:
     if first is None:
         return f"{name}, the same losses at every step, bit for bit"
     gap = statistics.mean(abs(a - b) for a, b in zip(curve[last], eager[last]))
-    return (f"{name}, the same losses, bit for bit, up to step {first - 1}, then apart by a kernel that adds by "
-            f"atomics (section 8): a mean gap of {gap:.3f} nats over the last quarter")
+    return (f"{name}, the same losses, bit for bit, up to step {first - 1}, then apart (section 8 says what parts "
+            f"them): a mean gap of {gap:.3f} nats over the last quarter")
 
 
 # %%
