@@ -548,7 +548,9 @@ chapter.run("anatomy", anatomy)
 # replay the recording at each step, one call for hundreds of kernels. The rules are lesson 1's.
 # - Static addresses: each batch is copied into the tensors the recording read (of the same shape
 #   and dtype: a recording is of one shape), and the loss comes out in the graph's memory,
-#   overwritten by the next replay (the step returns a copy).
+#   overwritten by the next replay (the step returns a copy). The weights stay where they were
+#   recorded: the optimizer updates them in place, and a weight given new memory (p.data = ...,
+#   model.to(...)) would leave the replay reading the old one, so the step refuses to replay.
 # - The gradients too. Recorded while every .grad was None, the backward writes each gradient (it
 #   does not add to one) into the graph's memory, and every replay writes it there again: p.grad
 #   must keep pointing at that memory. So the step never sets .grad to None after recording, which
@@ -634,7 +636,8 @@ def record_step(forward_backward, opt, next_batch):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             loss = forward_backward(*inputs)
-        recorded.update(graph=graph, inputs=inputs, loss=loss.detach(), grads=[p.grad for p in params])
+        recorded.update(graph=graph, inputs=inputs, loss=loss.detach(), grads=[p.grad for p in params],
+                        weights=[p.data_ptr() for p in params])
 
     def step() -> torch.Tensor:
         idx, targets = next_batch()
@@ -652,6 +655,9 @@ def record_step(forward_backward, opt, next_batch):
         if any(p.grad is not g for p, g in zip(params, recorded["grads"])):
             raise RuntimeError("a parameter's .grad is no longer the gradient the recording writes (zero_grad() "
                                "between replays?): its optimizer step would use a stale or no gradient")
+        if any(p.data_ptr() != ptr for p, ptr in zip(params, recorded["weights"])):
+            raise RuntimeError("a parameter's memory moved since the recording (p.data = ..., model.to(...)?): a "
+                               "replay reads the weights where they were, and would train on stale ones")
         recorded["graph"].replay()
         opt.step()
         return recorded["loss"].clone()  # (the next replay overwrites the graph's own)

@@ -550,7 +550,7 @@ def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step(ops):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA GPU")
-def test_a_replayed_step_refuses_gradients_set_to_none_and_a_batch_of_another_shape(monkeypatch):
+def test_a_replayed_step_refuses_gradients_set_to_none_moved_weights_and_a_batch_of_another_shape(monkeypatch):
     made = []
     monkeypatch.setattr(chapter, "optimizer",
                         lambda model, **kwargs: made.append(optimizer(model, **kwargs)) or made[-1])
@@ -558,6 +558,13 @@ def test_a_replayed_step_refuses_gradients_set_to_none_and_a_batch_of_another_sh
     step(), step()  # the eager first step and its recording, then a replay
     made[0].zero_grad()  # .grad None: the replay would write gradients that no parameter points at
     with pytest.raises(RuntimeError, match="zero_grad"):
+        step()
+    made.clear()
+    step = chapter.train_runner("course", TOY, 2, 1e-3, graphed=True)
+    step(), step()
+    weight = made[0].param_groups[0]["params"][0]
+    weight.data = weight.data.clone()  # new memory: the replay would read the old weight
+    with pytest.raises(RuntimeError, match="memory moved"):
         step()
     step = chapter.train_runner("course", TOY, 2, 1e-3, graphed=True)
     step()
