@@ -535,8 +535,8 @@ chapter.run("anatomy", anatomy)
 # its source is pinned (page-locked) memory, which the OS cannot move, so the GPU's DMA engine (not
 # lesson 4's TMA) reads it while the host goes on. From ordinary (pageable) memory, or without
 # non_blocking, the host first waits for every kernel already queued: each step would begin by
-# waiting for the last, and host and GPU would no longer overlap. data.py pins each batch tensor as
-# it builds it: a non-contiguous view of a pinned tensor would first be made contiguous in ordinary
+# waiting for the last, and host and GPU would no longer overlap. data.py stacks each batch, then
+# pins it whole: a non-contiguous view of a pinned tensor would first be made contiguous in ordinary
 # memory, and that copy waits. And loss.backward() on a GPU runs the backward on a worker thread
 # that autograd keeps for that GPU, while the calling thread sleeps; the course's backwards are
 # Python (torch.autograd.Function), each handed to that thread and run there. The steps here run
@@ -545,7 +545,12 @@ chapter.run("anatomy", anatomy)
 #
 # Where the host is the limit, lesson 1's cure (timing.py, "CUDA graphs") applies to a whole step:
 # record the forward and the backward once as a CUDA graph, every launch with its arguments, and
-# replay the recording at each step, one call for hundreds of kernels. The rules are lesson 1's.
+# replay the recording at each step, one call for hundreds of kernels: lesson 1's
+# torch.cuda.graph(g) captures the launches into g instead of running them, g.replay() runs them
+# all. torch.compile(mode="reduce-overhead") records for you; here it is done by hand, to replay
+# the very eager kernels this section profiles. The rules are lesson 1's:
+# - Nothing inside waits for the host: no .item(), no print of a tensor, no synchronize (a replay
+#   runs no Python at all). That is why the model's check_tokens reads no id back on a GPU.
 # - Static addresses: each batch is copied into the tensors the recording read (of the same shape
 #   and dtype: a recording is of one shape), and the loss comes out in the graph's memory,
 #   overwritten by the next replay (the step returns a copy). The weights stay where they were
@@ -554,25 +559,27 @@ chapter.run("anatomy", anatomy)
 # - The gradients too. Recorded while every .grad was None, the backward writes each gradient (it
 #   does not add to one) into the graph's memory, and every replay writes it there again: p.grad
 #   must keep pointing at that memory. So the step never sets .grad to None after recording, which
-#   zero_grad() does: the optimizer would find no gradient and skip every parameter, and training
-#   would stop without an error (the step checks, and refuses to go on). Nor can it accumulate
-#   gradients over several batches: each replay overwrites them.
-# - The first step runs as the eager one does, and warms everything up: compilation, autotuning
-#   (its choices then cached in this process), the allocator's first requests, and the optimizer's
-#   state, made at its first step. Recorded before that state, the activations' memory, kept in the
-#   graph's pool for the replays but no longer counted as allocated, would never be counted beside
-#   it: torch.cuda.max_memory_allocated, section 9's peak, would miss the state's 8 bytes a
-#   parameter. One more forward and backward on a side stream, its gradients dropped, then the
-#   recording; neither changes a weight.
-# - The optimizer runs after each replay, outside the graph: the course's AdamW writes each step's
-#   bias corrections into a table on the host and copies it over, which a replay, reading the
-#   addresses the recording saw, would not redo. Its one launch (torch's fused AdamW: a few) costs
-#   the host little.
+#   zero_grad() does by default (set_to_none=True): the optimizer would find no gradient and skip
+#   every parameter, and training would stop without an error (the step checks, and refuses to go
+#   on). Nor can it accumulate gradients over several batches: each replay overwrites them.
+# - The first step runs eagerly and warms everything up: compilation and autotuning (which times
+#   candidates and waits for them: not something a recording can hold), the allocator's first
+#   requests, and the optimizer's state (8 bytes a parameter), made at its first step. The state
+#   must exist before the recording: after it, the recorded activations stay in the graph's pool but
+#   no longer count as allocated, so a state made later would never be counted beside them, and
+#   torch.cuda.max_memory_allocated (section 9's peak) would miss it. Then, as PyTorch's recipe has
+#   it, one forward and backward on a side stream, gradients dropped, and the recording; neither
+#   changes a weight.
+# - The optimizer runs after each replay, outside the graph. The course's AdamW computes each
+#   step's bias corrections in Python, and a replay runs no Python: it would reuse the recorded
+#   step's. Outside, a scheduler's learning rate applies too. Its one launch (torch's fused AdamW:
+#   a few) costs the host little.
 # The same kernels run in the same order as in the eager step, so where every kernel is deterministic
-# the losses are the eager step's, bit for bit (the toy model's are: tests/test_lesson06.py). Where a
-# kernel adds by atomics, in whatever order its programs arrive (lesson 5's attention backward adds
-# dQ so on Hopper, and cuDNN's backward does too), no two runs agree in the last bits, eager or
-# replayed: section 9 gives the step where they part and how far.
+# the losses are the eager step's, bit for bit (the toy model's are, on a GPU: tests/test_lesson06.py).
+# Where a kernel adds by atomics, in whatever order its programs arrive (lesson 5's attention
+# backward adds dQ so on Hopper, and so does cuDNN's, the torch model's attention through
+# F.scaled_dot_product_attention), no two runs agree in the last bits, eager or replayed: section 9
+# gives the step where they part and how far.
 
 # %%
 def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled: bool = False, seed: int = 0,
@@ -580,8 +587,8 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
     """A model, its optimizer and step(): one training step on fixed-seed batches. nudge: each weight
     multiplied by 1 + nudge or 1 - nudge (a random sign, the same for the same draw), a difference of
     rounding's size. autograd_thread: the backward on autograd's own thread for the GPU (PyTorch's
-    default), not on the calling thread (section 8 times both). graphed: the forward and backward
-    recorded as a CUDA graph at the first step and replayed at every step (record_step)."""
+    default), not on the calling thread (section 8 times both). graphed: the first step eager, then
+    its forward and backward recorded as a CUDA graph, replayed at every later step (record_step)."""
     if graphed and (compiled or autograd_thread):
         raise ValueError("graphed=True records the uncompiled model's step on the calling thread (a replay runs no "
                          "autograd at all); torch.compile(mode='reduce-overhead') records its own")
@@ -706,22 +713,22 @@ chapter.run("profile", profile_section, gpu=True)
 
 # %% [markdown]
 # ## 9. Training side by side
-# Four runs of the same model from the same weights on the same batches: torch eager, torch.compile of
-# the torch model, the course's ops, and the course's ops under torch.compile (which sees into every
-# course kernel inside its autograd function and fuses the casts and reshapes between them). Beside
-# the two eager runs, the same two replayed from a CUDA graph (section 8's record_step): the same
-# kernels without the host's cost per launch, the speed the op set's kernels allow. The two
-# compiled runs come with --full: torch.compile spends most of a minute on each model before its first
-# step, which a default run leaves out (RESULTS.md has all four). Tokens per second over the steps
-# after the warm-up (compilation and autotuning stay out), the peak memory of the whole run (weights,
-# gradients, optimizer state and activations), and the loss at each step. The four curves lie on top of
-# each other for the first steps; then bfloat16's roundings, which differ between any two
-# implementations (eager and torch.compile of the same torch model too), are amplified step by step as
-# in any training run, and the curves part by a few hundredths of a nat or more: the same training,
-# another trajectory. How far is "a few"? A fifth run measures it: torch eager again, each starting
-# weight nudged by a relative 2^-9 (a quarter of bfloat16's rounding step), nothing else changed. Its
-# gap to eager is what rounding alone does to this training; the table sets each implementation's gap
-# beside it (RESULTS.md has the numbers).
+# Four implementations of the same model from the same weights on the same batches: torch eager,
+# torch.compile of the torch model, the course's ops, and the course's ops under torch.compile
+# (which sees into every course kernel inside its autograd function and fuses the casts and reshapes
+# between them). Beside the two eager runs, the same two replayed from a CUDA graph (section 8's
+# record_step): the same kernels without the host's cost per launch, the speed the op set's kernels
+# allow. The two compiled runs come with --full: torch.compile spends most of a minute on each model
+# before its first step, which a default run leaves out (RESULTS.md has all four). Tokens per second
+# over the steps after the warm-up (compilation and autotuning stay out), the peak memory of the
+# whole run (weights, gradients, optimizer state and activations), and the loss at each step. The
+# four curves lie on top of each other for the first steps; then bfloat16's roundings, which differ
+# between any two implementations (eager and torch.compile of the same torch model too), are
+# amplified step by step as in any training run, and the curves part by a few hundredths of a nat or
+# more: the same training, another trajectory. How far is "a few"? A last run measures it: torch
+# eager again, each starting weight nudged by a relative 2^-9 (a quarter of bfloat16's rounding
+# step), nothing else changed. Its gap to eager is what rounding alone does to this training; the
+# table sets each implementation's gap beside it (RESULTS.md has the numbers).
 #
 # Where do the curves part? Look for a step where the loss jumps in every run at once: a batch that
 # the weights of that moment predict badly (this short run has no learning-rate warm-up and no
