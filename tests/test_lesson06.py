@@ -1,12 +1,14 @@
 """Lesson 6: the new kernels (cross-entropy, RMSNorm with the residual fused, AdamW) against PyTorch,
 the whole model against torch's from the same weights, the step's anatomy (the course's ops on the
 hot path), two processes under DDP, and the chapter's runs (notebook, script)."""
+import contextlib
 import copy
 import math
 import os
 import re
 import subprocess
 import sys
+import types
 
 import pytest
 import torch
@@ -549,8 +551,20 @@ def test_a_step_replayed_from_a_cuda_graph_trains_as_the_eager_step(ops):
     assert all(torch.equal(a, b) for a, b in zip(graph_weights, eager_weights))
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="a CUDA graph needs a CUDA GPU")
+def record_on_the_cpu(monkeypatch) -> None:
+    """Without a GPU, torch.cuda's recording calls stood in for: the recording runs the forward and
+    backward once, a replay does nothing. Enough for the checks a replay makes before it replays."""
+    if torch.cuda.is_available():
+        return
+    stream = types.SimpleNamespace(wait_stream=lambda other: None)
+    for name, fake in (("is_available", lambda: True), ("Stream", lambda: stream), ("current_stream", lambda: stream),
+                       ("stream", lambda s: contextlib.nullcontext()), ("graph", lambda g: contextlib.nullcontext()),
+                       ("CUDAGraph", lambda: types.SimpleNamespace(replay=lambda: None))):
+        monkeypatch.setattr(torch.cuda, name, fake)
+
+
 def test_a_replayed_step_refuses_gradients_set_to_none_moved_weights_and_a_batch_of_another_shape(monkeypatch):
+    record_on_the_cpu(monkeypatch)  # (on a GPU, the real recording)
     made = []
     monkeypatch.setattr(chapter, "optimizer",
                         lambda model, **kwargs: made.append(optimizer(model, **kwargs)) or made[-1])
