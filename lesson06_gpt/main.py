@@ -610,13 +610,16 @@ def train_runner(ops: str, config: Config, batch_size: int, lr: float, compiled:
             loss.backward()
         return loss
 
+    def next_batch() -> tuple:
+        return batch(train, batch_size, config.seq, gen)
+
     def step() -> torch.Tensor:
-        loss = forward_backward(*batch(train, batch_size, config.seq, gen))
+        loss = forward_backward(*next_batch())
         opt.step()
         opt.zero_grad()
         return loss.detach()
 
-    return record_step(forward_backward, opt, lambda: batch(train, batch_size, config.seq, gen)) if graphed else step
+    return record_step(forward_backward, opt, next_batch) if graphed else step
 
 
 def record_step(forward_backward, opt, next_batch):
